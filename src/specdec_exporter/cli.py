@@ -1,0 +1,75 @@
+"""The `specdec-exporter` command line: dispatches to one module per subcommand.
+
+Each command module exposes ``configure(parser)`` and ``main(args) -> int``; only the chosen
+command's module is imported, so ``run`` does not pay for the simulator's imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+from specdec_exporter import __version__
+from specdec_exporter.config import ConfigError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("specdec_exporter.serve", "run the sidecar: poll vLLM, serve /metrics (and the tap)"),
+    "check": ("specdec_exporter.check", "one-shot verdict on a vLLM server's speculative decoding"),
+    "simulate": ("specdec_exporter.sim.cli", "serve a simulated vLLM with speculative decoding"),
+    "load": ("specdec_exporter.load.cli", "load generator for an OpenAI-compatible endpoint"),
+    "demo": ("specdec_exporter.demo", "simulator + sidecar + load, with a live table"),
+    "sweep": ("specdec_exporter.sweep", "acceptance per temperature: the sweep experiment"),
+}
+
+EXIT_USAGE = 2
+
+
+class CommandModule(Protocol):
+    def configure(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def main(self, args: argparse.Namespace) -> int: ...
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specdec-exporter",
+        description="Prometheus exporter and alerting sidecar for speculative decoding in vLLM.",
+        epilog="Run 'specdec-exporter COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
+                        help="; ".join(f"{name}: {text}" for name, (_, text) in COMMANDS.items()))
+    return parser
+
+
+def load_command(name: str) -> CommandModule:
+    return cast(CommandModule, importlib.import_module(COMMANDS[name][0]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-"):
+        _top_parser().parse_args(argv or ["--help"])
+        return EXIT_USAGE
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        _top_parser().parse_args([name])  # prints the usage error and exits 2
+    module = load_command(name)
+    parser = argparse.ArgumentParser(prog=f"specdec-exporter {name}",
+                                     description=COMMANDS[name][1])
+    module.configure(parser)
+    args = parser.parse_args(rest)
+    try:
+        return module.main(args)
+    except ConfigError as exc:
+        print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
