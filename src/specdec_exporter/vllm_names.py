@@ -1,0 +1,43 @@
+"""Every vLLM metric name this project reads, and the spellings vLLM has used for them.
+
+A rename upstream touches this module only. Names are kept in their canonical colon form;
+``canonical_name`` maps the underscore spelling (``vllm_...``) back to it.
+"""
+
+from __future__ import annotations
+
+PREFIX = "vllm:"
+UNDERSCORE_PREFIX = "vllm_"
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+
+V1_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POSITION)
+
+# Legacy V0 engine (vLLM < 0.10): cumulative-since-start gauges and inflated counters.
+V0_ACCEPTANCE_RATE = "vllm:spec_decode_draft_acceptance_rate"
+V0_EFFICIENCY = "vllm:spec_decode_efficiency"
+V0_EMITTED_TOKENS = "vllm:spec_decode_num_emitted_tokens_total"
+V0_GAUGES = (V0_ACCEPTANCE_RATE, V0_EFFICIENCY)
+
+SPEC_DECODE_STEM = "spec_decode_"
+"""Any family of vLLM's whose name contains this is a speculative-decoding family."""
+
+WANTED_SAMPLES = frozenset((*V1_COUNTERS, GENERATION_TOKENS, *V0_GAUGES, V0_EMITTED_TOKENS))
+
+LABEL_MODEL = "model_name"
+LABEL_ENGINE = "engine"
+LABEL_POSITION = "position"
+
+DEFAULT_ENGINE = "0"
+"""The engine label given to series that carry none (V0 servers, a single-engine front end)."""
+
+
+def canonical_name(sample_name: str) -> str:
+    """``vllm_spec_decode_x`` -> ``vllm:spec_decode_x``; other names unchanged."""
+    if sample_name.startswith(UNDERSCORE_PREFIX):
+        return PREFIX + sample_name[len(UNDERSCORE_PREFIX):]
+    return sample_name
