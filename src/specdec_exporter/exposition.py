@@ -17,14 +17,15 @@ from specdec_exporter import vllm_names as names
 
 # One regex pass picks the sample lines we need out of ~650 lines per engine; only those few go
 # to prometheus_client's parser (about 15 µs a line), which is what makes a scrape cheap.
+# The patterns start with a literal "\n" (the text is searched with a "\n" in front) rather than
+# "^" in MULTILINE mode: a literal prefix lets `re` skip ahead, about 10x faster here.
 _WANTED_LINE = re.compile(
-    r"^vllm[:_](?:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|accepted_tokens_per_pos"
+    r"\n(vllm[:_](?:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|accepted_tokens_per_pos"
     r"|emitted_tokens)_total|generation_tokens_total|spec_decode_draft_acceptance_rate"
-    r"|spec_decode_efficiency)[{ \t].*$",
-    re.MULTILINE,
+    r"|spec_decode_efficiency)[{ \t][^\n]*)"
 )
-_SPEC_TYPE_LINE = re.compile(r"^# TYPE vllm[:_](spec_decode_\w+?)(?:_total)? ", re.MULTILINE)
-_ANY_VLLM_SAMPLE = re.compile(r"^vllm[:_]\w+[{ ]", re.MULTILINE)
+_SPEC_TYPE_LINE = re.compile(r"\n# TYPE vllm[:_](spec_decode_\w+?)(?:_total)? ")
+_ANY_VLLM_SAMPLE = re.compile(r"\nvllm[:_]\w+[{ ]")
 _EXEMPLAR = " # {"
 
 
@@ -82,10 +83,11 @@ def parse(text: str) -> Snapshot:
     """Parse a /metrics body. Raises ExpositionError when it is not a usable vLLM exposition."""
     if not text.endswith("\n"):
         raise ExpositionError("body does not end with a newline (truncated?)")
+    text = "\n" + text
     if _ANY_VLLM_SAMPLE.search(text) is None:
         raise ExpositionError("no vLLM sample in the body (not a vLLM /metrics page?)")
     spec_types = {names.canonical_name("vllm:" + m) for m in _SPEC_TYPE_LINE.findall(text)}
-    lines = [_strip_exemplar(match.group(0)) for match in _WANTED_LINE.finditer(text)]
+    lines = [_strip_exemplar(line) for line in _WANTED_LINE.findall(text)]
     samples = _parse_samples(lines)
     _check_complete(spec_types, samples)
     enabled = bool(spec_types) or any(names.SPEC_DECODE_STEM in name for name, _, _ in samples)

@@ -11,18 +11,25 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from specdec_exporter.acceptance import Totals
 from specdec_exporter.exposition import SeriesKey, Snapshot
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.report import Entry, build_report, snapshot_totals
-from specdec_exporter.scraper import FAILURE_REASONS, FailureReason, ScrapeError, Scraper
+from specdec_exporter.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
 from specdec_exporter.timeline import Timeline
 
 log = logging.getLogger("specdec_exporter.poller")
 
 AttributedDraftTokens = Callable[[], dict[str, float]]
 """Cumulative draft tokens the request tap attributed, per model (for the coverage ratio)."""
+
+
+class SnapshotSource(Protocol):
+    """Anything that scrapes vLLM (the HTTP Scraper; a scripted source in tests)."""
+
+    async def scrape(self) -> Scrape: ...
 
 
 @dataclass
@@ -47,7 +54,7 @@ class Poller:
 
     def __init__(
         self,
-        scraper: Scraper,
+        scraper: SnapshotSource,
         *,
         interval: float,
         window: float,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+import signal
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -108,8 +110,8 @@ async def serve(settings: Settings,
         app = create_app(registry, poller.state, is_ready, settings.vllm_url,
                          tap.landing_tables if tap else ())
         host, port = settings.listen_address
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None,
-                                               access_log=False, lifespan="off"))
+        server = _Server(uvicorn.Config(app, host=host, port=port, log_config=None,
+                                        access_log=False, lifespan="off"))
         addresses: dict[str, str] = {}
 
         def listening(kind: str, address: tuple[str, int]) -> None:
@@ -133,6 +135,26 @@ async def serve(settings: Settings,
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after its shutdown; the sidecar stops cleanly with exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        stop_signals = (signal.SIGINT, signal.SIGTERM)
+        for number in stop_signals:
+            loop.add_signal_handler(number, self._request_exit)
+        try:
+            yield
+        finally:
+            for number in stop_signals:
+                loop.remove_signal_handler(number)
+
+    def _request_exit(self) -> None:
+        log.info("stopping")
+        self.should_exit = True
 
 
 async def _announce(server: uvicorn.Server,

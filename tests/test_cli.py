@@ -1,0 +1,154 @@
+"""The command line end to end: `check` and `run` against a fake vLLM on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO
+
+import httpx
+import pytest
+
+from fakevllm import FakeVllm, fake_vllm
+from specdec_exporter.cli import main
+from variants import FIXTURES, MODEL, capture
+
+SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
+
+
+def test_bad_setting_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--interval", "-1"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "interval" in error and "greater than 0" in error
+
+
+def test_bad_environment_value_is_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_LISTEN", "nonsense")
+    assert main(["run"]) == 2
+    assert "HOST:PORT" in capsys.readouterr().err
+
+
+def run_check(vllm: FakeVllm, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SPECDEC, "check", "--vllm-url", vllm.url, "--window", "0.3", *extra],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@contextmanager
+def vllm_serving(*bodies: str) -> Iterator[FakeVllm]:
+    with fake_vllm() as vllm:
+        vllm.serve_in_turn(*bodies)
+        yield vllm
+
+
+def test_check_json_healthy_window() -> None:
+    with vllm_serving(capture("t1"), capture("t3")) as vllm:
+        result = run_check(vllm, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "healthy"
+    aggregate = report["entries"][-1]
+    assert aggregate["engine"] == "all" and aggregate["model_name"] == MODEL
+    # t1 -> t3 = intervals t2 + t3 of the ground truth
+    assert (aggregate["drafts"], aggregate["draft_tokens"], aggregate["accepted_tokens"]) == (
+        2434 + 2584, 9736 + 10336, 7671 + 8089)
+    assert aggregate["acceptance_rate"] == (7671 + 8089) / (9736 + 10336)
+    assert len(aggregate["per_position_acceptance_rate"]) == 4
+    expected_keys = {"model_name", "engine", "acceptance_rate", "mean_acceptance_length",
+                     "per_position_acceptance_rate", "drafts", "draft_tokens",
+                     "accepted_tokens", "estimated_speedup", "verdict"}
+    assert expected_keys <= set(aggregate)
+
+
+@pytest.mark.parametrize(
+    ("bodies", "code", "verdict"),
+    [
+        (("t4", "t6"), 2, "disable"),
+        (("t7", "t8"), 1, "not drafting"),
+    ],
+)
+def test_check_exit_codes(bodies: tuple[str, str], code: int, verdict: str) -> None:
+    with vllm_serving(*(capture(tag) for tag in bodies)) as vllm:
+        result = run_check(vllm)
+    assert result.returncode == code, result.stderr
+    assert f"verdict: {verdict}" in result.stdout
+
+
+def test_check_spec_off_and_unreachable() -> None:
+    nospec = (FIXTURES / "vllm-0.33.0/nospec.t1.prom").read_text()
+    with vllm_serving(nospec) as vllm:
+        assert run_check(vllm).returncode == 2
+        url = vllm.url
+    result = subprocess.run([*SPECDEC, "check", "--vllm-url", url, "--window", "0.1", "--json"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["verdict"] == "unreachable"
+
+
+@contextmanager
+def sidecar(vllm_url: str, *extra: str) -> Iterator[tuple[str, list[dict[str, object]]]]:
+    """Run `specdec-exporter run` as a subprocess; yields its URL and its parsed log lines."""
+    process = subprocess.Popen(
+        [*SPECDEC, "run", "--vllm-url", vllm_url, "--listen", "127.0.0.1:0", "--interval", "0.2",
+         "--scrape-timeout", "0.5", "--log-interval", "0", *extra],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stderr is not None
+    records: list[dict[str, object]] = []
+    announced = threading.Event()
+
+    def drain(stream: IO[str]) -> None:
+        for line in stream:
+            records.append(json.loads(line))
+            if records[-1].get("msg") == "listening" and records[-1].get("component") == "metrics":
+                announced.set()
+
+    reader = threading.Thread(target=drain, args=(process.stderr,), daemon=True)
+    reader.start()
+    try:
+        assert announced.wait(30), f"the sidecar did not announce its address: {records}"
+        address = next(r["address"] for r in records if r.get("component") == "metrics")
+        yield f"http://{address}", records
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=15)
+        reader.join(timeout=5)
+        process.stderr.close()
+        assert code == 0, records[-5:]
+
+
+def wait_for(url: str, needle: str, timeout: float = 15) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = httpx.get(url, timeout=5).text
+        if needle in text:
+            return text
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} never appeared in {url}:\n{text[:2000]}")
+
+
+def test_run_serves_survives_an_outage_and_recovers() -> None:
+    with fake_vllm(capture("t3")) as vllm, sidecar(vllm.url) as (url, records):
+        text = wait_for(url + "/metrics", "specdec_up 1.0")
+        assert f'specdec_drafts_total{{engine="0",model_name="{MODEL}"}} 7380.0' in text
+        assert httpx.get(url + "/readyz").status_code == 200
+        vllm.serve("<html>oops</html>\n", status=200)
+        text = wait_for(url + "/metrics", 'specdec_scrape_failures_total{reason="parse"} ')
+        wait_for(url + "/metrics", "specdec_up 0.0")
+        vllm.serve("", status=503)
+        wait_for(url + "/metrics", 'specdec_scrape_failures_total{reason="http_status"} 1')
+        assert httpx.get(url + "/healthz").status_code == 200
+        vllm.serve(capture("t4"))
+        text = wait_for(url + "/metrics", "specdec_up 1.0")
+        wait_for(url + "/metrics", f'specdec_drafts_total{{engine="0",model_name="{MODEL}"}} 11033')
+    failures = [r for r in records if r.get("msg") == "vLLM scrape failed"]
+    assert {r["reason"] for r in failures} >= {"parse", "http_status"}
+    assert any(r.get("msg") == "vLLM scrape recovered" for r in records)
