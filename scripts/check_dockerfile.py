@@ -1,0 +1,126 @@
+"""Run every command of the Dockerfile in fresh virtual environments (no Docker engine here).
+
+Checks the Dockerfile's shape (multi-stage, numeric non-root USER, exec-form ENTRYPOINT, EXPOSE,
+OCI labels), then replays each stage: COPY into a scratch root, each RUN with `python` bound to a
+fresh venv of that stage and absolute paths moved under the scratch root, and finally runs the
+ENTRYPOINT + CMD until /healthz answers.
+Run: python scripts/check_dockerfile.py
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    joined = re.sub(r"\\\n\s*", " ", text)
+    result = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            result.append((keyword.upper(), rest.strip()))
+    return result
+
+
+def check_shape(steps: list[tuple[str, str]]) -> None:
+    froms = [rest for keyword, rest in steps if keyword == "FROM"]
+    assert len(froms) >= 2, "not multi-stage"
+    user = [rest for keyword, rest in steps if keyword == "USER"]
+    assert user and re.fullmatch(r"[1-9]\d*:[1-9]\d*", user[-1]), "USER must be numeric non-root"
+    entrypoint = [rest for keyword, rest in steps if keyword == "ENTRYPOINT"][-1]
+    assert isinstance(json.loads(entrypoint), list), "ENTRYPOINT must be exec form"
+    assert any(keyword == "EXPOSE" for keyword, _ in steps), "no EXPOSE"
+    labels = " ".join(rest for keyword, rest in steps if keyword == "LABEL")
+    for key in ("title", "description", "version", "licenses", "source"):
+        assert f"org.opencontainers.image.{key}=" in labels, f"missing OCI label {key}"
+
+
+def run(command: str, venv: Path, scratch: Path, cwd: Path) -> None:
+    moved = re.sub(r"(?<![\w.])/(wheels|src)\b", lambda m: str(scratch / m.group(1)), command)
+    moved = re.sub(r"\bpython\b", str(venv / "bin" / "python"), moved)
+    print(f"+ {moved}", flush=True)
+    subprocess.run(moved, shell=True, check=True, cwd=cwd)
+
+
+def replay(steps: list[tuple[str, str]], scratch: Path) -> Path:
+    venv = None
+    workdir = scratch
+    for keyword, rest in steps:
+        if keyword == "FROM":
+            venv = scratch / f"venv{len(list(scratch.glob('venv*')))}"
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            workdir = scratch
+        elif keyword == "WORKDIR":
+            workdir = scratch / rest.lstrip("/")
+            workdir.mkdir(parents=True, exist_ok=True)
+        elif keyword == "COPY" and not rest.startswith("--from"):
+            *sources, target = rest.split()
+            destination = workdir / target if not target.startswith("/") else scratch / target[1:]
+            destination.mkdir(parents=True, exist_ok=True)
+            for source in sources:
+                path = ROOT / source
+                if path.is_dir():  # Docker copies a directory's contents, not the directory
+                    shutil.copytree(path, destination, dirs_exist_ok=True)
+                else:
+                    shutil.copy2(path, destination / path.name)
+        elif keyword == "RUN":
+            assert venv is not None
+            run(rest, venv, scratch, workdir)
+    assert venv is not None
+    return venv
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_entrypoint(steps: list[tuple[str, str]], venv: Path) -> None:
+    entrypoint = json.loads([rest for keyword, rest in steps if keyword == "ENTRYPOINT"][-1])
+    command = json.loads([rest for keyword, rest in steps if keyword == "CMD"][-1])
+    port = free_port()
+    command = [arg.replace("0.0.0.0:10088", f"127.0.0.1:{port}") for arg in command]
+    argv = [str(venv / "bin" / entrypoint[0]), *entrypoint[1:], *command,
+            "--vllm-url", "http://127.0.0.1:9"]
+    print("+ " + " ".join(argv), flush=True)
+    process = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    assert r.status == 200
+                    print("entrypoint serves /healthz")
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("the ENTRYPOINT never served /healthz")
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def main() -> None:
+    steps = instructions((ROOT / "Dockerfile").read_text())
+    check_shape(steps)
+    with tempfile.TemporaryDirectory(prefix="dockerfile-") as scratch:
+        venv = replay(steps, Path(scratch))
+        start_entrypoint(steps, venv)
+    print("Dockerfile commands OK")
+
+
+if __name__ == "__main__":
+    main()
