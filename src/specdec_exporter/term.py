@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 Cell = str | int | float | None
@@ -11,7 +12,7 @@ def format_cell(value: Cell, digits: int = 3) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        if value != value:  # NaN
+        if math.isnan(value):
             return "-"
         return f"{value:.{digits}f}"
     return str(value)

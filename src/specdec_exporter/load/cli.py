@@ -1,0 +1,232 @@
+"""The ``specdec-exporter load`` command: flags to a LoadConfig, progress, then the summary."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+from specdec_exporter.config import ConfigError
+from specdec_exporter.load.mix import MixEntry, MixError, parse_mix
+from specdec_exporter.load.report import render_summary, summary_json, summary_rows
+from specdec_exporter.load.results import LoadResult
+from specdec_exporter.load.runner import (
+    BUILTIN_PROMPTS,
+    DEFAULT_MIX_TEXT,
+    LoadConfig,
+    ModelLookupError,
+    Progress,
+    run_load,
+)
+from specdec_exporter.term import progress_bar
+
+API_KEY_ENV = "OPENAI_API_KEY"
+REFRESH_SECONDS = 0.2
+EXIT_OK, EXIT_ALL_FAILED = 0, 1
+T = TypeVar("T")
+DEFAULT_REQUESTS = 100
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within 0..1, got {text}")
+    return value
+
+
+def _mix(text: str) -> tuple[MixEntry, ...]:
+    try:
+        return parse_mix(text)
+    except MixError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_target_flags(parser)
+    add_traffic_flags(parser)
+    add_output_flags(parser)
+
+
+def add_target_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the load goes and how it authenticates."""
+    parser.add_argument("--url", default="http://127.0.0.1:8000",
+                        help="base URL of the OpenAI-compatible server (default: %(default)s)")
+    parser.add_argument("--model", help="model name (default: first id from GET /v1/models)")
+    parser.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
+                        help="/v1/chat/completions or /v1/completions (default: %(default)s)")
+    parser.add_argument("--api-key", metavar="KEY",
+                        help=f"sent as a Bearer token (default: ${API_KEY_ENV}); never printed")
+    parser.add_argument("--timeout", type=_positive_float, default=600.0, metavar="SECONDS",
+                        help="timeout of one request (default: %(default)s)")
+
+
+def add_traffic_flags(parser: argparse.ArgumentParser) -> None:
+    """How much load, and what each request looks like."""
+    parser.add_argument("--concurrency", type=_positive_int, default=8, metavar="N",
+                        help="requests in flight at once (default: %(default)s)")
+    bound = parser.add_mutually_exclusive_group()
+    bound.add_argument("--requests", type=_positive_int, metavar="N",
+                       help=f"send N requests, then stop (default: {DEFAULT_REQUESTS})")
+    bound.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+                       help="start requests for SECONDS; those in flight then finish")
+    parser.add_argument("--temperatures", type=_mix, default=DEFAULT_MIX_TEXT, metavar="MIX",
+                        help="temperature:weight list, a single temperature, or 'default' to "
+                             "omit the key (default: %(default)s)")
+    parser.add_argument("--stream-share", type=_share, default=0.0, metavar="SHARE",
+                        help="share 0..1 of requests sent with stream: true (default: 0)")
+    parser.add_argument("--no-include-usage", action="store_true",
+                        help="do not ask streams for stream_options.include_usage")
+    parser.add_argument("--max-tokens", type=_positive_int, default=64, metavar="N",
+                        help="max_tokens of every request (default: %(default)s)")
+    parser.add_argument("--prompts", type=Path, metavar="FILE",
+                        help="one prompt per line (default: built-in short prompts)")
+    parser.add_argument("--seed", type=int,
+                        help="seed of the temperature, stream and prompt choices (default: random)")
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary as one JSON object instead of the table")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def read_prompts(path: Path | None) -> tuple[str, ...]:
+    if path is None:
+        return BUILTIN_PROMPTS
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read prompts file {str(path)!r}: {exc.__class__.__name__}"
+        ) from None
+    prompts = tuple(line for line in lines if line.strip())
+    if not prompts:
+        raise ConfigError(f"prompts file {str(path)!r} has no prompt")
+    return prompts
+
+
+def build_config(args: argparse.Namespace) -> LoadConfig:
+    if not args.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url must start with http:// or https://, got {args.url!r}")
+    requests = None if args.duration is not None else (args.requests or DEFAULT_REQUESTS)
+    return LoadConfig(
+        url=args.url,
+        model=args.model,
+        concurrency=args.concurrency,
+        requests=requests,
+        duration=args.duration,
+        mix=args.temperatures,
+        stream_share=args.stream_share,
+        include_usage=not args.no_include_usage,
+        max_tokens=args.max_tokens,
+        endpoint=args.endpoint,
+        prompts=read_prompts(args.prompts),
+        seed=args.seed,
+        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        timeout=args.timeout,
+    )
+
+
+class ProgressLine:
+    """The progress bar on one terminal line, redrawn at most every ``REFRESH_SECONDS``."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        config: LoadConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stream = stream
+        self._config = config
+        self._clock = clock
+        self._started = clock()
+        self._latest = Progress(0, 0, 0.0)
+        self._drawn_at: float | None = None
+
+    def record(self, progress: Progress) -> None:
+        """The runner's callback: keep the counts, redraw if the last draw is old enough."""
+        self._latest = progress
+        self.draw()
+
+    def draw(self) -> None:
+        now = self._clock()
+        if self._drawn_at is not None and now - self._drawn_at < REFRESH_SECONDS:
+            return
+        self._drawn_at = now
+        self._stream.write("\r" + self.text(now - self._started) + "\x1b[K")
+        self._stream.flush()
+
+    def text(self, elapsed: float) -> str:
+        done, errors = self._latest.done, self._latest.errors
+        rate = f"{done / elapsed:.1f} req/s" if elapsed > 0 else "- req/s"
+        if self._config.duration is not None:
+            duration = max(1, round(self._config.duration))
+            return progress_bar(min(int(elapsed), duration), duration,
+                                suffix=f"seconds  requests {done}  errors {errors}  {rate}")
+        return progress_bar(done, self._config.requests or 0, suffix=f"errors {errors}  {rate}")
+
+    def close(self) -> None:
+        if self._drawn_at is not None:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+
+
+async def run_with_progress(config: LoadConfig, line: ProgressLine | None) -> LoadResult:
+    """Run the load; with a progress line, redraw it on a timer too (slow requests, duration)."""
+    if line is None:
+        return await run_load(config)
+    task = asyncio.create_task(run_load(config, line.record))
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=REFRESH_SECONDS)
+            line.draw()
+        return task.result()
+    finally:
+        task.cancel()
+        line.close()
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop where installed: ~15-25% less CPU per streamed chunk than asyncio
+    (benchmarks/load_throughput.py); plain asyncio elsewhere (Windows)."""
+    try:
+        import uvloop  # noqa: PLC0415 (optional: not installed on Windows)
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = build_config(args)
+    line = None if args.quiet or not sys.stderr.isatty() else ProgressLine(sys.stderr, config)
+    try:
+        result = run_coroutine(run_with_progress(config, line))
+    except ModelLookupError as exc:
+        print(f"specdec-exporter load: {exc}", file=sys.stderr)
+        return EXIT_ALL_FAILED
+    rows = summary_rows(result)
+    if args.json:
+        print(json.dumps(summary_json(result, rows), indent=2))
+    else:
+        print(render_summary(result, rows))
+    return EXIT_OK if result.succeeded else EXIT_ALL_FAILED
