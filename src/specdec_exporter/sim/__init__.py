@@ -1,0 +1,1 @@
+"""A simulated `vllm serve` 0.33 with speculative decoding, for tests, demos and benchmarks."""
