@@ -34,6 +34,11 @@ async def test_metrics_health_and_landing() -> None:
         assert "Acceptance per model and engine" in landing.text
         assert MODEL in landing.text and "healthy" in landing.text
         assert "href='/metrics'" in landing.text
+        report = (await client.get("/api/report")).json()
+        assert report["up"] is True
+        assert report["entries"][-1]["engine"] == "all"
+        assert report["entries"][-1]["drafts"] == 7380.0
+        assert report["tables"][0]["rows"][-1][:2] == [MODEL, "all"]
 
 
 async def test_not_ready_until_first_poll_and_healthz_never_depends_on_vllm() -> None:

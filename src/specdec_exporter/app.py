@@ -6,7 +6,7 @@ import html
 from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
@@ -42,11 +42,25 @@ def create_app(
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: first poll of vLLM not done yet\n", status_code=503)
 
+    tables = [("Acceptance per model and engine (sidecar window)", lambda: report_rows(state)),
+              *extra_tables]
+
     @app.get("/", response_class=HTMLResponse)
     def landing() -> HTMLResponse:
-        tables = [("Acceptance per model and engine (sidecar window)", lambda: report_rows(state)),
-                  *extra_tables]
         return HTMLResponse(render_landing(state, vllm_url, tables))
+
+    @app.get("/api/report")
+    def report() -> JSONResponse:
+        """The landing page's data as JSON (the demo's live table reads it)."""
+        return JSONResponse({
+            "up": state.up,
+            "window_seconds": state.window_seconds,
+            "entries": [entry.as_json() for entry in state.report],
+            "tables": [
+                {"title": title, "headers": list(headers), "rows": [list(row) for row in rows]}
+                for title, (headers, rows) in ((title, make()) for title, make in tables)
+            ],
+        })
 
     return app
 
