@@ -17,10 +17,12 @@ python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# Schema validators of the prometheus-operator CRDs (no PyPI package ships them).
+[ -d tools/crd-validate/node_modules ] || npm ci --prefix tools/crd-validate --no-audit --no-fund --silent
 
 stage() { printf '\n=== %s\n' "$*"; }
 stage "ruff";  .venv/bin/ruff check src tests benchmarks scripts $( [ -d tools ] && echo tools )
-stage "mypy --strict"; .venv/bin/mypy
+stage "mypy --strict"; .venv/bin/mypy && .venv/bin/mypy --strict tools
 if [ -f tools/generate.py ]; then
   stage "generated files are current"; .venv/bin/python tools/generate.py --check
 fi

@@ -1,0 +1,155 @@
+"""The dashboard: its structure, its panels, and the `--check` rules on queries (contract
+metrics only, known labels, guarded divisions and quantiles), shown to catch each mistake."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from specdec_artifacts.checks import dashboard_problems, panels_of, query_problems
+from specdec_artifacts.contract import VLLM_METRICS
+from specdec_artifacts.dashboard import dashboard
+from specdec_artifacts.outputs import DASHBOARD_FILE
+from specdec_artifacts.rules import record_names, rule_groups
+from specdec_artifacts.settings import REPO_ROOT, load
+
+RECORDED = record_names(rule_groups(load()))
+VLLM_CAPTURE = REPO_ROOT / "tests" / "fixtures" / "vllm-0.33.0" / "spec_ngram_k4.t3.prom"
+
+
+@pytest.fixture
+def board() -> dict[str, Any]:
+    return dashboard(load())
+
+
+def test_the_generated_dashboard_passes_its_checks(board: dict[str, Any]) -> None:
+    assert dashboard_problems(board, RECORDED) == []
+
+
+def test_the_committed_json_is_the_generated_one(board: dict[str, Any]) -> None:
+    assert json.loads((REPO_ROOT / DASHBOARD_FILE).read_text()) == board
+
+
+def test_identity_datasource_and_variables(board: dict[str, Any]) -> None:
+    assert board["uid"] == "vllm-specdec"
+    assert "vllm" in board["tags"]
+    assert "__inputs" not in board and board.get("id") is None
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert list(variables) == ["datasource", "job", "model", "instance", "engine", "bucket"]
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert "allValue" not in variables["job"], "All must not widen up{job=~...} to vLLM's job"
+    for panel in panels_of(board):
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+
+
+def test_the_panels_the_issue_asks_for(board: dict[str, Any]) -> None:
+    titles = {panel["title"] for panel in panels_of(board)}
+    assert {
+        "Acceptance rate per model", "Acceptance rate by temperature bucket",
+        "Per-request acceptance (heatmap)", "Per-request acceptance P10 / P50 / P90",
+        "Mean acceptance length", "Acceptance rate per draft position", "Modelled speedup",
+        "Draft token flow", "Time to first token P90", "Time per output token P90",
+        "Traffic share per temperature bucket", "Tap coverage", "Sidecar target up",
+    } <= titles
+
+
+def test_acceptance_panel_draws_the_threshold_and_the_break_even_line(
+        board: dict[str, Any]) -> None:
+    panel = next(p for p in panels_of(board) if p["title"] == "Acceptance rate per model")
+    defaults = panel["fieldConfig"]["defaults"]
+    assert defaults["custom"]["thresholdsStyle"]["mode"] == "line"
+    assert defaults["thresholds"]["steps"][1]["value"] == 0.5
+    assert "specdec_break_even_acceptance_rate" in panel["targets"][1]["expr"]
+
+
+def test_latency_panels_show_vllm_histograms_next_to_the_tap(board: dict[str, Any]) -> None:
+    panels = {p["title"]: p for p in panels_of(board)}
+    ttft = " ".join(t["expr"] for t in panels["Time to first token P90"]["targets"])
+    tpot = " ".join(t["expr"] for t in panels["Time per output token P90"]["targets"])
+    assert "specdec_request_time_to_first_token_seconds_bucket" in ttft
+    assert "vllm:time_to_first_token_seconds_bucket" in ttft
+    assert "specdec_request_time_per_output_token_seconds_bucket" in tpot
+    assert "vllm:inter_token_latency_seconds_bucket" in tpot
+
+
+def test_every_panel_says_no_traffic(board: dict[str, Any]) -> None:
+    for panel in panels_of(board):
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults["noValue"] == "No traffic"
+        assert defaults["mappings"][0]["options"]["match"] == "null+nan"
+
+
+def test_panels_fit_the_grid_without_overlapping(board: dict[str, Any]) -> None:
+    cells: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24
+        area = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
+                for y in range(grid["y"], grid["y"] + grid["h"])}
+        assert not area & cells, panel["title"]
+        cells |= area
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize(("expr", "problem"), [
+    ("rate(specdec_acceptance_ratio[5m])", "specdec_acceptance_ratio is not in the exported"),
+    ("specdec_drafts", "specdec_drafts is not in the exported-metrics contract"),
+    ("rate(vllm:time_to_first_token_bucket[5m])", "not a vLLM series the contract lists"),
+    ('rate(specdec_drafts_total{temperature_bucket="0"}[5m])',
+     "specdec_drafts_total has no label temperature_bucket"),
+    ("a:specdec_nothing:rate5m", "recording rule a:specdec_nothing:rate5m is not generated"),
+    ("rate(specdec_accepted_tokens_total[5m]) / rate(specdec_draft_tokens_total[5m])",
+     "division without"),
+    ("sum(rate(specdec_accepted_tokens_total[5m])) / (sum(rate(specdec_draft_tokens_total[5m])))",
+     "division without"),
+    ("histogram_quantile(0.9, rate(specdec_request_acceptance_rate_bucket[5m]))",
+     "histogram_quantile without"),
+])
+def test_the_query_check_catches(expr: str, problem: str) -> None:
+    assert any(problem in p for p in query_problems(expr, RECORDED))
+
+
+@pytest.mark.parametrize("expr", [
+    "rate(specdec_accepted_tokens_total[5m])\n/ (rate(specdec_draft_tokens_total[5m]) > 0)",
+    "sum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total[5m]))\n"
+    "/ ignoring (position) group_left ()\n"
+    "(sum by (model_name) (rate(specdec_drafts_total[5m])) > 0)",
+    "histogram_quantile(0.9, sum by (le) (rate(specdec_request_acceptance_rate_bucket[5m])))\n"
+    "and\nsum(rate(specdec_request_acceptance_rate_count[5m])) > 0",
+    'up{job=~"$job", instance=~"$instance"}',
+    'specdec_spec_decode_enabled{model_name="the specdec_fake name / in a label value"}',
+])
+def test_the_query_check_accepts(expr: str) -> None:
+    assert query_problems(expr, RECORDED) == []
+
+
+def test_the_dashboard_check_catches_structural_mistakes(board: dict[str, Any]) -> None:
+    broken = json.loads(json.dumps(board))
+    broken["__inputs"] = [{"name": "DS_PROMETHEUS"}]
+    broken["templating"]["list"] = broken["templating"]["list"][:-1]
+    first = next(panels_of(broken))
+    del first["fieldConfig"]["defaults"]["noValue"]
+    first["datasource"] = {"type": "prometheus", "uid": "prometheus"}
+
+    problems = dashboard_problems(broken, RECORDED)
+
+    assert problems[:2] == ["dashboard has __inputs: use the ${datasource} variable instead",
+                            "missing variable $bucket"]
+    assert any("no \"No traffic\" value" in p for p in problems)
+    assert any("datasource is not ${datasource}" in p for p in problems)
+
+
+def test_the_vllm_families_the_dashboard_reads_exist_in_a_real_capture() -> None:
+    """A real vLLM 0.33 /metrics: every vLLM series the contract allows, with its labels."""
+    samples = re.findall(r"^(vllm:\w+)\{([^}]*)\}", VLLM_CAPTURE.read_text(), re.MULTILINE)
+    seen = {name: set(re.findall(r"(\w+)=", labels)) for name, labels in samples}
+    for metric in VLLM_METRICS:
+        for series in metric.sample_names():
+            assert series in seen, series
+            assert seen[series] <= metric.allowed_labels(), series

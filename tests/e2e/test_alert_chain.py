@@ -1,0 +1,195 @@
+"""End to end: exporter -> real Prometheus (generated rules, short `for`) -> real Alertmanager
+(generated routing) -> PagerDuty Events v2 stub. A bucket's acceptance drops: a `trigger` for
+that model and bucket arrives, critical, with the runbook link, and the bucket's P10 warning
+goes to chat, not PagerDuty; it recovers: a `resolve` follows.
+
+The exporter is a fake serving the contract metrics; the final proof swaps in the simulator and
+the real sidecar with its tap (see docs/alerting.md, "End-to-end test").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from fake_specdec_exporter import BucketTraffic, FakeSpecdecExporter
+from monitoring_processes import (
+    ALERTMANAGER_BINARIES,
+    PROMETHEUS_BINARIES,
+    Process,
+    start_alertmanager,
+    start_prometheus,
+    wait_until,
+)
+from pagerduty_stub import PagerDutyStub
+from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
+from required_tools import require
+from specdec_artifacts.alertmanager import Endpoints, plain_config
+from specdec_artifacts.settings import REPO_ROOT, load, with_test_overrides
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "llama-e2e"
+HEALTHY, DEGRADED = "0", "0.7-1.0"
+FOR, WINDOW, GROUP_TIMING, SCRAPE = "3s", "10s", "1s", "1s"
+ROUTING_KEY = "e2e-routing-key"
+EVENT_TIMEOUT = 60.0
+TARGET_LABELS = {"namespace": "e2e", "pod": "vllm-e2e-0"}
+
+
+@dataclass
+class Stack:
+    exporter: FakeSpecdecExporter
+    stub: PagerDutyStub
+    prometheus: Process
+    alertmanager: Process
+    generated: Path
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    prometheus_binary = require(*PROMETHEUS_BINARIES)
+    alertmanager_binary = require(*ALERTMANAGER_BINARIES)
+    work = tmp_path_factory.mktemp("e2e")
+    generated = generate_test_variant(work / "generated")
+    stub = PagerDutyStub().start()
+    exporter = FakeSpecdecExporter(MODEL, {HEALTHY: BucketTraffic(100, 0.8),
+                                           DEGRADED: BucketTraffic(100, 0.8)}).start()
+    processes: list[Process] = []
+    try:
+        processes.append(start_alertmanager(alertmanager_binary, work / "alertmanager",
+                                            alertmanager_config(work, stub)))
+        processes.append(start_prometheus(
+            prometheus_binary, work / "prometheus",
+            rules_file=generated / "alerts" / "specdec-rules.yaml",
+            scrape_targets=[exporter.target], alertmanager_url=processes[0].url,
+            interval=SCRAPE, target_labels=TARGET_LABELS))
+        yield Stack(exporter, stub, processes[1], processes[0], generated)
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        exporter.stop()
+        stub.stop()
+
+
+def generate_test_variant(out_dir: Path) -> Path:
+    """The generator's own test option: every file with short `for` and windows."""
+    subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "generate.py"), "--out-dir",
+                    str(out_dir), "--for", FOR, "--rate-window", WINDOW, "--group-timing",
+                    GROUP_TIMING], check=True, capture_output=True, timeout=60)
+    return out_dir
+
+
+def alertmanager_config(work: Path, stub: PagerDutyStub) -> dict[str, Any]:
+    """The generated routing, with the receivers pointed at the stub."""
+    key_file, chat_file = work / "routing-key", work / "chat-url"
+    key_file.write_text(ROUTING_KEY)
+    chat_file.write_text(stub.base_url + "/chat")
+    settings = with_test_overrides(load(), group_timing=GROUP_TIMING)
+    return plain_config(settings, Endpoints(stub.url, str(key_file), str(chat_file)))
+
+
+def instant(prometheus: Process, query: str) -> list[dict[str, Any]]:
+    reply = httpx.get(prometheus.url + "/api/v1/query", params={"query": query}, timeout=5.0)
+    reply.raise_for_status()
+    result: list[dict[str, Any]] = reply.json()["data"]["result"]
+    return result
+
+
+def bucket_acceptance(prometheus: Process) -> dict[str, float]:
+    rule = ("instance_model_name_temperature_bucket:specdec_request_acceptance_rate:"
+            f"ratio_rate{WINDOW}")
+    return {s["metric"]["temperature_bucket"]: float(s["value"][1])
+            for s in instant(prometheus, rule)}
+
+
+def test_a_degraded_bucket_pages_then_resolves(stack: Stack) -> None:
+    wait_until(lambda: set(bucket_acceptance(stack.prometheus)) == {HEALTHY, DEGRADED},
+               EVENT_TIMEOUT, "both buckets' acceptance to be recorded")
+    assert stack.stub.events() == [], "nothing may page while acceptance is 0.8"
+
+    stack.exporter.set_acceptance(DEGRADED, 0.3)
+    trigger = stack.stub.wait_for_event(lambda e: e["event_action"] == "trigger", EVENT_TIMEOUT)
+
+    details = trigger["payload"]["custom_details"]
+    assert trigger["routing_key"] == ROUTING_KEY
+    assert trigger["payload"]["severity"] == "critical"
+    assert trigger["payload"]["class"] == "SpecDecodeBucketAcceptanceLow"
+    assert (details["model_name"], details["temperature_bucket"]) == (MODEL, DEGRADED)
+    assert details["runbook_url"].endswith("docs/runbook.md#specdecodebucketacceptancelow")
+    assert trigger["links"][0]["href"] == details["runbook_url"]
+    assert "var-bucket=0.7-1.0" in trigger["links"][1]["href"]
+    wait_until(lambda: _chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
+               EVENT_TIMEOUT, "the bucket's P10 warning to reach the chat receiver")
+
+    stack.exporter.set_acceptance(DEGRADED, 0.8)
+    stack.stub.wait_for_event(
+        lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
+        EVENT_TIMEOUT)
+    pages = [e["payload"]["class"] for e in stack.stub.events() if e["event_action"] == "trigger"]
+    assert pages == ["SpecDecodeBucketAcceptanceLow"], "one page: the bucket, not the warning"
+
+
+def test_every_dashboard_query_and_rule_evaluates(stack: Stack) -> None:
+    wait_until(lambda: bool(bucket_acceptance(stack.prometheus)), EVENT_TIMEOUT, "data")
+    board = json.loads((stack.generated / "dashboards" / "vllm-specdec.json").read_text())
+    groups = yaml.safe_load((stack.generated / "alerts" / "specdec-rules.yaml").read_text())
+
+    report = evaluate(stack.prometheus.url,
+                      dashboard_expressions(board) + rule_expressions(groups["groups"]), WINDOW)
+
+    assert report.errors == []
+    unexplained = [expr for expr in report.empty if not _may_be_empty(expr, groups["groups"])]
+    assert unexplained == [], "queries over series the exporter serves must return data"
+    assert len(report.with_data) > 40
+
+
+def _may_be_empty(expr: str, groups: list[dict[str, Any]]) -> bool:
+    """vLLM's own series are not served by the fake, the stack has no data from a day ago, and
+    an alert expression is empty while its condition is false: that is its job."""
+    is_alert = any(r.get("alert") and r["expr"] == expr for g in groups for r in g["rules"])
+    return is_alert or "vllm:" in expr or " offset " in expr
+
+
+def _chat_mentions(stub: PagerDutyStub, text: str) -> bool:
+    return any(text in json.dumps(post.body) for post in stub.posts("/chat"))
+
+
+def test_a_down_sidecar_inhibits_only_its_own_pods_acceptance_alerts(
+        tmp_path: Path) -> None:
+    binary = require(*ALERTMANAGER_BINARIES)
+    stub = PagerDutyStub().start()
+    alertmanager = start_alertmanager(binary, tmp_path / "am", alertmanager_config(tmp_path, stub))
+    try:
+        pod_a = {"namespace": "e2e", "pod": "vllm-a", "instance": "10.0.0.1:10088"}
+        pod_b = {"namespace": "e2e", "pod": "vllm-b", "instance": "10.0.0.2:10088"}
+        _post_alerts(alertmanager, [
+            {"alertname": "SpecDecodeSidecarDown", "severity": "critical", **pod_a},
+            {"alertname": "SpecDecodeAcceptanceLow", "severity": "critical",
+             "model_name": MODEL, **pod_a},
+            {"alertname": "SpecDecodeAcceptanceLow", "severity": "critical",
+             "model_name": MODEL, **pod_b},
+        ])
+        wait_until(lambda: _inhibited_pods(alertmanager) == {"vllm-a"}, EVENT_TIMEOUT,
+                   "pod a's acceptance alert, and only it, to be inhibited")
+    finally:
+        alertmanager.stop()
+        stub.stop()
+
+
+def _post_alerts(alertmanager: Process, label_sets: list[dict[str, str]]) -> None:
+    alerts = [{"labels": labels, "annotations": {"summary": "e2e"}} for labels in label_sets]
+    httpx.post(alertmanager.url + "/api/v2/alerts", json=alerts, timeout=5.0).raise_for_status()
+
+
+def _inhibited_pods(alertmanager: Process) -> set[str]:
+    reply = httpx.get(alertmanager.url + "/api/v2/alerts", timeout=5.0)
+    return {a["labels"]["pod"] for a in reply.json() if a["status"]["inhibitedBy"]}

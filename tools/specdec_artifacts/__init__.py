@@ -1,0 +1,1 @@
+"""Generators of the alerting, dashboard and deploy artifacts (see tools/generate.py)."""

@@ -1,0 +1,162 @@
+"""Checks of generated artifacts: stale committed files, and PromQL that leaves the contract."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from specdec_artifacts.contract import SPECDEC_METRICS, VLLM_METRICS, series_index
+from specdec_artifacts.grafana import DATASOURCE, NO_TRAFFIC
+from specdec_artifacts.outputs import Output
+
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NAME = re.compile(r"(?<![\w:$])[a-zA-Z_][\w:]*")
+_SELECTOR = re.compile(r"(?<![\w:])([a-zA-Z_][\w:]*)\s*\{([^}]*)\}")
+_MATCHER_LABEL = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)")
+_MODIFIER = re.compile(r"\s*(?:(?:on|ignoring)\s*\([\w\s,]*\)\s*)?"
+                       r"(?:group_(?:left|right)\s*(?:\([\w\s,]*\))?\s*)?")
+_SPECDEC = series_index(SPECDEC_METRICS)
+_VLLM = series_index(VLLM_METRICS)
+REQUIRED_VARIABLES = ("datasource", "job", "model", "instance", "engine", "bucket")
+
+
+def stale_outputs(outputs: Iterable[Output], root: Path) -> list[str]:
+    """One readable message per generated file that differs from (or is missing in) `root`."""
+    problems = []
+    for output in outputs:
+        path = root / output.path
+        if not path.exists():
+            problems.append(f"{output.path}: missing (never generated)")
+            continue
+        committed = path.read_text(encoding="utf-8")
+        if committed != output.text:
+            problems.append(f"{output.path}: stale\n{_short_diff(committed, output.text)}")
+    return problems
+
+
+def query_problems(expr: str, recorded: frozenset[str]) -> list[str]:
+    """What is wrong with one PromQL expression: unknown series or labels, unguarded maths."""
+    text = _QUOTED.sub('""', expr)
+    problems = [*_unknown_series(text, recorded), *_unknown_labels(expr)]
+    problems += _unguarded_divisions(text) + _unguarded_quantiles(text)
+    return problems
+
+
+def dashboard_problems(board: dict[str, Any], recorded: frozenset[str]) -> list[str]:
+    """Structure (datasource variable, uid, tags, "No traffic") and every query of a dashboard."""
+    problems = []
+    if "__inputs" in board:
+        problems.append("dashboard has __inputs: use the ${datasource} variable instead")
+    if not board.get("uid"):
+        problems.append("dashboard has no stable uid")
+    if "vllm" not in board.get("tags", []):
+        problems.append("dashboard is not tagged vllm")
+    names = [v["name"] for v in board["templating"]["list"]]
+    problems += [f"missing variable ${name}" for name in REQUIRED_VARIABLES if name not in names]
+    for panel in panels_of(board):
+        problems += [f"panel {panel['title']!r}: {p}" for p in _panel_problems(panel, recorded)]
+    return problems
+
+
+def rule_problems(groups: list[dict[str, Any]]) -> list[str]:
+    """Every rule expression against the contract, with the same guards as the dashboards."""
+    recorded = frozenset(r["record"] for g in groups for r in g["rules"] if "record" in r)
+    return [f"rule {rule.get('record') or rule.get('alert')}: {problem}"
+            for group in groups for rule in group["rules"]
+            for problem in query_problems(rule["expr"], recorded)]
+
+
+def panels_of(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in board["panels"]:
+        if panel["type"] != "row":
+            yield panel
+        yield from panel.get("panels", [])
+
+
+def dashboard_queries(board: dict[str, Any]) -> list[str]:
+    return [t["expr"] for panel in panels_of(board) for t in panel["targets"]]
+
+
+def _panel_problems(panel: dict[str, Any], recorded: frozenset[str]) -> list[str]:
+    defaults = panel["fieldConfig"]["defaults"]
+    problems = []
+    if panel.get("datasource") != DATASOURCE:
+        problems.append("datasource is not ${datasource}")
+    if defaults.get("noValue") != NO_TRAFFIC or not any(
+            m.get("options", {}).get("result", {}).get("text") == NO_TRAFFIC
+            for m in defaults.get("mappings", [])):
+        problems.append(f'no "{NO_TRAFFIC}" value and mapping')
+    for target in panel["targets"]:
+        problems += [f"{p} in {target['expr']!r}" for p in query_problems(target["expr"],
+                                                                          recorded)]
+    return problems
+
+
+def _unknown_series(text: str, recorded: frozenset[str]) -> list[str]:
+    problems = []
+    for name in _NAME.findall(text):
+        if ":specdec_" in name and name not in recorded:
+            problems.append(f"recording rule {name} is not generated")
+        elif name.startswith("specdec_") and name not in _SPECDEC:
+            problems.append(f"{name} is not in the exported-metrics contract")
+        elif name.startswith("vllm:") and name not in _VLLM:
+            problems.append(f"{name} is not a vLLM series the contract lists")
+    return problems
+
+
+def _unknown_labels(expr: str) -> list[str]:
+    problems = []
+    for name, matchers in _SELECTOR.findall(expr):
+        metric = _SPECDEC.get(name) or _VLLM.get(name)
+        if metric is None:
+            continue
+        for label in _MATCHER_LABEL.findall(_QUOTED.sub('""', matchers)):
+            if label not in metric.allowed_labels():
+                problems.append(f"{name} has no label {label}")
+    return problems
+
+
+def _unguarded_divisions(text: str) -> list[str]:
+    """Every `/` must divide by a parenthesised `(... > 0)`."""
+    problems = []
+    for match in re.finditer(r"/", text):
+        rest = text[match.end():]
+        modifier = _MODIFIER.match(rest)
+        operand = _parenthesised(rest[modifier.end() if modifier else 0:])
+        if operand is None or not re.search(r">\s*0\s*$", operand):
+            problems.append("division without a `(denominator > 0)` guard")
+    return problems
+
+
+def _unguarded_quantiles(text: str) -> list[str]:
+    """Every histogram_quantile must be followed by `and <observations> > 0`."""
+    problems = []
+    for match in re.finditer(r"histogram_quantile\s*", text):
+        call = _parenthesised(text[match.end():])
+        after = text[match.end() + len(call or "") + 2:]
+        if call is None or not re.match(r"\s*and\b[^/]*>\s*0", after):
+            problems.append("histogram_quantile without an `and <count> > 0` guard")
+    return problems
+
+
+def _parenthesised(text: str) -> str | None:
+    """The inside of the parenthesis `text` starts with, or None if it starts with none."""
+    if not text.startswith("("):
+        return None
+    depth = 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return text[1:index]
+    return None
+
+
+def _short_diff(committed: str, generated: str, limit: int = 30) -> str:
+    lines = list(difflib.unified_diff(committed.splitlines(), generated.splitlines(),
+                                      "committed", "generated", lineterm="", n=1))
+    shown = lines[:limit] + ([f"... {len(lines) - limit} more diff lines"]
+                             if len(lines) > limit else [])
+    return "\n".join("    " + line for line in shown)

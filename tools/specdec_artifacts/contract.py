@@ -1,0 +1,82 @@
+"""The metric contract the artifacts may rely on: the sidecar's series and the vLLM families used.
+
+Mirrors the exported-metrics table of the sidecar (names, types, labels). A query in a dashboard
+or rule that names a `specdec_*` series not listed here is a bug the `--check` reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["counter", "gauge", "histogram"]
+
+TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod", "container", "endpoint"})
+"""Labels Prometheus (and the prometheus-operator) attach to every scraped series."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    type: MetricType
+    labels: frozenset[str]
+
+    def sample_names(self) -> frozenset[str]:
+        """The series names a query may use: `_total` for counters, the three histogram series."""
+        if self.type == "counter":
+            return frozenset({f"{self.name}_total"})
+        if self.type == "histogram":
+            return frozenset(f"{self.name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        return frozenset({self.name})
+
+    def allowed_labels(self) -> frozenset[str]:
+        extra = {"le"} if self.type == "histogram" else set()
+        return self.labels | TARGET_LABELS | extra
+
+
+def _m(name: str, type_: MetricType, *labels: str) -> Metric:
+    return Metric(name, type_, frozenset(labels))
+
+
+_ENGINE = ("model_name", "engine")
+_BUCKET = ("model_name", "temperature_bucket")
+
+SPECDEC_METRICS: tuple[Metric, ...] = (
+    _m("specdec_up", "gauge"),
+    _m("specdec_scrape_duration_seconds", "gauge"),
+    _m("specdec_scrape_failures", "counter", "reason"),
+    _m("specdec_build_info", "gauge", "version"),
+    _m("specdec_spec_decode_enabled", "gauge", "model_name"),
+    _m("specdec_drafts", "counter", *_ENGINE),
+    _m("specdec_draft_tokens", "counter", *_ENGINE),
+    _m("specdec_accepted_tokens", "counter", *_ENGINE),
+    _m("specdec_accepted_tokens_per_position", "counter", *_ENGINE, "position"),
+    _m("specdec_generation_tokens", "counter", *_ENGINE),
+    _m("specdec_num_speculative_tokens", "gauge", "model_name"),
+    _m("specdec_estimated_speedup", "gauge", "model_name"),
+    _m("specdec_break_even_acceptance_rate", "gauge", "model_name"),
+    _m("specdec_requests", "counter", *_BUCKET, "attributed"),
+    _m("specdec_request_drafts", "counter", *_BUCKET),
+    _m("specdec_request_draft_tokens", "counter", *_BUCKET),
+    _m("specdec_request_accepted_tokens", "counter", *_BUCKET),
+    _m("specdec_request_acceptance_rate", "histogram", *_BUCKET),
+    _m("specdec_request_acceptance_length", "histogram", *_BUCKET),
+    _m("specdec_request_time_to_first_token_seconds", "histogram", *_BUCKET),
+    _m("specdec_request_time_per_output_token_seconds", "histogram", *_BUCKET),
+    _m("specdec_request_coverage_ratio", "gauge", "model_name"),
+)
+
+VLLM_METRICS: tuple[Metric, ...] = (
+    _m("vllm:time_to_first_token_seconds", "histogram", *_ENGINE),
+    _m("vllm:request_time_per_output_token_seconds", "histogram", *_ENGINE),
+    _m("vllm:inter_token_latency_seconds", "histogram", *_ENGINE),
+    _m("vllm:e2e_request_latency_seconds", "histogram", *_ENGINE),
+)
+"""vLLM's own families the dashboards read, scraped by Prometheus straight from vLLM."""
+
+DEFAULT_TEMPERATURE_BUCKETS = ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+")
+
+
+def series_index(metrics: tuple[Metric, ...]) -> dict[str, Metric]:
+    """Every usable series name mapped to the metric it belongs to."""
+    return {sample: metric for metric in metrics for sample in metric.sample_names()}

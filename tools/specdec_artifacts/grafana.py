@@ -1,0 +1,192 @@
+"""Plain-dict builders for Grafana dashboard JSON (schemaVersion 39): panels, variables, layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+JSON = dict[str, Any]
+
+SCHEMA_VERSION = 39
+"""Grafana 10.3+/11.x; newer Grafana migrates it on load, older ones ignore unknown options."""
+
+DATASOURCE: JSON = {"type": "prometheus", "uid": "${datasource}"}
+NO_TRAFFIC = "No traffic"
+NO_TRAFFIC_MAPPING: JSON = {
+    "type": "special",
+    "options": {"match": "null+nan", "result": {"text": NO_TRAFFIC, "index": 0}},
+}
+GRID_WIDTH = 24
+
+PanelKind = Literal["timeseries", "stat", "heatmap"]
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+    heatmap: bool = False
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A red-below/green-above boundary drawn as a line (timeseries) or used as colour (stat)."""
+
+    value: float
+    good_above: bool = True
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    description: str
+    queries: tuple[Query, ...]
+    kind: PanelKind = "timeseries"
+    unit: str = "none"
+    width: int = 12
+    height: int = 8
+    min: float | None = None
+    max: float | None = None
+    threshold: Threshold | None = None
+    dashed: str | None = None
+    """Regex on series names drawn dashed: reference lines such as the break-even rate."""
+    stacked: bool = False
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    panels: tuple[Panel, ...] = field(default_factory=tuple)
+
+
+def query_variable(name: str, label: str, query: str, all_value: str | None = ".*") -> JSON:
+    """A multi-select variable with an All option: `all_value`, or (None) every listed value."""
+    variable: JSON = {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": f"{name}-variable", "qryType": 1},
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "sort": 1,
+        "current": {},
+        "options": [],
+        "hide": 0,
+        "regex": "",
+    }
+    if all_value is not None:
+        variable["allValue"] = all_value
+    return variable
+
+
+def datasource_variable() -> JSON:
+    return {"name": "datasource", "label": "Data source", "type": "datasource",
+            "query": "prometheus", "current": {}, "options": [], "hide": 0, "refresh": 1,
+            "regex": ""}
+
+
+def layout(rows: tuple[Row, ...]) -> list[JSON]:
+    """Row headers and panels with ids and grid positions, left to right, top to bottom."""
+    panels: list[JSON] = []
+    y = 0
+    for row in rows:
+        panels.append({"type": "row", "title": row.title, "id": len(panels) + 1,
+                       "collapsed": False, "panels": [], "gridPos": _grid(0, y, GRID_WIDTH, 1)})
+        y, x, line_height = y + 1, 0, 0
+        for panel in row.panels:
+            if x + panel.width > GRID_WIDTH:
+                y, x, line_height = y + line_height, 0, 0
+            panels.append(render_panel(panel, len(panels) + 1, _grid(x, y, panel.width,
+                                                                     panel.height)))
+            x, line_height = x + panel.width, max(line_height, panel.height)
+        y += line_height
+    return panels
+
+
+def render_panel(panel: Panel, panel_id: int, grid: JSON) -> JSON:
+    return {
+        "type": panel.kind,
+        "id": panel_id,
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": DATASOURCE,
+        "gridPos": grid,
+        "targets": [_target(q, chr(ord("A") + i)) for i, q in enumerate(panel.queries)],
+        "fieldConfig": {"defaults": _field_defaults(panel), "overrides": _overrides(panel)},
+        "options": _options(panel),
+    }
+
+
+def _target(query: Query, ref_id: str) -> JSON:
+    target: JSON = {"datasource": DATASOURCE, "refId": ref_id, "expr": query.expr,
+                    "legendFormat": query.legend or "__auto", "range": True, "instant": False,
+                    "editorMode": "code"}
+    if query.heatmap:
+        target["format"] = "heatmap"
+        target["legendFormat"] = "{{le}}"
+    return target
+
+
+def _field_defaults(panel: Panel) -> JSON:
+    defaults: JSON = {"unit": panel.unit, "noValue": NO_TRAFFIC, "mappings": [NO_TRAFFIC_MAPPING],
+                      "color": {"mode": "palette-classic"}, "thresholds": _thresholds(panel)}
+    if panel.min is not None:
+        defaults["min"] = panel.min
+    if panel.max is not None:
+        defaults["max"] = panel.max
+    if panel.kind == "timeseries":
+        defaults["custom"] = _timeseries_style(panel)
+    if panel.kind == "stat":
+        defaults["color"] = {"mode": "thresholds"}
+    return defaults
+
+
+def _thresholds(panel: Panel) -> JSON:
+    if panel.threshold is None:
+        return {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
+    below, above = ("red", "green") if panel.threshold.good_above else ("green", "red")
+    return {"mode": "absolute", "steps": [{"color": below, "value": None},
+                                          {"color": above, "value": panel.threshold.value}]}
+
+
+def _timeseries_style(panel: Panel) -> JSON:
+    return {
+        "drawStyle": "line",
+        "lineWidth": 1,
+        "fillOpacity": 25 if panel.stacked else 10,
+        "showPoints": "never",
+        "spanNulls": False,
+        "stacking": {"mode": "normal" if panel.stacked else "none", "group": "A"},
+        "thresholdsStyle": {"mode": "line" if panel.threshold else "off"},
+    }
+
+
+def _overrides(panel: Panel) -> list[JSON]:
+    if panel.dashed is None:
+        return []
+    return [{"matcher": {"id": "byRegexp", "options": panel.dashed},
+             "properties": [{"id": "custom.lineStyle",
+                             "value": {"fill": "dash", "dash": [10, 10]}}]}]
+
+
+def _options(panel: Panel) -> JSON:
+    if panel.kind == "stat":
+        return {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                "colorMode": "value", "graphMode": "area", "textMode": "auto",
+                "orientation": "auto", "justifyMode": "auto"}
+    if panel.kind == "heatmap":
+        return {"calculate": False, "cellGap": 1,
+                "yAxis": {"axisPlacement": "left", "unit": panel.unit},
+                "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+                "tooltip": {"mode": "single", "yHistogram": True},
+                "legend": {"show": True}, "rowsFrame": {"layout": "auto"}}
+    return {"legend": {"displayMode": "table", "placement": "bottom", "showLegend": True,
+                       "calcs": ["mean", "lastNotNull"]},
+            "tooltip": {"mode": "multi", "sort": "desc"}}
+
+
+def _grid(x: int, y: int, width: int, height: int) -> JSON:
+    return {"x": x, "y": y, "w": width, "h": height}
