@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def instructions(text: str) -> list[tuple[str, str]]:
     joined = re.sub(r"\\\n\s*", " ", text)
     result = []
-    for line in joined.splitlines():
-        line = line.strip()
+    for raw in joined.splitlines():
+        line = raw.strip()
         if line and not line.startswith("#"):
             keyword, _, rest = line.partition(" ")
             result.append((keyword.upper(), rest.strip()))

@@ -167,3 +167,32 @@ def test_models_lists_the_served_model(client: httpx.Client) -> None:
     assert body["object"] == "list"
     assert [model["id"] for model in body["data"]] == ["tiny-llama"]
     assert body["data"][0]["owned_by"] == "vllm"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_continuous_usage_stats_puts_a_running_usage_on_every_chunk(
+        client: httpx.Client, path: str) -> None:
+    """As a real vLLM 0.32 sent it: chat usage carries a null completion_tokens_details, the
+    role chunk counts 0 completion tokens, the final usage chunk keeps its plain three keys."""
+    chat = path.endswith("chat/completions")
+    body: dict[str, Any] = {"model": "tiny-llama", "max_tokens": 12, "temperature": 0,
+                            "stream": True, "stream_options": {"include_usage": True,
+                                                               "continuous_usage_stats": True}}
+    body.update({"messages": [{"role": "user", "content": "def f(x):"}]} if chat
+                else {"prompt": "def f(x):"})
+    chunks = [json.loads(p) for p in sse_payloads(client.post(path, json=body).content)
+              if p != "[DONE]"]
+    running = [c["usage"] for c in chunks if c["choices"]]
+    final = chunks[-1]
+    assert final["choices"] == [] and list(final["usage"]) == [
+        "prompt_tokens", "total_tokens", "completion_tokens"]
+    expected_keys = ["prompt_tokens", "total_tokens", "completion_tokens"] + (
+        ["completion_tokens_details"] if chat else [])
+    assert all(list(u) == expected_keys for u in running)
+    completion = [u["completion_tokens"] for u in running]
+    assert completion == sorted(completion) and completion[-1] == final["usage"][
+        "completion_tokens"]
+    assert all(u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] for u in running)
+    if chat:
+        assert completion[0] == 0 and list(chunks[0])[-3:] == ["usage", "prompt_token_ids",
+                                                               "prompt_text"]

@@ -245,7 +245,9 @@ class SimApp:
             options = parsed.stream_options
             include_usage = config.enable_force_include_usage or bool(
                 options is not None and options.include_usage)
-            await session.stream(request.receive, send, include_usage=include_usage)
+            continuous = include_usage and bool(options and options.continuous_usage_stats)
+            await session.stream(request.receive, send, include_usage=include_usage,
+                                 continuous_usage=continuous)
         else:
             await session.respond(request.receive, send)
 
@@ -404,10 +406,13 @@ class Generation:
             "EngineCore encountered an issue: the engine restarted.", "InternalServerError", 500,
             None))
 
-    async def stream(self, receive: Receive, send: Send, *, include_usage: bool) -> None:
-        writer = responses.ChunkWriter(chat=self.chat, request_id=self.api.request_id,
-                                       created=self.api.created,
-                                       model=self.config.served_model_name)
+    async def stream(self, receive: Receive, send: Send, *, include_usage: bool,
+                     continuous_usage: bool = False) -> None:
+        writer = responses.ChunkWriter(
+            chat=self.chat, request_id=self.api.request_id, created=self.api.created,
+            model=self.config.served_model_name,
+            continuous_usage_prompt_tokens=sum(self.spec.prompt_tokens) if continuous_usage
+            else None)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", SSE_TYPE)]})
         if self.chat:
@@ -438,6 +443,7 @@ class Generation:
                               include_usage: bool) -> bool:
         """Write chunks until every choice finished (True) or the request was aborted (False)."""
         remaining = len(self.api.choices)
+        generated = [0] * remaining
         fingerprint = None if include_usage else self.app.sim.fingerprint
         queue = self.api.queue
         while remaining:
@@ -451,12 +457,14 @@ class Generation:
                 outputs = merge_outputs(outputs)
             chunks = []
             for output in outputs:
+                generated[output.choice] += output.tokens
                 if output.finish_reason is None:
-                    chunks.append(writer.content(output.choice, output.text))
+                    chunks.append(writer.content(output.choice, output.text,
+                                                 generated[output.choice]))
                 else:
                     remaining -= 1
                     chunks.append(writer.finish(output.choice, output.text, output.finish_reason,
-                                                fingerprint))
+                                                fingerprint, generated[output.choice]))
             await send({"type": "http.response.body", "body": b"".join(chunks),
                         "more_body": True})
         return True

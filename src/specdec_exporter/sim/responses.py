@@ -135,19 +135,36 @@ def text_completion(*, request_id: str, created: int, model: str, fingerprint: s
 class ChunkWriter:
     """SSE chunks of one streaming response; the constant head of each chunk is built once."""
 
-    def __init__(self, *, chat: bool, request_id: str, created: int, model: str) -> None:
+    def __init__(self, *, chat: bool, request_id: str, created: int, model: str,
+                 continuous_usage_prompt_tokens: int | None = None) -> None:
+        """``continuous_usage_prompt_tokens``: set with ``stream_options.continuous_usage_stats``,
+        when vLLM puts a running ``usage`` on every chunk."""
         self.chat = chat
         obj = "chat.completion.chunk" if chat else "text_completion"
         self._envelope = {"id": request_id, "object": obj, "created": created, "model": model}
         self._head = "data: " + dumps(self._envelope)[:-1] + ',"choices":['
+        self._continuous_prompt = continuous_usage_prompt_tokens
+
+    def _running_usage(self, completion_tokens: int) -> dict[str, Any] | None:
+        """The per-chunk usage of continuous_usage_stats (chat adds a null details key)."""
+        if self._continuous_prompt is None:
+            return None
+        body = usage(self._continuous_prompt, completion_tokens, details=False)
+        if self.chat:
+            body["completion_tokens_details"] = None
+        return body
 
     def role(self, index: int) -> bytes:
         """Chat only: the first chunk of each choice."""
-        return sse({**self._envelope, "choices": [{
+        body: dict[str, Any] = {**self._envelope, "choices": [{
             "index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-            "finish_reason": None}], "prompt_token_ids": None, "prompt_text": None})
+            "finish_reason": None}]}
+        running = self._running_usage(0)
+        if running is not None:
+            body["usage"] = running
+        return sse({**body, "prompt_token_ids": None, "prompt_text": None})
 
-    def content(self, index: int, text: str) -> bytes:
+    def content(self, index: int, text: str, completion_tokens: int = 0) -> bytes:
         if self.chat:
             choice = (f'{{"index":{index},"delta":{{"content":{dumps(text)}}},'
                       '"logprobs":null,"finish_reason":null,"token_ids":null}')
@@ -155,9 +172,12 @@ class ChunkWriter:
             choice = (f'{{"index":{index},"text":{dumps(text)},"logprobs":null,'
                       '"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
                       '"token_ids":null}')
-        return f"{self._head}{choice}]}}\n\n".encode()
+        running = self._running_usage(completion_tokens)
+        tail = "" if running is None else f',"usage":{dumps(running)}'
+        return f"{self._head}{choice}]{tail}}}\n\n".encode()
 
-    def finish(self, index: int, text: str, reason: str, fingerprint: str | None) -> bytes:
+    def finish(self, index: int, text: str, reason: str, fingerprint: str | None,
+               completion_tokens: int = 0) -> bytes:
         """The chunk carrying finish_reason; the fingerprint rides on it when no usage follows."""
         choice: dict[str, Any]
         if self.chat:
@@ -167,6 +187,9 @@ class ChunkWriter:
             choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason,
                       "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
         body: dict[str, Any] = {**self._envelope, "choices": [choice]}
+        running = self._running_usage(completion_tokens)
+        if running is not None:
+            body["usage"] = running
         if fingerprint is not None:
             body["system_fingerprint"] = fingerprint
         return sse(body)
