@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO
 
 import httpx
 import pytest
 
 from fakevllm import FakeVllm, fake_vllm
+from sidecar_process import sidecar
 from specdec_exporter.cli import main
 from variants import FIXTURES, MODEL, capture
 
@@ -91,37 +88,6 @@ def test_check_spec_off_and_unreachable() -> None:
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 3
     assert json.loads(result.stdout)["verdict"] == "unreachable"
-
-
-@contextmanager
-def sidecar(vllm_url: str, *extra: str) -> Iterator[tuple[str, list[dict[str, object]]]]:
-    """Run `specdec-exporter run` as a subprocess; yields its URL and its parsed log lines."""
-    process = subprocess.Popen(
-        [*SPECDEC, "run", "--vllm-url", vllm_url, "--listen", "127.0.0.1:0", "--interval", "0.2",
-         "--scrape-timeout", "0.5", "--log-interval", "0", *extra],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert process.stderr is not None
-    records: list[dict[str, object]] = []
-    announced = threading.Event()
-
-    def drain(stream: IO[str]) -> None:
-        for line in stream:
-            records.append(json.loads(line))
-            if records[-1].get("msg") == "listening" and records[-1].get("component") == "metrics":
-                announced.set()
-
-    reader = threading.Thread(target=drain, args=(process.stderr,), daemon=True)
-    reader.start()
-    try:
-        assert announced.wait(30), f"the sidecar did not announce its address: {records}"
-        address = next(r["address"] for r in records if r.get("component") == "metrics")
-        yield f"http://{address}", records
-    finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=15)
-        reader.join(timeout=5)
-        process.stderr.close()
-        assert code == 0, records[-5:]
 
 
 def wait_for(url: str, needle: str, timeout: float = 15) -> str:

@@ -42,8 +42,9 @@ def create_app(
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: first poll of vLLM not done yet\n", status_code=503)
 
-    tables = [("Acceptance per model and engine (sidecar window)", lambda: report_rows(state)),
-              *extra_tables]
+    tables: list[tuple[str, LandingRows]] = [
+        ("Acceptance per model and engine (sidecar window)", lambda: report_rows(state)),
+        *extra_tables]
 
     @app.get("/", response_class=HTMLResponse)
     def landing() -> HTMLResponse:

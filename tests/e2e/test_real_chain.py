@@ -1,0 +1,171 @@
+"""The whole chain, every part real: simulator -> `specdec-exporter run` with its tap -> real
+Prometheus (generated rules, short `for`) -> real Alertmanager (generated routing) -> PagerDuty
+Events v2 stub. Mixed-temperature load flows through the tap; the drafter degrades so that the
+0.7-1.0 bucket falls below 0.5 while greedy traffic stays healthy: a critical page arrives for
+that model and bucket with the runbook link; the drafter recovers: the page resolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from monitoring_processes import (
+    ALERTMANAGER_BINARIES,
+    PROMETHEUS_BINARIES,
+    Process,
+    start_alertmanager,
+    start_prometheus,
+    wait_until,
+)
+from pagerduty_stub import PagerDutyStub
+from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
+from required_tools import require
+from test_alert_chain import (
+    EVENT_TIMEOUT,
+    TARGET_LABELS,
+    WINDOW,
+    alertmanager_config,
+    bucket_acceptance,
+    generate_test_variant,
+)
+
+from sidecar_process import address_of, sidecar
+from specdec_exporter.load.mix import parse_mix
+from specdec_exporter.load.runner import LoadConfig, run_load
+from specdec_exporter.sim.server import running_simulator
+from specdec_exporter.sim.settings import SimConfig, SpeculativeConfig
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "llama-e2e"
+GOOD, DEGRADED = 0.97, 0.85
+"""Measured with `sweep` on this simulator: quality 0.97 gives acceptance 0.95 at T=0 and 0.61
+at T=0.8; 0.85 gives 0.74 and 0.31. With 70% greedy traffic the model stays above 0.5."""
+MIX = "0:0.7,0.8:0.3"
+HOT_BUCKET, GREEDY_BUCKET = "0.7-1.0", "0"
+
+
+class BackgroundLoad:
+    """Keeps mixed-temperature load flowing through the tap until stopped."""
+
+    def __init__(self, url: str) -> None:
+        self._config = LoadConfig(url=url, model=MODEL, concurrency=4, requests=24,
+                                  mix=parse_mix(MIX), stream_share=0.5, max_tokens=48, seed=7)
+        self._stop = threading.Event()
+        self.errors = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            result = asyncio.run(run_load(self._config))
+            self.errors += sum(1 for r in result.results if r.error)
+
+    def __enter__(self) -> BackgroundLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+@dataclass
+class Chain:
+    simulator_url: str
+    stub: PagerDutyStub
+    prometheus: Process
+    generated: Path
+    load: BackgroundLoad
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
+    prometheus_binary = require(*PROMETHEUS_BINARIES)
+    alertmanager_binary = require(*ALERTMANAGER_BINARIES)
+    work = tmp_path_factory.mktemp("chain")
+    generated = generate_test_variant(work / "generated")
+    config = SimConfig(served_model_name=MODEL, seed=5, drafter_quality=GOOD,
+                       speculative=SpeculativeConfig(method="draft_model",
+                                                     num_speculative_tokens=4),
+                       per_request_spec_decode_metrics="summary")
+    stub = PagerDutyStub().start()
+    processes: list[Process] = []
+    with running_simulator(config) as simulator, sidecar(
+            simulator.url, "--proxy-listen", "127.0.0.1:0", "--speculative-method",
+            "draft_model") as (sidecar_url, records):
+        try:
+            processes.append(start_alertmanager(alertmanager_binary, work / "alertmanager",
+                                                alertmanager_config(work, stub)))
+            # As deployed: Prometheus scrapes the sidecar and vLLM itself (for vLLM's latency).
+            targets = [sidecar_url.removeprefix("http://"),
+                       simulator.url.removeprefix("http://")]
+            processes.append(start_prometheus(
+                prometheus_binary, work / "prometheus",
+                rules_file=generated / "alerts" / "specdec-rules.yaml", scrape_targets=targets,
+                alertmanager_url=processes[0].url, target_labels=TARGET_LABELS))
+            tap_url = "http://" + address_of(records, "tap")
+            with BackgroundLoad(tap_url) as load:
+                yield Chain(simulator.url, stub, processes[1], generated, load)
+        finally:
+            for process in reversed(processes):
+                process.stop()
+            stub.stop()
+
+
+def set_drafter(chain: Chain, quality: float) -> None:
+    httpx.post(f"{chain.simulator_url}/sim/drafter", json={"quality": quality},
+               timeout=5).raise_for_status()
+
+
+def pages(stub: PagerDutyStub) -> list[dict[str, Any]]:
+    return [e for e in stub.events() if e["event_action"] == "trigger"]
+
+
+def test_degraded_drafter_pages_for_the_hot_bucket_then_resolves(chain: Chain) -> None:
+    wait_until(lambda: {HOT_BUCKET, GREEDY_BUCKET} <= set(bucket_acceptance(chain.prometheus)),
+               EVENT_TIMEOUT, "both buckets' acceptance to be recorded from the tap")
+    healthy = bucket_acceptance(chain.prometheus)
+    assert healthy[HOT_BUCKET] > 0.5 and healthy[GREEDY_BUCKET] > 0.8, healthy
+    assert pages(chain.stub) == [], "nothing may page while the drafter is good"
+
+    set_drafter(chain, DEGRADED)
+    trigger = chain.stub.wait_for_event(
+        lambda e: e["event_action"] == "trigger"
+        and e["payload"]["class"] == "SpecDecodeBucketAcceptanceLow", 2 * EVENT_TIMEOUT)
+    details = trigger["payload"]["custom_details"]
+    assert (details["model_name"], details["temperature_bucket"]) == (MODEL, HOT_BUCKET)
+    assert trigger["payload"]["severity"] == "critical"
+    assert details["runbook_url"].endswith("docs/runbook.md#specdecodebucketacceptancelow")
+    degraded = bucket_acceptance(chain.prometheus)
+    assert degraded[HOT_BUCKET] < 0.5 <= degraded[GREEDY_BUCKET], degraded
+
+    set_drafter(chain, GOOD)
+    chain.stub.wait_for_event(
+        lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
+        2 * EVENT_TIMEOUT)
+    paged = {(e["payload"]["class"], e["payload"]["custom_details"].get("temperature_bucket"))
+             for e in pages(chain.stub)}
+    assert paged == {("SpecDecodeBucketAcceptanceLow", HOT_BUCKET)}, paged
+    assert chain.load.errors == 0
+
+
+def test_every_dashboard_query_and_rule_has_data_under_load(chain: Chain) -> None:
+    wait_until(lambda: bool(bucket_acceptance(chain.prometheus)), EVENT_TIMEOUT, "data")
+    board = json.loads((chain.generated / "dashboards" / "vllm-specdec.json").read_text())
+    groups = yaml.safe_load((chain.generated / "alerts" / "specdec-rules.yaml").read_text())
+    report = evaluate(chain.prometheus.url,
+                      dashboard_expressions(board) + rule_expressions(groups["groups"]), WINDOW)
+    assert report.errors == []
+    alerts = {r["expr"] for g in groups["groups"] for r in g["rules"] if r.get("alert")}
+    # Empty is right only for an alert whose condition is false, or a day-ago comparison.
+    unexplained = [e for e in report.empty if e not in alerts and " offset " not in e]
+    assert unexplained == [], "under load every query must return data"
