@@ -17,6 +17,7 @@ from specdec_exporter.exposition import SeriesKey, Snapshot
 from specdec_exporter.report import Entry, build_report, overall_verdict, snapshot_totals
 from specdec_exporter.scraper import ScrapeError, Scraper
 from specdec_exporter.serve import add_setting_flags, run_event_loop, setting_overrides
+from specdec_exporter.tap_counters import TapReader, bucket_deltas, bucket_table
 from specdec_exporter.term import render_table
 from specdec_exporter.timeline import Timeline
 
@@ -41,6 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_setting_flags(parser, CHECK_FLAGS)
     parser.add_argument("--window", type=float, default=10.0,
                         help="seconds between the two scrapes (default 10)")
+    parser.add_argument("--sidecar-url", help="a sidecar running the request tap: adds "
+                        "acceptance per temperature bucket over the same window")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -50,32 +53,46 @@ def main(args: argparse.Namespace) -> int:
         print("specdec-exporter check: --window must be positive", file=sys.stderr)
         return 2
     outcome: dict[str, Any] = {}
-    run_event_loop(_measure(settings, args.window, outcome))
+    run_event_loop(_measure(settings, args.window, outcome, args.sidecar_url))
     if "error" in outcome:
         _print_unreachable(settings.vllm_url, outcome["error"], args.json)
         return EXIT_UNREACHABLE
     entries, snapshot, seconds = outcome["entries"], outcome["snapshot"], outcome["seconds"]
     final = _legacy_verdict(snapshot) or overall_verdict(entries)
+    buckets = outcome.get("buckets")
     if args.json:
-        print(json.dumps(_as_json(settings, entries, snapshot, seconds, final), indent=2))
+        result = _as_json(settings, entries, snapshot, seconds, final)
+        if buckets is not None:
+            result["buckets"] = [bucket.as_json() for bucket in buckets]
+        print(json.dumps(result, indent=2))
     else:
         print(_as_text(settings, entries, snapshot, seconds, final))
+        if buckets is not None:
+            print("\n" + bucket_table(buckets))
     return final.exit_code
 
 
-async def _measure(settings: Settings, window: float, outcome: dict[str, Any]) -> None:
+async def _measure(settings: Settings, window: float, outcome: dict[str, Any],
+                   sidecar_url: str | None) -> None:
     timeline: Timeline[SeriesKey] = Timeline(window)
     async with httpx.AsyncClient(trust_env=False) as client:
         scraper = Scraper(client, settings.vllm_url, timeout=settings.scrape_timeout,
                           max_body_bytes=settings.max_body_bytes)
+        tap = TapReader(client, sidecar_url) if sidecar_url else None
         try:
             first = await scraper.scrape()
+            tap_before = await tap.read() if tap else {}
             timeline.observe(time.monotonic(), snapshot_totals(first.snapshot))
             await asyncio.sleep(window)
             second = await scraper.scrape()
+            tap_after = await tap.read() if tap else {}
         except ScrapeError as failure:
             outcome["error"] = str(failure)
             return
+        except httpx.HTTPError as exc:
+            outcome["error"] = f"sidecar at {sidecar_url}: {type(exc).__name__}: {exc}"
+            return
+    outcome["buckets"] = bucket_deltas(tap_before, tap_after) if tap else None
     timeline.observe(time.monotonic(), snapshot_totals(second.snapshot))
     measured = timeline.window()
     cost = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
@@ -85,7 +102,8 @@ async def _measure(settings: Settings, window: float, outcome: dict[str, Any]) -
 
 def _legacy_verdict(snapshot: Snapshot) -> Verdict | None:
     """V0 servers: only vLLM's own cumulative-since-start gauge is honest."""
-    rates = [g.acceptance_rate for g in snapshot.legacy_v0.values() if g.acceptance_rate is not None]
+    rates = [g.acceptance_rate for g in snapshot.legacy_v0.values()
+             if g.acceptance_rate is not None]
     if not snapshot.legacy_v0:
         return None
     return verdict(True, 1.0 if rates else 0.0, min(rates) if rates else None)

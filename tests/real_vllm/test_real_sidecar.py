@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from real_vllm.scrape_spy import ScrapeSpy
+from scrape_spy import ScrapeSpy
 from real_vllm.traffic import (
     MODEL,
     NUM_SPEC_TOKENS,
