@@ -16,6 +16,7 @@ from specdec_exporter.serve import run_event_loop
 from specdec_exporter.sim.server import running_simulator
 from specdec_exporter.sim.settings import SimConfig, SpeculativeConfig
 from specdec_exporter.tap_counters import bucket_deltas, bucket_table, parse_bucket_counters
+from test_cli import wait_for
 
 EXPOSITION = """\
 specdec_requests_total{attributed="true",model_name="m",temperature_bucket="0"} 10.0
@@ -75,3 +76,13 @@ def test_check_with_the_tap_reports_each_bucket_of_the_window_exactly() -> None:
     assert sum(row["draft_tokens"] for row in rows.values()) == truth["total"]["draft_tokens"]
     assert sum(row["accepted_tokens"] for row in rows.values()) == (
         truth["total"]["accepted_tokens"])
+
+
+def test_served_models_bucket_series_exist_before_any_request() -> None:
+    config = SimConfig(seed=4, per_request_spec_decode_metrics="summary",
+                       speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=3))
+    with running_simulator(config) as simulator, sidecar(
+            simulator.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, _):
+        expected = ('specdec_requests_total{attributed="true",model_name="'
+                    f'{config.served_model_name}",temperature_bucket="1.0+"}} 0.0')
+        wait_for(sidecar_url + "/metrics", expected)

@@ -94,9 +94,13 @@ async def serve(settings: Settings,
 
         tap = (_TapParts(settings, registry, num_speculative_tokens)
                if settings.proxy_listen else None)
+        def attributed() -> dict[str, float]:
+            assert tap is not None
+            return tap.attributed(poller.state.models_seen)
+
         poller = Poller(scraper, interval=settings.interval, window=settings.window,
                         cost_ratio=cost_ratio, log_interval=settings.log_interval,
-                        attributed=tap.attributed if tap else None)
+                        attributed=attributed if tap else None)
         registry.register(SpecDecodeCollector(poller.state, cost_ratio=cost_ratio,
                                               interval=settings.interval, window=settings.window,
                                               coverage_enabled=tap is not None))
@@ -180,7 +184,11 @@ class _TapParts:
         self.landing_tables: list[tuple[str, LandingRows]] = [
             ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows)]
 
-    def attributed(self) -> dict[str, float]:
+    def attributed(self, served_models: frozenset[str]) -> dict[str, float]:
+        """Per model, draft tokens attributed so far; also pre-creates every served model's
+        per-bucket series at 0, so they exist before the first request."""
+        for model in served_models:
+            self.stats.add_model(model)
         models: dict[str, float] = {}
         for row in self.stats.bucket_summary():
             models[row.model_name] = models.get(row.model_name, 0.0) + row.draft_tokens

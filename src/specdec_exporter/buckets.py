@@ -1,0 +1,110 @@
+"""Temperature -> bucket label: resolves a request's effective temperature as vLLM does and bins it.
+
+Pure except ``read_generation_config_temperature``, which reads one small JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_left
+from collections.abc import Sequence
+from decimal import Decimal
+from itertools import pairwise
+from pathlib import Path
+
+GREEDY_BELOW = 1e-5
+"""vLLM's ``_SAMPLING_EPS``: a temperature below this samples greedily."""
+
+VLLM_FALLBACK_TEMPERATURE = 1.0
+"""What vLLM samples at when neither the request nor the model's generation config says."""
+
+DEFAULT_EDGES: tuple[float, ...] = (0.5, 0.7, 1.0)
+GREEDY_LABEL = "0"
+INVALID_LABEL = "invalid"
+"""Temperature present but not a usable number (wrong type, NaN, inf, negative), or no JSON body."""
+UNKNOWN_LABEL = "unknown"
+"""Body not inspected (larger than the inspection cap), so the temperature was never read."""
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+
+
+def format_edge(edge: float) -> str:
+    """Shortest decimal that round-trips, never in exponent form, always with a fraction digit."""
+    text = format(Decimal(repr(float(edge))), "f")
+    return text if "." in text else f"{text}.0"
+
+
+def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
+    """``(0.5, 0.7, 1.0)`` -> ``("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+")``."""
+    names = [format_edge(edge) for edge in edges]
+    lowers = ["0", *names[:-1]]
+    ranges = [f"{low}-{high}" for low, high in zip(lowers, names, strict=True)]
+    return (GREEDY_LABEL, *ranges, f"{names[-1]}+")
+
+
+class TemperatureBuckets:
+    """Bins a temperature: greedy below 1e-5, then ranges (lower edge exclusive, upper included)."""
+
+    def __init__(self, edges: Sequence[float] = DEFAULT_EDGES) -> None:
+        checked = tuple(float(edge) for edge in edges)
+        if not checked:
+            raise ValueError("temperature bucket edges: at least one edge is needed")
+        if any(not math.isfinite(edge) or edge <= 0 for edge in checked):
+            raise ValueError(f"temperature bucket edges must be finite and positive: {checked}")
+        if any(low >= high for low, high in pairwise(checked)):
+            raise ValueError(f"temperature bucket edges must be strictly increasing: {checked}")
+        self.edges = checked
+        self.labels: tuple[str, ...] = bucket_labels(checked)
+
+    def label_for(self, temperature: float) -> str:
+        """The bucket of a valid (finite, non-negative) temperature."""
+        if temperature < GREEDY_BELOW:
+            return GREEDY_LABEL
+        return self.labels[1 + bisect_left(self.edges, temperature)]
+
+    def __repr__(self) -> str:
+        return f"TemperatureBuckets({self.edges!r})"
+
+
+def is_valid_temperature(value: object) -> bool:
+    """A JSON number (not a bool) that is finite and non-negative."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value >= 0
+
+
+def effective_temperature(body_value: object, default: float | None) -> float | None:
+    """The temperature vLLM samples at, or None when the body's value is unusable.
+
+    ``body_value`` is the request's ``temperature`` (None when absent or null). Absent: the
+    configured default (``--default-temperature`` or the model's generation config), else 1.0.
+    A value of the wrong type, NaN, infinite or negative gives None: vLLM rejects or mangles such
+    requests, so they are counted in the ``invalid`` bucket rather than guessed.
+    """
+    if body_value is None:
+        if default is not None and is_valid_temperature(default):
+            return float(default)
+        return VLLM_FALLBACK_TEMPERATURE
+    if isinstance(body_value, int | float) and is_valid_temperature(body_value):
+        return float(body_value)
+    return None
+
+
+def read_generation_config_temperature(path: Path | str) -> float | None:
+    """``temperature`` from a HF ``generation_config.json`` (a file, or a folder holding one).
+
+    Returns None when the file sets no usable temperature; raises ValueError with a one-line
+    message when the file cannot be read or is not a JSON object.
+    """
+    target = Path(path)
+    if target.is_dir():
+        target = target / GENERATION_CONFIG_FILE
+    try:
+        document = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read generation config {str(target)!r}: {exc}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"generation config {str(target)!r} is not a JSON object")
+    value: object = document.get("temperature")
+    return float(value) if isinstance(value, int | float) and is_valid_temperature(value) else None

@@ -1,0 +1,269 @@
+"""The tap's HTTP/1.1 server: client connections, shared state, and ``run_tap``.
+
+asyncio Protocols and httptools, no framework: response bytes go straight from the upstream
+socket to the client (chunked framing kept), and only inspected requests pay for JSON work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import httptools
+
+from specdec_exporter.buckets import read_generation_config_temperature
+from specdec_exporter.config import ConfigError, Settings
+from specdec_exporter.tap import http1
+from specdec_exporter.tap.exchange import MAX_HEAD_BYTES, Exchange
+from specdec_exporter.tap.http1 import Headers
+from specdec_exporter.tap.request import model_label
+from specdec_exporter.tap.stats import RequestRecord, RequestStats
+from specdec_exporter.tap.upstream import Origin, UpstreamPool
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0
+CLIENT_IDLE_TIMEOUT = 75.0
+"""Seconds a keep-alive client connection may sit idle (nginx's default)."""
+SWEEP_INTERVAL = 1.0
+ERROR_LOG_INTERVAL = 60.0
+
+
+class Tap:
+    """What every connection shares: settings, stats, the upstream pool, live exchanges."""
+
+    def __init__(self, settings: Settings, stats: RequestStats,
+                 known_models: Callable[[], frozenset[str]]) -> None:
+        self.stats = stats
+        self.buckets = stats.buckets  # one source of labels: the stats' buckets
+        self.default_temperature = configured_default_temperature(settings)
+        self.inspect_limit = settings.proxy_inspect_max_bytes
+        self.timeout = settings.proxy_timeout
+        self.origin = Origin.from_url(settings.vllm_url)
+        self.pool = UpstreamPool(self.origin, min(CONNECT_TIMEOUT, settings.proxy_timeout))
+        self.clients: set[ClientConnection] = set()
+        self.exchanges: set[Exchange] = set()
+        self._known_models = known_models
+        self._models_seen: frozenset[str] | None = None
+        self._last_logged: dict[str, float] = {}
+
+    def model_label(self, model: str | None) -> str:
+        """Map a requested model to a served name or ``other``; pre-create served models' series."""
+        try:
+            served = self._known_models()
+        except Exception:  # the lead's callback must not break traffic
+            served = frozenset()
+        if served != self._models_seen:
+            self._models_seen = served
+            for name in served:
+                self.stats.add_model(name)
+        return model_label(model, served)
+
+    def record(self, record: RequestRecord) -> None:
+        try:
+            self.stats.record(record)
+        except Exception:  # fail open: a stats bug must not break traffic
+            self.warn("stats", "recording a request failed")
+
+    def warn(self, key: str, message: str) -> None:
+        """Log a warning at most once a minute per kind (never with request data)."""
+        now = time.monotonic()
+        if now - self._last_logged.get(key, -ERROR_LOG_INTERVAL) >= ERROR_LOG_INTERVAL:
+            self._last_logged[key] = now
+            log.warning("tap: %s", message)
+
+    def sweep(self) -> None:
+        """Time out stalled exchanges and idle client connections."""
+        now = time.monotonic()
+        for exchange in list(self.exchanges):
+            if now - exchange.last_activity > self.timeout:
+                exchange.timed_out()
+        for client in list(self.clients):
+            if client.exchange is None and now - client.idle_since > CLIENT_IDLE_TIMEOUT:
+                client.close()
+
+    def shutdown(self) -> None:
+        for client in list(self.clients):
+            client.abort()
+        self.pool.close_all()
+
+
+def configured_default_temperature(settings: Settings) -> float | None:
+    """``--default-temperature``, else the ``temperature`` of ``--generation-config``."""
+    if settings.default_temperature is not None:
+        return settings.default_temperature
+    if settings.generation_config is None:
+        return None
+    try:
+        return read_generation_config_temperature(settings.generation_config)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client connection: parses requests, one exchange at a time (pipelining refused)."""
+
+    def __init__(self, tap: Tap) -> None:
+        self.tap = tap
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.exchange: Exchange | None = None
+        self.idle_since = time.monotonic()
+        self.refused = False
+        self._url = b""
+        self._headers: Headers = []
+        self._head_bytes = 0
+
+    # asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.tap.clients.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is not None and exchange.tunnel_open:
+            exchange.tunnel_from_client(data)
+            return
+        if self.refused:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            if self.exchange is not None:
+                self.exchange.open_tunnel(data[upgrade.args[0]:])
+        except httptools.HttpParserError:
+            self.reject(400, "malformed HTTP request")
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.tap.clients.discard(self)
+        exchange, self.exchange = self.exchange, None
+        if exchange is not None:
+            exchange.client_lost()
+
+    def pause_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client_paused(True)
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client_paused(False)
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self.exchange is not None:
+            self.refused = True  # a pipelined request: answered by closing after this one
+            return
+        self._url, self._headers, self._head_bytes = b"", [], 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+        self._count_head(len(name) + len(value) + 4)
+
+    def on_headers_complete(self) -> None:
+        if self.refused:
+            return
+        parser = self.parser
+        self.exchange = Exchange(
+            self.tap, self, parser.get_method(), self._url, headers=self._headers,
+            client_http10=parser.get_http_version() == "1.0",
+            keep_alive=parser.should_keep_alive(), upgrade=parser.should_upgrade(),
+        )
+        self.exchange.start()
+
+    def on_body(self, body: bytes) -> None:
+        if self.exchange is not None and not self.refused:
+            self.exchange.request_body(body)
+
+    def on_message_complete(self) -> None:
+        if self.exchange is not None and not self.refused:
+            self.exchange.request_complete()
+
+    # used by the exchange
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def exchange_done(self, close: bool) -> None:
+        self.exchange = None
+        self.idle_since = time.monotonic()
+        if close or self.refused:
+            self.close()
+        elif self.transport is not None:
+            self.transport.resume_reading()
+
+    def reject(self, status: int, message: str) -> None:
+        """Answer bytes the tap cannot parse with an error, and close.
+
+        Mid-exchange (a broken body, or garbage while a response streams) no error can be
+        written without corrupting that response: the connection is only closed.
+        """
+        exchange, self.exchange = self.exchange, None
+        if exchange is not None:
+            exchange.client_lost()
+        else:
+            self.write(http1.error_response(status, message))
+        self.close()
+
+    def pause_reading(self, paused: bool) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if paused:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        self.refused = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _count_head(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD_BYTES and self.exchange is None:
+            raise ValueError("request head too large")  # turned into a 400 by httptools
+
+
+async def run_tap(
+    settings: Settings,
+    stats: RequestStats,
+    known_models: Callable[[], frozenset[str]],
+    on_started: Callable[[tuple[str, int]], None] | None = None,
+) -> None:
+    """Serve the tap on ``settings.proxy_address`` until cancelled."""
+    address = settings.proxy_address
+    if address is None:
+        raise ConfigError("the tap needs --proxy-listen HOST:PORT")
+    tap = Tap(settings, stats, known_models)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: ClientConnection(tap), address[0], address[1],
+                                      reuse_address=True, backlog=1024)
+    bound = server.sockets[0].getsockname()
+    log.info("tap listening on %s:%d, forwarding to %s", bound[0], bound[1], settings.vllm_url)
+    if on_started is not None:
+        on_started((bound[0], bound[1]))
+    try:
+        while True:
+            await asyncio.sleep(min(SWEEP_INTERVAL, settings.proxy_timeout / 4))
+            tap.sweep()
+    finally:
+        server.close()
+        tap.shutdown()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), 1.0)

@@ -1,0 +1,104 @@
+"""What the tap does with one inspected request body: its labels, and whether to ask for usage.
+
+Pure: bytes in, a ``RequestPlan`` out. Never raises on hostile input (fail open).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from specdec_exporter.buckets import (
+    INVALID_LABEL,
+    UNKNOWN_LABEL,
+    TemperatureBuckets,
+    effective_temperature,
+)
+
+OTHER_MODEL = "other"
+"""``model_name`` of requests naming a model the vLLM server does not serve (bounded labels)."""
+
+INCLUDE_USAGE_MEMBER = b'"stream_options":{"include_usage":true},'
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPlan:
+    """The labels of a request, and the body to send upstream."""
+
+    model: str | None
+    temperature_bucket: str
+    body: bytes
+    undo_include_usage: bool = False
+    """The tap added ``include_usage`` and must remove its traces from the stream."""
+
+
+def model_label(model: str | None, served: Collection[str]) -> str:
+    """The ``model_name`` label: a served name, or ``other``; an absent model is the only one."""
+    if model is None:
+        return next(iter(served)) if len(served) == 1 else OTHER_MODEL
+    return model if model in served else OTHER_MODEL
+
+
+def uninspected_plan(body: bytes) -> RequestPlan:
+    """A body over the inspection cap: forwarded as it is, temperature never read."""
+    return RequestPlan(model=None, temperature_bucket=UNKNOWN_LABEL, body=body)
+
+
+def plan_request(
+    body: bytes, buckets: TemperatureBuckets, default_temperature: float | None
+) -> RequestPlan:
+    """Read ``model``, ``temperature``, ``n``, ``stream``, ``stream_options`` of a JSON body."""
+    document = _json_object(body)
+    if document is None:
+        return RequestPlan(model=None, temperature_bucket=INVALID_LABEL, body=body)
+    model = document.get("model")
+    temperature = effective_temperature(document.get("temperature"), default_temperature)
+    bucket = INVALID_LABEL if temperature is None else buckets.label_for(temperature)
+    rewritten = _with_include_usage(body, document) if _wants_usage_rewrite(document) else None
+    return RequestPlan(
+        model=model if isinstance(model, str) else None,
+        temperature_bucket=bucket,
+        body=body if rewritten is None else rewritten,
+        undo_include_usage=rewritten is not None,
+    )
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        document = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _wants_usage_rewrite(document: dict[str, Any]) -> bool:
+    """A single-choice stream whose client did not ask for usage (so no metrics would come).
+
+    Not rewritten: ``n > 1`` (vLLM sends no per-request metrics then) and
+    ``continuous_usage_stats`` (turning ``include_usage`` on would add usage to every chunk).
+    """
+    if document.get("stream") is not True or document.get("n") not in (None, 1):
+        return False
+    options = document.get("stream_options")
+    if options is None:
+        return True
+    if not isinstance(options, dict) or options.get("include_usage") is True:
+        return False
+    return not options.get("continuous_usage_stats")
+
+
+def _with_include_usage(body: bytes, document: dict[str, Any]) -> bytes | None:
+    """The body with ``stream_options.include_usage`` on, keeping the original bytes if possible."""
+    if "stream_options" not in document:
+        opening = body.find(b"{")
+        return body[: opening + 1] + INCLUDE_USAGE_MEMBER + body[opening + 1 :]
+    options = dict(document["stream_options"] or {})
+    options["include_usage"] = True
+    try:
+        text = json.dumps({**document, "stream_options": options}, ensure_ascii=False,
+                          separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+    return text.encode("utf-8")

@@ -1,0 +1,164 @@
+"""SSE stream inspection: finds vLLM's final usage chunk, and can undo an added ``include_usage``.
+
+Pure and incremental: feed body pieces as they arrive, get back the bytes to forward.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+EVENT_END = b"\n\n"
+USAGE_MARK = b'"usage":{'
+FINISH_MARK = b'"finish_reason":"'
+"""A non-null finish reason; keys and quotes cannot occur unescaped inside JSON strings."""
+FINGERPRINT_KEY = b'"system_fingerprint":'
+DATA_PREFIX = b"data: "
+
+
+class EventSplitter:
+    """Cuts a byte stream at SSE event ends, holding back only an incomplete last event."""
+
+    __slots__ = ("_pending", "limit", "overflowed")
+
+    def __init__(self, limit: int) -> None:
+        self._pending = b""
+        self.limit = limit
+        self.overflowed = False
+
+    def split(self, piece: bytes) -> bytes:
+        """The complete events now available (possibly empty); the rest is held."""
+        data = self._pending + piece if self._pending else piece
+        end = data.rfind(EVENT_END)
+        if end < 0:
+            self._hold(data)
+            return b""
+        end += len(EVENT_END)
+        self._pending = data[end:]
+        return data if end == len(data) else data[:end]
+
+    def _hold(self, data: bytes) -> None:
+        if len(data) > self.limit:
+            self.overflowed = True
+        self._pending = data
+
+    def rest(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return rest
+
+
+def iter_events(block: bytes) -> list[bytes]:
+    """Complete events of a block, each with its blank line."""
+    return [part + EVENT_END for part in block.split(EVENT_END)[:-1]]
+
+
+def final_usage_chunk(event: bytes) -> dict[str, Any] | None:
+    """The parsed chunk if the event is the final usage chunk (``"choices": []``), else None."""
+    if not event.startswith(DATA_PREFIX):
+        return None
+    try:
+        chunk = json.loads(event[len(DATA_PREFIX):])
+    except ValueError:
+        return None
+    if isinstance(chunk, dict) and chunk.get("choices") == [] and "usage" in chunk:
+        return chunk
+    return None
+
+
+def raw_member(event: bytes, key: bytes) -> bytes | None:
+    """``key`` and its JSON value exactly as written in the event, or None (absent or null)."""
+    start = event.find(key)
+    if start < 0:
+        return None
+    after = start + len(key)
+    try:
+        text = event[after:].decode("utf-8")
+        value, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    return None if value is None else key + text[:end].encode("utf-8")
+
+
+def with_member(event: bytes, member: bytes) -> bytes:
+    """The event with ``member`` appended as the last key of its JSON object."""
+    close = event.rfind(b"}")
+    return event[:close] + b"," + member + event[close:] if close >= 0 else event
+
+
+class UsageWatcher:
+    """Watches a stream passed on unchanged for the final usage chunk."""
+
+    __slots__ = ("final_chunk", "splitter")
+
+    def __init__(self, limit: int) -> None:
+        self.splitter = EventSplitter(limit)
+        self.final_chunk: dict[str, Any] | None = None
+
+    def feed(self, piece: bytes) -> None:
+        if self.splitter.overflowed:
+            return
+        block = self.splitter.split(piece)
+        if USAGE_MARK in block:
+            for event in iter_events(block):
+                chunk = final_usage_chunk(event) if USAGE_MARK in event else None
+                if chunk is not None:
+                    self.final_chunk = chunk
+
+
+class IncludeUsageUndo:
+    """Removes what ``include_usage`` changed in a vLLM stream, keeping every other byte.
+
+    With ``include_usage`` vLLM adds a final chunk with ``"choices": []``, ``usage`` (and the
+    per-request ``metrics``) and moves ``system_fingerprint`` from the finish chunk onto it. So
+    an event with a finish reason is held until the usage chunk arrives; the usage chunk is
+    dropped and its ``system_fingerprint`` member put back at the end of the held finish chunk.
+    Complete events pass at once; only an incomplete event is held until its blank line.
+    """
+
+    __slots__ = ("_held", "final_chunk", "passthrough", "splitter")
+
+    def __init__(self, limit: int) -> None:
+        self.splitter = EventSplitter(limit)
+        self.final_chunk: dict[str, Any] | None = None
+        self._held: list[bytes] = []
+        self.passthrough = False
+
+    def feed(self, piece: bytes) -> bytes:
+        """The bytes to forward for this piece (possibly empty)."""
+        if self.passthrough:
+            return piece
+        block = self.splitter.split(piece)
+        if self.splitter.overflowed:  # not SSE as vLLM writes it: give up, forward everything
+            self.passthrough = True
+            return self._release(None) + block + self.splitter.rest()
+        if not self._held and FINISH_MARK not in block and USAGE_MARK not in block:
+            return block
+        return self._rewrite(block)
+
+    def finish(self) -> bytes:
+        """Whatever is still held when the stream ends (no usage chunk came)."""
+        return self._release(None) + self.splitter.rest()
+
+    def _rewrite(self, block: bytes) -> bytes:
+        out: list[bytes] = []
+        for event in iter_events(block):
+            chunk = final_usage_chunk(event) if USAGE_MARK in event else None
+            if chunk is not None and self.final_chunk is None:
+                self.final_chunk = chunk
+                out.append(self._release(raw_member(event, FINGERPRINT_KEY)))
+            elif self._held or FINISH_MARK in event:
+                self._held.append(event)
+            else:
+                out.append(event)
+        return b"".join(out)
+
+    def _release(self, fingerprint: bytes | None) -> bytes:
+        held, self._held = self._held, []
+        if fingerprint is not None:
+            held = [
+                with_member(event, fingerprint)
+                if FINISH_MARK in event and FINGERPRINT_KEY not in event
+                else event
+                for event in held
+            ]
+        return b"".join(held)

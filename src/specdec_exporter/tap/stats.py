@@ -1,0 +1,274 @@
+"""Per-request acceptance by temperature bucket, as Prometheus families (a custom collector).
+
+The proxy calls ``record`` once per finished request; ``collect`` builds fresh families each scrape.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from specdec_exporter.buckets import TemperatureBuckets
+from specdec_exporter.tap.spec import SpecDecodeSummary
+
+ACCEPTANCE_RATE_BOUNDS = tuple(round(0.05 * step, 2) for step in range(1, 21))
+TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+               5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+"""vLLM's own ``vllm:time_to_first_token_seconds`` buckets, so the two can be compared."""
+TPOT_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)
+"""vLLM's own ``vllm:time_per_output_token_seconds`` buckets."""
+
+BUCKET_LABELS = ("model_name", "temperature_bucket")
+
+
+def acceptance_length_bounds(k: int) -> tuple[float, ...]:
+    """1, 1.25, ..., k+1: mean acceptance length counts the bonus token, so it lies in [1, k+1]."""
+    return tuple(1 + 0.25 * step for step in range(4 * k + 1))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished request as the proxy saw it. ``spec`` None: not attributed."""
+
+    model_name: str
+    temperature_bucket: str
+    spec: SpecDecodeSummary | None
+    time_to_first_token: float | None = None
+    time_per_output_token: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BucketSummary:
+    """Totals of one (model, temperature bucket) since start."""
+
+    model_name: str
+    temperature_bucket: str
+    requests: int
+    attributed: int
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1 + self.accepted_tokens / self.drafts if self.drafts else None
+
+
+class Histogram:
+    """Cumulative-on-read histogram with fixed upper bounds (``le`` inclusive)."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        running, rows = 0, []
+        for bound, count in zip((*map(floatToGoString, self.bounds), "+Inf"), self.counts,
+                                strict=True):
+            running += count
+            rows.append((bound, float(running)))
+        return rows
+
+
+@dataclass(slots=True)
+class _Series:
+    """Everything kept for one (model, bucket)."""
+
+    attributed: int = 0
+    unattributed: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    acceptance_rate: Histogram = field(default_factory=lambda: Histogram(ACCEPTANCE_RATE_BOUNDS))
+    acceptance_length: Histogram | None = None
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BOUNDS))
+    tpot: Histogram = field(default_factory=lambda: Histogram(TPOT_BOUNDS))
+
+
+class RequestStats(Collector):
+    """Owns the ``specdec_request*`` families; bounded: models x (bucket labels + 2) series sets.
+
+    ``num_speculative_tokens(model)`` gives k for the acceptance-length buckets; when it says
+    None, the first attributed response's ``num_spec_tokens`` decides, and the model's
+    acceptance-length series appear from then on (k is fixed for the process's life).
+    """
+
+    def __init__(
+        self,
+        buckets: TemperatureBuckets,
+        num_speculative_tokens: Callable[[str], int | None],
+    ) -> None:
+        self.buckets = buckets
+        self._num_speculative_tokens = num_speculative_tokens
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._k: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def register(self, registry: CollectorRegistry) -> None:
+        registry.register(self)
+
+    def add_model(self, model_name: str) -> None:
+        """Create the series of every temperature bucket of a model at 0 (idempotent)."""
+        with self._lock:
+            for label in self.buckets.labels:
+                self._series_for(model_name, label)
+
+    def record(self, request: RequestRecord) -> None:
+        with self._lock:
+            if (request.model_name, request.temperature_bucket) not in self._series:
+                for label in self.buckets.labels:
+                    self._series_for(request.model_name, label)
+            series = self._series_for(request.model_name, request.temperature_bucket)
+            if request.spec is None:
+                series.unattributed += 1
+            else:
+                self._add_spec(request.model_name, series, request.spec)
+            if request.time_to_first_token is not None:
+                series.ttft.observe(request.time_to_first_token)
+            if request.time_per_output_token is not None:
+                series.tpot.observe(request.time_per_output_token)
+
+    def attributed_draft_tokens(self, model_name: str) -> int:
+        with self._lock:
+            return sum(series.draft_tokens for (model, _), series in self._series.items()
+                       if model == model_name)
+
+    def bucket_summary(self) -> list[BucketSummary]:
+        with self._lock:
+            return [
+                BucketSummary(model, bucket, series.attributed + series.unattributed,
+                              series.attributed, series.drafts, series.draft_tokens,
+                              series.accepted_tokens)
+                for (model, bucket), series in self._series.items()
+            ]
+
+    def _series_for(self, model_name: str, bucket: str) -> _Series:
+        series = self._series.get((model_name, bucket))
+        if series is None:
+            series = self._series[(model_name, bucket)] = _Series()
+            self._resolve_k(model_name, None)
+        return series
+
+    def _resolve_k(self, model_name: str, spec_tokens: int | None) -> None:
+        """Fix k for a model once known, and give its series their acceptance-length buckets."""
+        k = self._k.get(model_name)
+        if k is None:
+            try:
+                k = self._num_speculative_tokens(model_name)
+            except Exception:  # the lead's callback must not break a scrape or a request
+                k = None
+            k = k or spec_tokens
+            if k is None or k <= 0:
+                return
+            self._k[model_name] = k
+        for (model, _), series in self._series.items():
+            if model == model_name and series.acceptance_length is None:
+                series.acceptance_length = Histogram(acceptance_length_bounds(k))
+
+    def _add_spec(self, model_name: str, series: _Series, spec: SpecDecodeSummary) -> None:
+        series.attributed += 1
+        series.drafts += spec.spec_steps
+        series.draft_tokens += spec.draft_tokens
+        series.accepted_tokens += spec.accepted_tokens
+        if spec.acceptance_rate is not None:
+            series.acceptance_rate.observe(spec.acceptance_rate)
+        if series.acceptance_length is None:
+            self._resolve_k(model_name, spec.spec_tokens)
+        if series.acceptance_length is not None and spec.acceptance_length is not None:
+            series.acceptance_length.observe(spec.acceptance_length)
+
+    def describe(self) -> Iterable[Metric]:
+        return _Families.empty().all()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            self._resolve_pending_k()
+            families = _Families.empty()
+            for (model, bucket), series in sorted(self._series.items()):
+                families.add(model, bucket, series)
+        return iter(families.all())
+
+    def _resolve_pending_k(self) -> None:
+        for model in {model for model, _ in self._series if model not in self._k}:
+            self._resolve_k(model, None)
+
+
+def _counter(name: str, documentation: str, labels: Sequence[str] = BUCKET_LABELS
+             ) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, labels=labels)
+
+
+def _histogram(name: str, documentation: str) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, documentation, labels=BUCKET_LABELS)
+
+
+@dataclass(slots=True)
+class _Families:
+    """The eight families of one scrape."""
+
+    requests: CounterMetricFamily
+    drafts: CounterMetricFamily
+    draft_tokens: CounterMetricFamily
+    accepted_tokens: CounterMetricFamily
+    acceptance_rate: HistogramMetricFamily
+    acceptance_length: HistogramMetricFamily
+    ttft: HistogramMetricFamily
+    tpot: HistogramMetricFamily
+
+    @classmethod
+    def empty(cls) -> _Families:
+        return cls(
+            _counter("specdec_requests", "Requests through the tap; attributed: vLLM reported "
+                     "their speculative decoding.", (*BUCKET_LABELS, "attributed")),
+            _counter("specdec_request_drafts", "Sum of num_spec_steps of attributed requests "
+                     "(verify steps that had draft tokens)."),
+            _counter("specdec_request_draft_tokens",
+                     "Sum of num_draft_tokens of attributed requests."),
+            _counter("specdec_request_accepted_tokens",
+                     "Sum of num_accepted_draft_tokens of attributed requests."),
+            _histogram("specdec_request_acceptance_rate", "Draft acceptance rate of each "
+                       "attributed request that drafted (accepted / draft tokens)."),
+            _histogram("specdec_request_acceptance_length", "Mean acceptance length of each "
+                       "attributed request that drafted (1 + accepted tokens / drafts)."),
+            _histogram("specdec_request_time_to_first_token_seconds", "Streaming requests: "
+                       "from the request's last byte to the first response body byte, "
+                       "as the client sees it through the tap."),
+            _histogram("specdec_request_time_per_output_token_seconds", "Streaming requests: "
+                       "(end of generation - first body byte) / (completion tokens - 1)."),
+        )
+
+    def all(self) -> list[Metric]:
+        return [self.requests, self.drafts, self.draft_tokens, self.accepted_tokens,
+                self.acceptance_rate, self.acceptance_length, self.ttft, self.tpot]
+
+    def add(self, model: str, bucket: str, series: _Series) -> None:
+        labels = [model, bucket]
+        self.requests.add_metric([*labels, "true"], series.attributed)
+        self.requests.add_metric([*labels, "false"], series.unattributed)
+        self.drafts.add_metric(labels, series.drafts)
+        self.draft_tokens.add_metric(labels, series.draft_tokens)
+        self.accepted_tokens.add_metric(labels, series.accepted_tokens)
+        histograms = ((self.acceptance_rate, series.acceptance_rate),
+                      (self.acceptance_length, series.acceptance_length),
+                      (self.ttft, series.ttft), (self.tpot, series.tpot))
+        for family, histogram in histograms:
+            if histogram is not None:
+                family.add_metric(labels, histogram.buckets(), histogram.total)

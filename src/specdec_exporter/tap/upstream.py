@@ -1,0 +1,165 @@
+"""Keep-alive connections to vLLM: one asyncio Protocol per connection, a LIFO pool of idle ones."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
+
+IDLE_EXPIRY = 4.0
+"""Seconds an idle connection is reused: under uvicorn's 5 s keep-alive, which vLLM keeps."""
+MAX_IDLE = 256
+
+
+class ResponseSink(Protocol):
+    """What an upstream connection feeds: the exchange that owns it for one request."""
+
+    def feed_response(self, data: bytes) -> None: ...
+
+    def upstream_lost(self) -> None: ...
+
+    def upstream_paused(self, paused: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where vLLM listens, from ``--vllm-url``."""
+
+    host: str
+    port: int
+    tls: bool
+    path_prefix: bytes
+
+    @property
+    def authority(self) -> bytes:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}".encode()
+
+    @classmethod
+    def from_url(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        tls = parts.scheme == "https"
+        return cls(host=parts.hostname or "127.0.0.1", port=parts.port or (443 if tls else 80),
+                   tls=tls, path_prefix=parts.path.rstrip("/").encode())
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One connection to vLLM; hands every byte it reads to the exchange using it."""
+
+    def __init__(self, release: Callable[[UpstreamConnection], None]) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.sink: ResponseSink | None = None
+        self.reused = False
+        self.closed = False
+        self.idle_since = time.monotonic()
+        self._release = release
+        self.reading_paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is None:  # bytes while idle: the connection is out of step, drop it
+            self.close()
+            return
+        sink.feed_response(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        sink, self.sink = self.sink, None
+        if sink is not None:
+            sink.upstream_lost()
+
+    def pause_writing(self) -> None:
+        if self.sink is not None:
+            self.sink.upstream_paused(True)
+
+    def resume_writing(self) -> None:
+        if self.sink is not None:
+            self.sink.upstream_paused(False)
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def pause_reading(self, paused: bool) -> None:
+        if self.transport is None or self.closed or paused == self.reading_paused:
+            return
+        self.reading_paused = paused
+        if paused:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def done(self, reusable: bool) -> None:
+        """The exchange is over: back to the pool if the connection can carry another request."""
+        self.sink = None
+        self.pause_reading(False)
+        if reusable and not self.closed:
+            self._release(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once: vLLM sees the client go and aborts the request."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections, newest first; new ones opened on demand."""
+
+    def __init__(self, origin: Origin, connect_timeout: float) -> None:
+        self.origin = origin
+        self.connect_timeout = connect_timeout
+        self._idle: list[UpstreamConnection] = []
+        self._ssl = ssl.create_default_context() if origin.tls else None
+
+    def take_idle(self) -> UpstreamConnection | None:
+        now = time.monotonic()
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed and now - connection.idle_since < IDLE_EXPIRY:
+                connection.reused = True
+                return connection
+            connection.close()
+        return None
+
+    async def connect(self) -> UpstreamConnection:
+        loop = asyncio.get_running_loop()
+        _, connection = await asyncio.wait_for(
+            loop.create_connection(lambda: UpstreamConnection(self.release), self.origin.host,
+                                   self.origin.port, ssl=self._ssl),
+            self.connect_timeout,
+        )
+        return connection
+
+    def release(self, connection: UpstreamConnection) -> None:
+        if len(self._idle) >= MAX_IDLE:
+            connection.close()
+            return
+        connection.idle_since = time.monotonic()
+        self._idle.append(connection)
+
+    def close_all(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    @property
+    def idle_count(self) -> int:
+        return len(self._idle)
