@@ -16,11 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from variants import capture, with_engines  # noqa: E402
-
-from specdec_exporter.exposition import parse  # noqa: E402
-from specdec_exporter.report import build_report, snapshot_totals  # noqa: E402
-from specdec_exporter.timeline import Timeline  # noqa: E402
+from specdec_exporter.exposition import parse
+from specdec_exporter.report import build_report, snapshot_totals
+from specdec_exporter.timeline import Timeline
+from variants import capture, with_engines
 
 
 def ours(text: str) -> None:

@@ -18,8 +18,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fakevllm import fake_vllm  # noqa: E402
-from variants import capture, with_engines  # noqa: E402
+from fakevllm import fake_vllm
+from variants import capture, with_engines
 
 
 def rss_mib(pid: int) -> float:

@@ -12,10 +12,10 @@ from scrape_spy import ScrapeSpy
 from sidecar_process import address_of, sidecar
 from specdec_exporter.load.mix import parse_mix
 from specdec_exporter.load.runner import LoadConfig, run_load
-from specdec_exporter.serve import run_event_loop
 from specdec_exporter.sim.server import running_simulator
 from specdec_exporter.sim.settings import SimConfig, SpeculativeConfig
 from specdec_exporter.tap_counters import bucket_deltas, bucket_table, parse_bucket_counters
+from specdec_exporter.term import run_event_loop
 from test_cli import wait_for
 
 EXPOSITION = """\

@@ -16,9 +16,9 @@ from specdec_exporter.config import Settings, load_settings
 from specdec_exporter.exposition import SeriesKey, Snapshot
 from specdec_exporter.report import Entry, build_report, overall_verdict, snapshot_totals
 from specdec_exporter.scraper import ScrapeError, Scraper
-from specdec_exporter.serve import add_setting_flags, run_event_loop, setting_overrides
+from specdec_exporter.serve import add_setting_flags, setting_overrides
 from specdec_exporter.tap_counters import TapReader, bucket_deltas, bucket_table
-from specdec_exporter.term import render_table
+from specdec_exporter.term import render_table, run_event_loop
 from specdec_exporter.timeline import Timeline
 
 EXIT_UNREACHABLE = 3

@@ -22,8 +22,7 @@ import httpx
 
 from specdec_exporter.load.mix import parse_mix
 from specdec_exporter.load.runner import LoadConfig, Progress, run_load
-from specdec_exporter.serve import run_event_loop
-from specdec_exporter.term import render_table
+from specdec_exporter.term import render_table, run_event_loop
 
 DEMO_MIX = "0:0.5,0.4:0.3,0.8:0.2"
 GOOD_DRAFTER = 0.97

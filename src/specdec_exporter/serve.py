@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -22,7 +22,7 @@ from specdec_exporter.config import Settings, load_settings
 from specdec_exporter.logs import configure_logging
 from specdec_exporter.poller import Poller
 from specdec_exporter.scraper import Scraper
-from specdec_exporter.term import Cell
+from specdec_exporter.term import Cell, run_event_loop
 
 log = logging.getLogger("specdec_exporter")
 
@@ -66,16 +66,6 @@ def main(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level)
     run_event_loop(serve(settings))
     return 0
-
-
-def run_event_loop(coroutine: Coroutine[Any, Any, None]) -> None:
-    """Run on uvloop where it is installed, else on asyncio's default loop."""
-    try:
-        import uvloop  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        asyncio.run(coroutine)
-    else:
-        uvloop.run(coroutine)
 
 
 async def serve(settings: Settings,

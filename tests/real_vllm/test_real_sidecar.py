@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from scrape_spy import ScrapeSpy
 from real_vllm.traffic import (
     MODEL,
     NUM_SPEC_TOKENS,
@@ -30,6 +29,7 @@ from real_vllm.traffic import (
     samples,
     temperature_requests,
 )
+from scrape_spy import ScrapeSpy
 
 pytestmark = pytest.mark.real_vllm
 

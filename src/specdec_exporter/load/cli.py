@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TextIO
 
 from specdec_exporter.config import ConfigError
 from specdec_exporter.load.mix import MixEntry, MixError, parse_mix
@@ -24,12 +23,10 @@ from specdec_exporter.load.runner import (
     Progress,
     run_load,
 )
-from specdec_exporter.term import progress_bar
+from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 API_KEY_ENV = "OPENAI_API_KEY"
-REFRESH_SECONDS = 0.2
 EXIT_OK, EXIT_ALL_FAILED = 0, 1
-T = TypeVar("T")
 DEFAULT_REQUESTS = 100
 
 
@@ -147,8 +144,8 @@ def build_config(args: argparse.Namespace) -> LoadConfig:
     )
 
 
-class ProgressLine:
-    """The progress bar on one terminal line, redrawn at most every ``REFRESH_SECONDS``."""
+class ProgressLine(LiveLine):
+    """The progress bar of a load run on one terminal line."""
 
     def __init__(
         self,
@@ -156,27 +153,17 @@ class ProgressLine:
         config: LoadConfig,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._stream = stream
+        super().__init__(stream, clock)
         self._config = config
-        self._clock = clock
-        self._started = clock()
         self._latest = Progress(0, 0, 0.0)
-        self._drawn_at: float | None = None
 
     def record(self, progress: Progress) -> None:
         """The runner's callback: keep the counts, redraw if the last draw is old enough."""
         self._latest = progress
         self.draw()
 
-    def draw(self) -> None:
-        now = self._clock()
-        if self._drawn_at is not None and now - self._drawn_at < REFRESH_SECONDS:
-            return
-        self._drawn_at = now
-        self._stream.write("\r" + self.text(now - self._started) + "\x1b[K")
-        self._stream.flush()
-
-    def text(self, elapsed: float) -> str:
+    def text(self, elapsed: float | None = None) -> str:
+        elapsed = self._clock() - self._started if elapsed is None else elapsed
         done, errors = self._latest.done, self._latest.errors
         rate = f"{done / elapsed:.1f} req/s" if elapsed > 0 else "- req/s"
         if self._config.duration is not None:
@@ -185,42 +172,18 @@ class ProgressLine:
                                 suffix=f"seconds  requests {done}  errors {errors}  {rate}")
         return progress_bar(done, self._config.requests or 0, suffix=f"errors {errors}  {rate}")
 
-    def close(self) -> None:
-        if self._drawn_at is not None:
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
-
 
 async def run_with_progress(config: LoadConfig, line: ProgressLine | None) -> LoadResult:
     """Run the load; with a progress line, redraw it on a timer too (slow requests, duration)."""
-    if line is None:
-        return await run_load(config)
-    task = asyncio.create_task(run_load(config, line.record))
-    try:
-        while not task.done():
-            await asyncio.wait({task}, timeout=REFRESH_SECONDS)
-            line.draw()
-        return task.result()
-    finally:
-        task.cancel()
-        line.close()
-
-
-def run_coroutine(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop where installed: ~15-25% less CPU per streamed chunk than asyncio
-    (benchmarks/load_throughput.py); plain asyncio elsewhere (Windows)."""
-    try:
-        import uvloop  # noqa: PLC0415 (optional: not installed on Windows)
-    except ImportError:
-        return asyncio.run(coroutine)
-    return uvloop.run(coroutine)
+    return await drive(lambda on_progress: run_load(config, on_progress), line,
+                       line.record if line else None)
 
 
 def main(args: argparse.Namespace) -> int:
     config = build_config(args)
     line = None if args.quiet or not sys.stderr.isatty() else ProgressLine(sys.stderr, config)
     try:
-        result = run_coroutine(run_with_progress(config, line))
+        result = run_event_loop(run_with_progress(config, line))
     except ModelLookupError as exc:
         print(f"specdec-exporter load: {exc}", file=sys.stderr)
         return EXIT_ALL_FAILED

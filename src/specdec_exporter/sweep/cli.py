@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specdec_exporter.config import ConfigError
-from specdec_exporter.load.cli import API_KEY_ENV, read_prompts, run_coroutine
+from specdec_exporter.load.cli import API_KEY_ENV, read_prompts
 from specdec_exporter.load.mix import temperature_label
 from specdec_exporter.load.runner import ModelLookupError
 from specdec_exporter.sweep.config import (
@@ -26,10 +25,9 @@ from specdec_exporter.sweep.config import (
 )
 from specdec_exporter.sweep.report import render_sweep, sweep_csv, sweep_json
 from specdec_exporter.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
-from specdec_exporter.term import progress_bar
+from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 EXIT_OK, EXIT_FAILED = 0, 1
-REFRESH_SECONDS = 0.2
 PROG = "specdec-exporter sweep"
 
 
@@ -101,28 +99,18 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
     )
 
 
-class SweepProgressLine:
-    """The progress bar over the whole sweep, redrawn at most every ``REFRESH_SECONDS``."""
+class SweepProgressLine(LiveLine):
+    """The progress bar over the whole sweep on one terminal line."""
 
     def __init__(self, stream: TextIO, config: SweepConfig,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._stream = stream
+        super().__init__(stream, clock)
         self._config = config
-        self._clock = clock
         self._latest = SweepProgress(0, temperature_label(config.temperatures[0]), 0, 0)
-        self._drawn_at: float | None = None
 
     def record(self, progress: SweepProgress) -> None:
         self._latest = progress
         self.draw(force=progress.settling)
-
-    def draw(self, force: bool = False) -> None:
-        now = self._clock()
-        if not force and self._drawn_at is not None and now - self._drawn_at < REFRESH_SECONDS:
-            return
-        self._drawn_at = now
-        self._stream.write("\r" + self.text() + "\x1b[K")
-        self._stream.flush()
 
     def text(self) -> str:
         latest = self._latest
@@ -131,25 +119,11 @@ class SweepProgressLine:
         suffix = f"T={latest.label} ({latest.phase + 1}/{phases})  {state}"
         return progress_bar(latest.done, self._config.total_requests, suffix=suffix)
 
-    def close(self) -> None:
-        if self._drawn_at is not None:
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
-
 
 async def sweep_with_progress(config: SweepConfig, line: SweepProgressLine | None) -> SweepResult:
     """Run the sweep; with a progress line, also redraw it on a timer (slow requests)."""
-    if line is None:
-        return await run_sweep(config)
-    task = asyncio.create_task(run_sweep(config, line.record))
-    try:
-        while not task.done():
-            await asyncio.wait({task}, timeout=REFRESH_SECONDS)
-            line.draw()
-        return task.result()
-    finally:
-        task.cancel()
-        line.close()
+    return await drive(lambda on_progress: run_sweep(config, on_progress), line,
+                       line.record if line else None)
 
 
 def render(result: SweepResult, config: SweepConfig, args: argparse.Namespace) -> str:
@@ -165,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
     show_progress = not args.quiet and sys.stderr.isatty()
     line = SweepProgressLine(sys.stderr, config) if show_progress else None
     try:
-        result = run_coroutine(sweep_with_progress(config, line))
+        result = run_event_loop(sweep_with_progress(config, line))
     except (ModelLookupError, SweepError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_FAILED
