@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import httpx
 
@@ -86,3 +87,36 @@ def test_served_models_bucket_series_exist_before_any_request() -> None:
         expected = ('specdec_requests_total{attributed="true",model_name="'
                     f'{config.served_model_name}",temperature_bucket="1.0+"}} 0.0')
         wait_for(sidecar_url + "/metrics", expected)
+
+
+def coverage_of(metrics: str, model: str) -> float | None:
+    prefix = f'specdec_request_coverage_ratio{{model_name="{model}"}} '
+    line = next((line for line in metrics.splitlines() if line.startswith(prefix)), None)
+    return None if line is None else float(line.split()[-1])
+
+
+def test_coverage_equals_the_share_of_draft_tokens_sent_through_the_tap() -> None:
+    config = SimConfig(seed=6, per_request_spec_decode_metrics="summary", speed=5.0,
+                       speculative=SpeculativeConfig(method="draft_model",
+                                                     num_speculative_tokens=4))
+    with running_simulator(config) as simulator, sidecar(
+            simulator.url, "--proxy-listen", "127.0.0.1:0", "--window", "600") as (
+            sidecar_url, records):
+        wait_for(sidecar_url + "/metrics", "specdec_up 1.0")  # the window's first poll is done
+        tap = "http://" + address_of(records, "tap")
+        through_tap = 0
+        for url, requests in ((tap, 30), (simulator.url, 10)):  # a quarter goes around the tap
+            result = run_event_loop(run_load(LoadConfig(url=url, requests=requests, concurrency=5,
+                                                        max_tokens=32, stream_share=0.5, seed=9)))
+            if url == tap:
+                through_tap = sum(r.spec.num_draft_tokens for r in result.results if r.spec)
+        truth = httpx.get(simulator.url + "/sim/ground-truth").json()
+        share = through_tap / truth["total"]["draft_tokens"]
+        deadline_text = ""
+        for _ in range(200):  # the next polls fold the traffic in
+            deadline_text = httpx.get(sidecar_url + "/metrics").text
+            if coverage_of(deadline_text, config.served_model_name) == share:
+                break
+            time.sleep(0.1)
+    assert 0.5 < share < 0.95
+    assert coverage_of(deadline_text, config.served_model_name) == share
