@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -74,3 +75,38 @@ def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
     assert "load: " in stdout and " 0 errors" in stdout.splitlines()[-1]
     assert sidecar_pids, "the demo should run the sidecar as a child process"
     assert not [pid for pid in sidecar_pids if os.path.exists(f"/proc/{pid}")]
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def test_ctrl_c_stops_everything() -> None:
+    """SIGINT to the whole process group, as a terminal sends it."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdec_exporter.cli", "demo", "--duration", "120",
+         "--refresh", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # the first live table means everything is running
+            if line.startswith("vllm-specdec-exporter demo"):
+                break
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    assert group_members(process.pid) == []

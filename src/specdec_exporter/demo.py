@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -52,9 +53,7 @@ def main(args: argparse.Namespace) -> int:
             vllm_url = stack.enter_context(_simulator(args.seed))
         sidecar = stack.enter_context(_sidecar(vllm_url, tap=not args.no_tap))
         _print_urls(vllm_url, sidecar, simulated)
-        try:
-            run_event_loop(_run(args, vllm_url, sidecar, simulated))
-        except KeyboardInterrupt:
+        if run_event_loop(_run(args, vllm_url, sidecar, simulated)):
             print("\ninterrupted; stopping the sidecar and the simulator", file=sys.stderr)
             return 130
     return 0
@@ -134,7 +133,12 @@ def _print_urls(vllm_url: str, sidecar: Sidecar, simulated: bool) -> None:
 
 
 async def _run(args: argparse.Namespace, vllm_url: str, sidecar: Sidecar,
-               simulated: bool) -> None:
+               simulated: bool) -> bool:
+    """Load and live table until the duration ends (False) or SIGINT/SIGTERM (True)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(number, stop.set)
     target = sidecar.tap_url or vllm_url
     config = LoadConfig(url=target, concurrency=args.concurrency, requests=None,
                         duration=args.duration, mix=parse_mix(DEMO_MIX), stream_share=0.5,
@@ -142,9 +146,10 @@ async def _run(args: argparse.Namespace, vllm_url: str, sidecar: Sidecar,
     progress: list[Progress] = []
     started = time.monotonic()
     load = asyncio.create_task(run_load(config, progress.append))
+    stopping = asyncio.create_task(stop.wait())
     async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
         degraded_at: float | None = None
-        while not load.done():
+        while not load.done() and not stop.is_set():
             elapsed = time.monotonic() - started
             if simulated and degraded_at is None and elapsed >= args.duration / 2:
                 await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
@@ -153,8 +158,13 @@ async def _run(args: argparse.Namespace, vllm_url: str, sidecar: Sidecar,
             _show(render_screen(report, elapsed=elapsed, duration=args.duration,
                                 degraded_at=degraded_at,
                                 progress=progress[-1] if progress else None, simulated=simulated))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(load), timeout=args.refresh)
+            await asyncio.wait({load, stopping}, timeout=args.refresh,
+                               return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+            return True
+        stopping.cancel()
         result = load.result()
         await asyncio.sleep(1.5)  # one more sidecar poll, so the final table includes the tail
         report = await _fetch_report(client, sidecar.url)
@@ -163,6 +173,7 @@ async def _run(args: argparse.Namespace, vllm_url: str, sidecar: Sidecar,
                         simulated=simulated), clear=False)
     print(f"\nload: {len(result.results)} requests, "
           f"{sum(1 for r in result.results if r.error)} errors")
+    return False
 
 
 async def _fetch_report(client: httpx.AsyncClient, sidecar_url: str) -> dict[str, Any]:
