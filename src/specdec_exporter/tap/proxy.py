@@ -16,6 +16,7 @@ import httptools
 
 from specdec_exporter.buckets import read_generation_config_temperature
 from specdec_exporter.config import ConfigError, Settings
+from specdec_exporter.logs import RateLimiter
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.exchange import MAX_HEAD_BYTES, Exchange
 from specdec_exporter.tap.http1 import Headers
@@ -48,7 +49,7 @@ class Tap:
         self.exchanges: set[Exchange] = set()
         self._known_models = known_models
         self._models_seen: frozenset[str] | None = None
-        self._last_logged: dict[str, float] = {}
+        self._log_limiter = RateLimiter(ERROR_LOG_INTERVAL)
 
     def model_label(self, model: str | None) -> str:
         """Map a requested model to a served name or ``other``; pre-create served models' series."""
@@ -70,10 +71,9 @@ class Tap:
 
     def warn(self, key: str, message: str) -> None:
         """Log a warning at most once a minute per kind (never with request data)."""
-        now = time.monotonic()
-        if now - self._last_logged.get(key, -ERROR_LOG_INTERVAL) >= ERROR_LOG_INTERVAL:
-            self._last_logged[key] = now
-            log.warning("tap: %s", message)
+        emit, suppressed = self._log_limiter.allow(key)
+        if emit:
+            log.warning("tap: %s", message, extra={"suppressed_since_last": suppressed})
 
     def sweep(self) -> None:
         """Time out stalled exchanges and idle client connections."""
