@@ -118,3 +118,14 @@ def test_run_serves_survives_an_outage_and_recovers() -> None:
     failures = [r for r in records if r.get("msg") == "vLLM scrape failed"]
     assert {r["reason"] for r in failures} >= {"parse", "http_status"}
     assert any(r.get("msg") == "vLLM scrape recovered" for r in records)
+
+
+def test_check_on_a_legacy_v0_server_uses_its_own_gauge() -> None:
+    v0 = FIXTURES / "vllm-0.7.3"
+    with vllm_serving((v0 / "v0_spec_ngram_k4.t3.prom").read_text(),
+                      (v0 / "v0_spec_ngram_k4.t6.prom").read_text()) as vllm:
+        result = run_check(vllm)
+    assert result.returncode == 1, result.stderr  # V0's own since-start rate 0.564: borderline
+    assert "legacy V0: see its own gauges" in result.stdout
+    assert "acceptance rate since start 0.5641444277391467" in result.stdout
+    assert "not drafting" not in result.stdout

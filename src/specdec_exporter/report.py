@@ -4,7 +4,7 @@ collector show). Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from specdec_exporter.acceptance import (
@@ -19,6 +19,7 @@ from specdec_exporter.exposition import SeriesKey, Snapshot
 from specdec_exporter.timeline import Window
 
 ALL_ENGINES = "all"
+LEGACY_V0 = "legacy V0: see its own gauges"
 
 
 def snapshot_totals(snapshot: Snapshot) -> dict[SeriesKey, Totals]:
@@ -116,12 +117,15 @@ def _model_entries(
 
     rows = [make(engine, per_engine[engine]) for engine in sorted(per_engine, key=_engine_order)]
     rows.append(make(ALL_ENGINES, sum_totals(per_engine.values())))
+    if model in snapshot.legacy_v0:  # V0's counters are not true counts: no window verdict
+        rows = [replace(row, verdict=LEGACY_V0) for row in rows]
     return rows
 
 
 def overall_verdict(entries: list[Entry]) -> Verdict:
     """The worst verdict among the per-model aggregates."""
-    aggregates = [Verdict(e.verdict) for e in entries if e.engine == ALL_ENGINES]
+    aggregates = [Verdict(e.verdict) for e in entries
+                  if e.engine == ALL_ENGINES and e.verdict != LEGACY_V0]
     if not aggregates:
         return Verdict.NOT_ENABLED
     return max(aggregates, key=lambda v: (v.exit_code, v != Verdict.NOT_DRAFTING))
