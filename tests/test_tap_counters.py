@@ -104,19 +104,25 @@ def test_coverage_equals_the_share_of_draft_tokens_sent_through_the_tap() -> Non
             sidecar_url, records):
         wait_for(sidecar_url + "/metrics", "specdec_up 1.0")  # the window's first poll is done
         tap = "http://" + address_of(records, "tap")
-        through_tap = 0
-        for url, requests in ((tap, 30), (simulator.url, 10)):  # a quarter goes around the tap
+        def settled_coverage(expected: float) -> float | None:
+            text = ""
+            for _ in range(200):  # the next polls fold the traffic in
+                text = httpx.get(sidecar_url + "/metrics").text
+                if coverage_of(text, config.served_model_name) == expected:
+                    break
+                time.sleep(0.1)
+            return coverage_of(text, config.served_model_name)
+
+        def send(url: str, requests: int) -> int:
             result = run_event_loop(run_load(LoadConfig(url=url, requests=requests, concurrency=5,
                                                         max_tokens=32, stream_share=0.5, seed=9)))
-            if url == tap:
-                through_tap = sum(r.spec.num_draft_tokens for r in result.results if r.spec)
+            return sum(r.spec.num_draft_tokens for r in result.results if r.spec)
+
+        through_tap = send(tap, 30)
+        assert settled_coverage(1.0) == 1.0  # all traffic through the tap
+        send(simulator.url, 10)  # a quarter of the requests go around the tap
         truth = httpx.get(simulator.url + "/sim/ground-truth").json()
         share = through_tap / truth["total"]["draft_tokens"]
-        deadline_text = ""
-        for _ in range(200):  # the next polls fold the traffic in
-            deadline_text = httpx.get(sidecar_url + "/metrics").text
-            if coverage_of(deadline_text, config.served_model_name) == share:
-                break
-            time.sleep(0.1)
+        measured = settled_coverage(share)
     assert 0.5 < share < 0.95
-    assert coverage_of(deadline_text, config.served_model_name) == share
+    assert measured == share
