@@ -73,6 +73,7 @@ class Poller:
         self._tap_timeline: Timeline[str] = Timeline(window)
         self._limiter = RateLimiter(log_interval)
         self.first_poll_done = asyncio.Event()
+        self._failed_in_a_row = 0
 
     async def run(self) -> None:
         """Poll at a fixed rate until cancelled; a slow poll delays the next, never overlaps."""
@@ -100,8 +101,9 @@ class Poller:
         now = self._clock()
         state = self.state
         if not state.up and state.attempts:
-            log.info("vLLM scrape recovered", extra={"url_ok": True})
+            log.info("vLLM scrape recovered", extra={"failed_polls": self._failed_in_a_row})
             self._limiter.reset("scrape")
+        self._failed_in_a_row = 0
         state.up, state.scrape_duration, state.snapshot = True, duration, snapshot
         state.models_seen = state.models_seen | snapshot.models
         totals = snapshot_totals(snapshot)
@@ -132,6 +134,7 @@ class Poller:
         state = self.state
         state.up, state.snapshot, state.report, state.coverage = False, None, [], {}
         state.failures[failure.reason] += 1
+        self._failed_in_a_row += 1
         emit, suppressed = self._limiter.allow("scrape")
         if emit:
             log.warning(
