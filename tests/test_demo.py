@@ -40,18 +40,21 @@ def test_screen_before_any_data() -> None:
     assert "vLLM DOWN" in screen and "drafter: real vLLM" in screen
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
+def process_stats() -> dict[int, list[str]]:
+    """Every live process' /proc stat fields after the command name: state, ppid, pgrp, ..."""
+    found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
+                    found[int(entry)] = stat.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
     return found
+
+
+def children_of(pid: int) -> list[int]:
+    return [child for child, fields in process_stats().items() if int(fields[1]) == pid]
 
 
 def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
@@ -78,17 +81,8 @@ def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
 
 
 def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
+    return [member for member, fields in process_stats().items()
+            if int(fields[2]) == pgid and fields[0] != "Z"]
 
 
 def test_ctrl_c_stops_everything() -> None:

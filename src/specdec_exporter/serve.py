@@ -15,7 +15,7 @@ import uvicorn
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from specdec_exporter.acceptance import draft_cost_ratio_for, ratio
+from specdec_exporter.acceptance import draft_cost_ratio_for
 from specdec_exporter.app import LandingRows, create_app
 from specdec_exporter.collector import SpecDecodeCollector
 from specdec_exporter.config import Settings, load_settings
@@ -189,8 +189,7 @@ class _TapParts:
                    "mean acceptance length")
         rows = [
             (row.model_name, row.temperature_bucket, row.requests, row.attributed,
-             ratio(row.accepted_tokens, row.draft_tokens),
-             None if row.drafts <= 0 else 1.0 + row.accepted_tokens / row.drafts)
+             row.acceptance_rate, row.mean_acceptance_length)
             for row in self.stats.bucket_summary()
         ]
         return headers, rows
