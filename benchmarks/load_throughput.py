@@ -19,11 +19,11 @@ import sys
 import time
 from typing import Any
 
-from specdec_exporter.load.mix import parse_mix
-from specdec_exporter.load.parse import StreamTally
-from specdec_exporter.load.results import LoadResult
-from specdec_exporter.load.runner import LoadConfig, run_load
-from specdec_exporter.load.sse import SseDecoder
+from specdec_exporter.devtools.load.mix import parse_mix
+from specdec_exporter.devtools.load.parse import StreamTally
+from specdec_exporter.devtools.load.results import LoadResult
+from specdec_exporter.devtools.load.runner import LoadConfig, run_load
+from specdec_exporter.devtools.load.sse import SseDecoder
 
 CONTENT_CHUNK = (
     b'{"id":"chatcmpl-bench0000000000","object":"chat.completion.chunk","created":1795323868,'

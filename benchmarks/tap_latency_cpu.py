@@ -52,8 +52,8 @@ class Scenario:
 
 
 def serve_tap(port: int, upstream_port: int) -> None:
-    from specdec_exporter.buckets import TemperatureBuckets  # noqa: PLC0415
-    from specdec_exporter.config import Settings  # noqa: PLC0415
+    from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
+    from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
     from specdec_exporter.tap.proxy import run_tap  # noqa: PLC0415
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 

@@ -13,16 +13,17 @@ from collections.abc import Sequence
 from typing import Protocol, cast
 
 from specdec_exporter import __version__
-from specdec_exporter.config import ConfigError
+from specdec_exporter.sidecar.config import ConfigError
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("specdec_exporter.serve", "run the sidecar: poll vLLM, serve /metrics (and the tap)"),
-    "check": ("specdec_exporter.check", "one-shot verdict on a vLLM server's speculative decoding"),
-    "simulate": ("specdec_exporter.sim.cli", "serve a simulated vLLM with speculative decoding"),
-    "load": ("specdec_exporter.load.cli", "load generator for an OpenAI-compatible endpoint"),
-    "demo": ("specdec_exporter.demo", "simulator + sidecar + load, with a live table"),
-    "sweep": ("specdec_exporter.sweep", "acceptance per temperature: the sweep experiment"),
+COMMANDS: dict[str, str] = {
+    "run": "run the sidecar: poll vLLM, serve /metrics (and the tap)",
+    "check": "one-shot verdict on a vLLM server's speculative decoding",
+    "simulate": "serve a simulated vLLM with speculative decoding",
+    "load": "load generator for an OpenAI-compatible endpoint",
+    "demo": "simulator + sidecar + load, with a live table",
+    "sweep": "acceptance per temperature: the sweep experiment",
 }
+"""Each command is the module ``specdec_exporter.commands.<name>``."""
 
 EXIT_USAGE = 2
 
@@ -41,12 +42,12 @@ def _top_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
-                        help="; ".join(f"{name}: {text}" for name, (_, text) in COMMANDS.items()))
+                        help="; ".join(f"{name}: {text}" for name, text in COMMANDS.items()))
     return parser
 
 
 def load_command(name: str) -> CommandModule:
-    return cast(CommandModule, importlib.import_module(COMMANDS[name][0]))
+    return cast(CommandModule, importlib.import_module(f"specdec_exporter.commands.{name}"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _top_parser().parse_args([name])  # prints the usage error and exits 2
     module = load_command(name)
     parser = argparse.ArgumentParser(prog=f"specdec-exporter {name}",
-                                     description=COMMANDS[name][1])
+                                     description=COMMANDS[name])
     module.configure(parser)
     args = parser.parse_args(rest)
     try:

@@ -39,10 +39,10 @@ from test_alert_chain import (
 )
 
 from sidecar_process import address_of, sidecar
-from specdec_exporter.load.mix import parse_mix
-from specdec_exporter.load.runner import LoadConfig, run_load
-from specdec_exporter.sim.server import running_simulator
-from specdec_exporter.sim.settings import SimConfig, SpeculativeConfig
+from specdec_exporter.devtools.load.mix import parse_mix
+from specdec_exporter.devtools.load.runner import LoadConfig, run_load
+from specdec_exporter.devtools.sim.server import running_simulator
+from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
 
 pytestmark = pytest.mark.e2e
 

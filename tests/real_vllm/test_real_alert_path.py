@@ -37,8 +37,8 @@ from test_alert_chain import (  # noqa: E402
 )
 
 from sidecar_process import address_of, sidecar  # noqa: E402
-from specdec_exporter.load.mix import parse_mix  # noqa: E402
-from specdec_exporter.load.runner import LoadConfig, run_load  # noqa: E402
+from specdec_exporter.devtools.load.mix import parse_mix  # noqa: E402
+from specdec_exporter.devtools.load.runner import LoadConfig, run_load  # noqa: E402
 
 pytestmark = pytest.mark.real_vllm
 TIMEOUT = 180.0

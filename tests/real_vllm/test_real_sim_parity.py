@@ -25,9 +25,9 @@ from real_vllm.shapes import (
     stream_shape,
 )
 from real_vllm.traffic import MODEL, stream_raw
-from specdec_exporter.sim import cli as sim_cli
-from specdec_exporter.sim.server import RunningSimulator, running_simulator
-from specdec_exporter.sim.settings import SimConfig
+from specdec_exporter.commands import simulate as sim_cli
+from specdec_exporter.devtools.sim.server import RunningSimulator, running_simulator
+from specdec_exporter.devtools.sim.settings import SimConfig
 
 pytestmark = pytest.mark.real_vllm
 

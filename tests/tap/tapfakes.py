@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdec_exporter.buckets import TemperatureBuckets
-from specdec_exporter.config import Settings
+from specdec_exporter.core.buckets import TemperatureBuckets
+from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.tap.proxy import run_tap
 from specdec_exporter.tap.stats import RequestStats
 

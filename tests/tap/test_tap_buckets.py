@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_exporter.buckets import (
+from specdec_exporter.core.buckets import (
     TemperatureBuckets,
     bucket_labels,
     effective_temperature,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from tapfakes import MODEL, json_reply, post_request, raw_exchange, running_tap
 
-from specdec_exporter.buckets import TemperatureBuckets
-from specdec_exporter.config import ConfigError, Settings
+from specdec_exporter.core.buckets import TemperatureBuckets
+from specdec_exporter.sidecar.config import ConfigError, Settings
 from specdec_exporter.tap.proxy import run_tap
 from specdec_exporter.tap.stats import RequestStats
 from specdec_exporter.tap.upstream import Origin

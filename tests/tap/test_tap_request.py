@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specdec_exporter.buckets import TemperatureBuckets
+from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.request import model_label, plan_request, uninspected_plan
 
 BUCKETS = TemperatureBuckets()

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from tapfakes import running_tap
 
-from specdec_exporter.buckets import TemperatureBuckets
+from specdec_exporter.core.buckets import TemperatureBuckets
 
-sim_server = pytest.importorskip("specdec_exporter.sim.server")
-sim_settings = pytest.importorskip("specdec_exporter.sim.settings")
+sim_server = pytest.importorskip("specdec_exporter.devtools.sim.server")
+sim_settings = pytest.importorskip("specdec_exporter.devtools.sim.settings")
 
 pytestmark = pytest.mark.anyio
 DEFAULT_TEMPERATURE = 0.6

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specdec_exporter.buckets import TemperatureBuckets
+from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.spec import SpecDecodeSummary, parse_speculative_decoding
 from specdec_exporter.tap.stats import (
     ACCEPTANCE_RATE_BOUNDS,

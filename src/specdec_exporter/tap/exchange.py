@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import httptools
 
-from specdec_exporter.buckets import UNKNOWN_LABEL
+from specdec_exporter.core.buckets import UNKNOWN_LABEL
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.http1 import Framing, Headers
 from specdec_exporter.tap.request import RequestPlan, plan_request, uninspected_plan

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import httptools
 
-from specdec_exporter.buckets import read_generation_config_temperature
-from specdec_exporter.config import ConfigError, Settings
+from specdec_exporter.core.buckets import read_generation_config_temperature
 from specdec_exporter.logs import RateLimiter
+from specdec_exporter.sidecar.config import ConfigError, Settings
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.exchange import MAX_HEAD_BYTES, Exchange
 from specdec_exporter.tap.http1 import Headers

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from specdec_exporter.buckets import (
+from specdec_exporter.core.buckets import (
     INVALID_LABEL,
     UNKNOWN_LABEL,
     TemperatureBuckets,

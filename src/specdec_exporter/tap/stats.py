@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from specdec_exporter.buckets import TemperatureBuckets
+from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.spec import SpecDecodeSummary
 
 ACCEPTANCE_RATE_BOUNDS = tuple(round(0.05 * step, 2) for step in range(1, 21))

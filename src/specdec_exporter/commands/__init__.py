@@ -1,0 +1,1 @@
+"""One module per CLI command: each exposes ``configure(parser)`` and ``main(args) -> int``."""

@@ -1,0 +1,154 @@
+"""The `check` command: two scrapes a window apart, then a verdict per model and engine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from specdec_exporter.commands.run import add_setting_flags, setting_overrides
+from specdec_exporter.core.acceptance import Verdict, draft_cost_ratio_for, verdict
+from specdec_exporter.core.exposition import SeriesKey, Snapshot
+from specdec_exporter.core.report import Entry, build_report, overall_verdict, snapshot_totals
+from specdec_exporter.core.timeline import Timeline
+from specdec_exporter.sidecar.config import Settings, load_settings
+from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
+from specdec_exporter.sidecar.tap_counters import TapReader, bucket_deltas, bucket_table
+from specdec_exporter.term import render_table, run_event_loop
+
+EXIT_UNREACHABLE = 3
+CHECK_FLAGS = {
+    "--vllm-url": "base URL of the vLLM server (default http://127.0.0.1:8000)",
+    "--draft-cost-ratio": "cost of one drafted token relative to a target step (c)",
+    "--speculative-method": "vLLM speculative method, picks the default draft cost ratio",
+    "--scrape-timeout": "timeout of one scrape, seconds (default 4)",
+}
+ADVICE = {
+    Verdict.HEALTHY: "acceptance above 0.65: speculation is a real win here",
+    Verdict.BORDERLINE: "acceptance 0.5-0.65: borderline; measure P99 latency under load",
+    Verdict.DISABLE: "acceptance below 0.5: speculation costs more than it saves; disable it "
+                     "or change the draft model",
+    Verdict.NOT_DRAFTING: "no drafts in the window: no traffic, or the drafter proposes nothing",
+    Verdict.NOT_ENABLED: "vLLM exposes no speculative-decoding metrics (no --speculative-config)",
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_setting_flags(parser, CHECK_FLAGS)
+    parser.add_argument("--window", type=float, default=10.0,
+                        help="seconds between the two scrapes (default 10)")
+    parser.add_argument("--sidecar-url", help="a sidecar running the request tap: adds "
+                        "acceptance per temperature bucket over the same window")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = load_settings(**setting_overrides(args, CHECK_FLAGS))
+    if args.window <= 0:
+        print("specdec-exporter check: --window must be positive", file=sys.stderr)
+        return 2
+    outcome: dict[str, Any] = {}
+    run_event_loop(_measure(settings, args.window, outcome, args.sidecar_url))
+    if "error" in outcome:
+        _print_unreachable(settings.vllm_url, outcome["error"], args.json)
+        return EXIT_UNREACHABLE
+    entries, snapshot, seconds = outcome["entries"], outcome["snapshot"], outcome["seconds"]
+    final = _legacy_verdict(snapshot) or overall_verdict(entries)
+    buckets = outcome.get("buckets")
+    if args.json:
+        result = _as_json(settings, entries, snapshot, seconds, final)
+        if buckets is not None:
+            result["buckets"] = [bucket.as_json() for bucket in buckets]
+        print(json.dumps(result, indent=2))
+    else:
+        print(_as_text(settings, entries, snapshot, seconds, final))
+        if buckets is not None:
+            print("\n" + bucket_table(buckets))
+    return final.exit_code
+
+
+async def _measure(settings: Settings, window: float, outcome: dict[str, Any],
+                   sidecar_url: str | None) -> None:
+    timeline: Timeline[SeriesKey] = Timeline(window)
+    async with httpx.AsyncClient(trust_env=False) as client:
+        scraper = Scraper(client, settings.vllm_url, timeout=settings.scrape_timeout,
+                          max_body_bytes=settings.max_body_bytes)
+        tap = TapReader(client, sidecar_url) if sidecar_url else None
+        try:
+            first = await scraper.scrape()
+            tap_before = await tap.read() if tap else {}
+            timeline.observe(time.monotonic(), snapshot_totals(first.snapshot))
+            await asyncio.sleep(window)
+            second = await scraper.scrape()
+            tap_after = await tap.read() if tap else {}
+        except ScrapeError as failure:
+            outcome["error"] = str(failure)
+            return
+        except httpx.HTTPError as exc:
+            outcome["error"] = f"sidecar at {sidecar_url}: {type(exc).__name__}: {exc}"
+            return
+    outcome["buckets"] = bucket_deltas(tap_before, tap_after) if tap else None
+    timeline.observe(time.monotonic(), snapshot_totals(second.snapshot))
+    measured = timeline.window()
+    cost = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
+    outcome.update(entries=build_report(second.snapshot, measured, cost),
+                   snapshot=second.snapshot, seconds=measured.seconds)
+
+
+def _legacy_verdict(snapshot: Snapshot) -> Verdict | None:
+    """V0 servers: only vLLM's own cumulative-since-start gauge is honest."""
+    rates = [g.acceptance_rate for g in snapshot.legacy_v0.values()
+             if g.acceptance_rate is not None]
+    if not snapshot.legacy_v0:
+        return None
+    return verdict(True, 1.0 if rates else 0.0, min(rates) if rates else None)
+
+
+def _as_json(settings: Settings, entries: list[Entry], snapshot: Snapshot, seconds: float,
+             final: Verdict) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "vllm_url": settings.vllm_url,
+        "window_seconds": round(seconds, 3),
+        "spec_decode_enabled": snapshot.spec_decode_enabled,
+        "verdict": final.value,
+        "exit_code": final.exit_code,
+        "entries": [e.as_json() for e in entries],
+    }
+    if snapshot.legacy_v0:
+        result["legacy_v0"] = {
+            model: {"draft_acceptance_rate_since_start": g.acceptance_rate,
+                    "system_efficiency_since_start": g.efficiency}
+            for model, g in snapshot.legacy_v0.items()
+        }
+    return result
+
+
+def _as_text(settings: Settings, entries: list[Entry], snapshot: Snapshot, seconds: float,
+             final: Verdict) -> str:
+    headers = ("model", "engine", "acceptance", "mean len", "per position", "draft share",
+               "drafts/s", "speedup*", "verdict")
+    rows = [
+        (e.model_name, e.engine, e.acceptance_rate, e.mean_acceptance_length,
+         " ".join("-" if r is None else f"{r:.2f}" for r in e.per_position_acceptance_rate),
+         e.draft_share, e.drafts_per_second, e.estimated_speedup, e.verdict)
+        for e in entries
+    ]
+    lines = [f"vLLM {settings.vllm_url}, window {seconds:.1f} s", "", render_table(headers, rows)]
+    for model, gauges in sorted(snapshot.legacy_v0.items()):
+        lines.append(f"legacy V0 engine ({model}): vLLM's own acceptance rate since start "
+                     f"{gauges.acceptance_rate}; V0 counters are inflated, not windowed")
+    lines += ["", "* modelled: L / (1 + k*c)", f"verdict: {final.value}: {ADVICE[final]}"]
+    return "\n".join(lines)
+
+
+def _print_unreachable(url: str, error: str, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"vllm_url": url, "verdict": "unreachable", "exit_code": 3,
+                          "error": error, "entries": []}, indent=2))
+    else:
+        print(f"vLLM at {url} unreachable: {error}", file=sys.stderr)

@@ -1,0 +1,212 @@
+"""The `demo` command: simulator + sidecar (+ tap) + mixed-temperature load, with a live table.
+
+The sidecar runs as a real `specdec-exporter run` subprocess; the simulator in a thread of this
+process; the load in this process' event loop. Halfway through, the simulated drafter degrades.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import httpx
+
+from specdec_exporter.devtools.load.mix import parse_mix
+from specdec_exporter.devtools.load.runner import LoadConfig, Progress, run_load
+from specdec_exporter.term import render_table, run_event_loop
+
+DEMO_MIX = "0:0.5,0.4:0.3,0.8:0.2"
+GOOD_DRAFTER = 0.97
+DEGRADED_DRAFTER = 0.45
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=120.0,
+                        help="seconds of load (default 120); the drafter degrades halfway")
+    parser.add_argument("--vllm-url", help="use this vLLM instead of the built-in simulator "
+                        "(nothing is degraded then)")
+    parser.add_argument("--concurrency", type=int, default=8, help="concurrent requests (8)")
+    parser.add_argument("--refresh", type=float, default=2.0, help="table refresh, seconds (2)")
+    parser.add_argument("--no-tap", action="store_true",
+                        help="send the load straight to vLLM instead of through the tap")
+    parser.add_argument("--seed", type=int, default=1, help="seed of simulator and load (1)")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.duration <= 0 or args.concurrency < 1 or args.refresh <= 0:
+        print("specdec-exporter demo: --duration, --concurrency and --refresh must be positive",
+              file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as stack:
+        vllm_url, simulated = args.vllm_url, args.vllm_url is None
+        if simulated:
+            vllm_url = stack.enter_context(_simulator(args.seed))
+        sidecar = stack.enter_context(_sidecar(vllm_url, tap=not args.no_tap))
+        _print_urls(vllm_url, sidecar, simulated)
+        if run_event_loop(_run(args, vllm_url, sidecar, simulated)):
+            print("\ninterrupted; stopping the sidecar and the simulator", file=sys.stderr)
+            return 130
+    return 0
+
+
+@contextlib.contextmanager
+def _simulator(seed: int) -> Iterator[str]:
+    from specdec_exporter.devtools.sim.server import running_simulator  # noqa: PLC0415
+    from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig  # noqa: PLC0415
+
+    config = SimConfig(speculative=SpeculativeConfig(method="draft_model",
+                                                     num_speculative_tokens=4),
+                       per_request_spec_decode_metrics="summary", seed=seed,
+                       drafter_quality=GOOD_DRAFTER)
+    with running_simulator(config) as simulator:
+        yield simulator.url
+
+
+@dataclass
+class Sidecar:
+    process: subprocess.Popen[str]
+    addresses: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.addresses['metrics']}"
+
+    @property
+    def tap_url(self) -> str | None:
+        return f"http://{self.addresses['tap']}" if "tap" in self.addresses else None
+
+
+@contextlib.contextmanager
+def _sidecar(vllm_url: str, *, tap: bool) -> Iterator[Sidecar]:
+    command = [sys.executable, "-m", "specdec_exporter.cli", "run", "--vllm-url", vllm_url,
+               "--listen", "127.0.0.1:0", "--interval", "1", "--window", "10",
+               "--speculative-method", "draft_model"]
+    if tap:
+        command += ["--proxy-listen", "127.0.0.1:0"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    sidecar = Sidecar(process)
+    ready = threading.Event()
+    assert process.stderr is not None
+    threading.Thread(target=_read_log, args=(process.stderr, sidecar, 1 + tap, ready),
+                     daemon=True).start()
+    try:
+        if not ready.wait(30):
+            raise RuntimeError("the sidecar did not start within 30 s")
+        yield sidecar
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _read_log(stream: IO[str], sidecar: Sidecar, expected: int, ready: threading.Event) -> None:
+    """Collect the sidecar's announced addresses; drop the rest (it logs JSON lines)."""
+    for line in stream:
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("msg") == "listening":
+                sidecar.addresses[record["component"]] = record["address"]
+                if len(sidecar.addresses) == expected:
+                    ready.set()
+    stream.close()
+
+
+def _print_urls(vllm_url: str, sidecar: Sidecar, simulated: bool) -> None:
+    source = "simulated vLLM" if simulated else "vLLM"
+    print(f"{source}: {vllm_url}\nsidecar: {sidecar.url}/  (metrics: {sidecar.url}/metrics)")
+    if sidecar.tap_url:
+        print(f"request tap (OpenAI-compatible): {sidecar.tap_url}/v1")
+    print("Ctrl-C stops everything.\n", flush=True)
+
+
+async def _run(args: argparse.Namespace, vllm_url: str, sidecar: Sidecar,
+               simulated: bool) -> bool:
+    """Load and live table until the duration ends (False) or SIGINT/SIGTERM (True)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(number, stop.set)
+    target = sidecar.tap_url or vllm_url
+    config = LoadConfig(url=target, concurrency=args.concurrency, requests=None,
+                        duration=args.duration, mix=parse_mix(DEMO_MIX), stream_share=0.5,
+                        max_tokens=96, seed=args.seed)
+    progress: list[Progress] = []
+    started = time.monotonic()
+    load = asyncio.create_task(run_load(config, progress.append))
+    stopping = asyncio.create_task(stop.wait())
+    async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+        degraded_at: float | None = None
+        while not load.done() and not stop.is_set():
+            elapsed = time.monotonic() - started
+            if simulated and degraded_at is None and elapsed >= args.duration / 2:
+                await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
+                degraded_at = elapsed
+            report = await _fetch_report(client, sidecar.url)
+            _show(render_screen(report, elapsed=elapsed, duration=args.duration,
+                                degraded_at=degraded_at,
+                                progress=progress[-1] if progress else None, simulated=simulated))
+            await asyncio.wait({load, stopping}, timeout=args.refresh,
+                               return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+            return True
+        stopping.cancel()
+        result = load.result()
+        await asyncio.sleep(1.5)  # one more sidecar poll, so the final table includes the tail
+        report = await _fetch_report(client, sidecar.url)
+    _show(render_screen(report, elapsed=time.monotonic() - started, duration=args.duration,
+                        degraded_at=degraded_at, progress=progress[-1] if progress else None,
+                        simulated=simulated), clear=False)
+    print(f"\nload: {len(result.results)} requests, "
+          f"{sum(1 for r in result.results if r.error)} errors")
+    return False
+
+
+async def _fetch_report(client: httpx.AsyncClient, sidecar_url: str) -> dict[str, Any]:
+    try:
+        response = await client.get(f"{sidecar_url}/api/report")
+        return dict(response.json())
+    except (httpx.HTTPError, ValueError):
+        return {"up": False, "entries": [], "tables": []}
+
+
+def render_screen(report: dict[str, Any], *, elapsed: float, duration: float,
+                  degraded_at: float | None, progress: Progress | None, simulated: bool) -> str:
+    """The live table: sidecar figures per model and engine, then per temperature bucket."""
+    drafter = ("good" if degraded_at is None else f"DEGRADED at {degraded_at:.0f} s"
+               ) if simulated else "real vLLM"
+    requests = (f"{progress.done} requests, {progress.errors} errors" if progress
+                else "no request finished yet")
+    lines = [f"vllm-specdec-exporter demo  {elapsed:5.0f}/{duration:.0f} s  drafter: {drafter}  "
+             f"load: {requests}  vLLM {'up' if report.get('up') else 'DOWN'}  "
+             f"window {report.get('window_seconds', 0):.0f} s", ""]
+    entries = report.get("entries", [])
+    rows = [(e["model_name"], e["engine"], e["acceptance_rate"], e["mean_acceptance_length"],
+             e["estimated_speedup"], e["drafts_per_second"], e["verdict"]) for e in entries]
+    lines.append(render_table(("model", "engine", "acceptance", "mean len", "speedup*",
+                               "drafts/s", "verdict"), rows))
+    for table in report.get("tables", [])[1:]:
+        lines += ["", table["title"], render_table(table["headers"], table["rows"])]
+    lines += ["", "* modelled: L / (1 + k*c); acceptance below 0.5 means disable speculation"]
+    return "\n".join(lines)
+
+
+def _show(screen: str, clear: bool = True) -> None:
+    if clear and sys.stdout.isatty():
+        sys.stdout.write("\x1b[H\x1b[2J")
+    sys.stdout.write(screen + "\n")
+    sys.stdout.flush()

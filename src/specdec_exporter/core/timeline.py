@@ -1,0 +1,62 @@
+"""The poll timeline: reset-corrected running totals per series, kept for one window.
+
+Pure (the caller passes the clock). Each poll adds a point; the window's counts are the latest
+point minus the newest point at least ``window`` seconds older (or the oldest one kept).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from specdec_exporter.core.acceptance import Totals, totals_delta
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Window(Generic[K]):
+    """Counts per series over ``seconds`` (the span actually covered, at most the window)."""
+
+    seconds: float
+    deltas: dict[K, Totals]
+
+
+class Timeline(Generic[K]):
+    """Running totals that never go down across counter resets, sampled at each poll."""
+
+    def __init__(self, window: float) -> None:
+        self._window = window
+        self._last_raw: dict[K, Totals] = {}
+        self._corrected: dict[K, Totals] = {}
+        self._points: deque[tuple[float, dict[K, Totals]]] = deque()
+
+    def observe(self, at: float, raw: Mapping[K, Totals]) -> None:
+        """Record one poll's cumulative counts at time ``at`` (seconds, any monotonic clock)."""
+        for key, totals in raw.items():
+            previous = self._last_raw.get(key)
+            # A series first seen starts the window at zero: its history before we saw it is not
+            # part of any window we can measure.
+            step = Totals() if previous is None else totals_delta(previous, totals)
+            self._corrected[key] = self._corrected.get(key, Totals()) + step
+            self._last_raw[key] = totals
+        self._points.append((at, dict(self._corrected)))
+        self._prune()
+
+    def _prune(self) -> None:
+        latest = self._points[-1][0]
+        while len(self._points) > 1 and self._points[1][0] <= latest - self._window:
+            self._points.popleft()
+
+    def window(self) -> Window[K]:
+        """Counts over the window ending at the latest poll (empty before two polls)."""
+        if len(self._points) < 2:
+            return Window(0.0, {})
+        (start, base), (end, latest) = self._points[0], self._points[-1]
+        deltas = {key: totals - base.get(key, Totals()) for key, totals in latest.items()}
+        return Window(end - start, deltas)
+
+    def __len__(self) -> int:
+        return len(self._points)

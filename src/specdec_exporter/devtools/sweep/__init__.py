@@ -1,0 +1,1 @@
+"""The sweep experiment: acceptance per temperature, one load phase per temperature."""

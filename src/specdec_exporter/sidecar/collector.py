@@ -1,0 +1,150 @@
+"""Poll state -> Prometheus metric families, built fresh on every collect()."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from specdec_exporter import __version__
+from specdec_exporter.core.acceptance import break_even_acceptance_rate
+from specdec_exporter.core.exposition import Snapshot
+from specdec_exporter.core.report import ALL_ENGINES
+from specdec_exporter.sidecar.poller import PollState
+
+MODEL_ENGINE = ["model_name", "engine"]
+
+
+class SpecDecodeCollector(Collector):
+    """Self-health always; vLLM's figures only while the last poll of vLLM succeeded."""
+
+    def __init__(self, state: PollState, *, cost_ratio: float, interval: float,
+                 window: float, coverage_enabled: bool = False) -> None:
+        self._state = state
+        self._cost_ratio = cost_ratio
+        self._window_help = (
+            f"over the sidecar's own window (vLLM polled every {interval:g} s, window {window:g} s)"
+        )
+        self._coverage_enabled = coverage_enabled
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._self_health()
+        snapshot = self._state.snapshot
+        if snapshot is not None:
+            yield from self._counters(snapshot)
+            yield from self._model_gauges(snapshot)
+            yield from self._legacy_v0(snapshot)
+            if self._coverage_enabled:
+                yield self._coverage()
+
+    def _self_health(self) -> Iterator[Metric]:
+        state = self._state
+        yield GaugeMetricFamily("specdec_up", "1 if the last scrape of vLLM succeeded, else 0.",
+                                value=1.0 if state.up else 0.0)
+        if state.scrape_duration is not None:
+            yield GaugeMetricFamily(
+                "specdec_scrape_duration_seconds",
+                "Duration of the last successful scrape of vLLM's /metrics.",
+                value=state.scrape_duration,
+            )
+        failures = CounterMetricFamily("specdec_scrape_failures",
+                                       "Failed scrapes of vLLM's /metrics, by reason.",
+                                       labels=["reason"])
+        for reason, count in state.failures.items():
+            failures.add_metric([reason], count)
+        yield failures
+        info = GaugeMetricFamily("specdec_build_info", "Build of vllm-specdec-exporter; always 1.",
+                                 labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+
+    def _counters(self, snapshot: Snapshot) -> Iterator[Metric]:
+        families = {
+            "drafts": ("specdec_drafts", "Verify steps that carried draft tokens "
+                       "(= vllm:spec_decode_num_drafts_total)."),
+            "draft_tokens": ("specdec_draft_tokens", "Draft tokens proposed "
+                             "(= vllm:spec_decode_num_draft_tokens_total)."),
+            "accepted_tokens": ("specdec_accepted_tokens", "Draft tokens accepted "
+                                "(= vllm:spec_decode_num_accepted_tokens_total)."),
+        }
+        for attribute, (name, help_text) in families.items():
+            family = CounterMetricFamily(name, help_text, labels=MODEL_ENGINE)
+            for (model, engine), counters in sorted(snapshot.counters.items()):
+                family.add_metric([model, engine], getattr(counters, attribute))
+            yield family
+        per_position = CounterMetricFamily(
+            "specdec_accepted_tokens_per_position",
+            "Draft tokens accepted at each position (= vllm:spec_decode_num_accepted_tokens_per_pos"
+            "_total).", labels=[*MODEL_ENGINE, "position"])
+        for (model, engine), counters in sorted(snapshot.counters.items()):
+            for position, value in enumerate(counters.accepted_per_position):
+                per_position.add_metric([model, engine, str(position)], value)
+        yield per_position
+        generation = CounterMetricFamily(
+            "specdec_generation_tokens",
+            "Output tokens generated (= vllm:generation_tokens_total).",
+            labels=MODEL_ENGINE)
+        for (model, engine), value in sorted(snapshot.generation_tokens.items()):
+            generation.add_metric([model, engine], value)
+        yield generation
+
+    def _model_gauges(self, snapshot: Snapshot) -> Iterator[Metric]:
+        enabled = GaugeMetricFamily("specdec_spec_decode_enabled",
+                                    "1 if vLLM exposes speculative-decoding families, else 0.",
+                                    labels=["model_name"])
+        k_family = GaugeMetricFamily("specdec_num_speculative_tokens",
+                                     "k: draft tokens per step, from vLLM's per-position series.",
+                                     labels=["model_name"])
+        speedup = GaugeMetricFamily(
+            "specdec_estimated_speedup",
+            f"Modelled speedup over plain decoding, L/(1+k*c), L = mean acceptance length "
+            f"{self._window_help}, c = draft cost ratio {self._cost_ratio:g}; absent without "
+            f"drafts in the window.", labels=["model_name"])
+        break_even = GaugeMetricFamily(
+            "specdec_break_even_acceptance_rate",
+            f"Modelled acceptance rate at which speedup is 1 for this k and draft cost ratio "
+            f"{self._cost_ratio:g} (i.i.d. acceptance).", labels=["model_name"])
+        speedups = {e.model_name: e.estimated_speedup
+                    for e in self._state.report if e.engine == ALL_ENGINES}
+        for model in sorted(snapshot.models):
+            enabled.add_metric([model], 1.0 if snapshot.spec_decode_enabled else 0.0)
+            k = snapshot.num_speculative_tokens(model)
+            if k is None:
+                continue
+            k_family.add_metric([model], k)
+            modelled = speedups.get(model)
+            if modelled is not None:
+                speedup.add_metric([model], modelled)
+            threshold = break_even_acceptance_rate(k, self._cost_ratio)
+            if threshold is not None:
+                break_even.add_metric([model], threshold)
+        yield from (enabled, k_family, speedup, break_even)
+
+    def _legacy_v0(self, snapshot: Snapshot) -> Iterator[Metric]:
+        if not snapshot.legacy_v0:
+            return
+        rate = GaugeMetricFamily(
+            "specdec_legacy_v0_draft_acceptance_rate",
+            "vLLM V0 only: its own acceptance rate, cumulative since start as of its last flush "
+            "(V0's counters are inflated and are not re-exported).", labels=["model_name"])
+        efficiency = GaugeMetricFamily(
+            "specdec_legacy_v0_system_efficiency",
+            "vLLM V0 only: its own system efficiency, cumulative since start as of its last flush.",
+            labels=["model_name"])
+        for model, gauges in sorted(snapshot.legacy_v0.items()):
+            if gauges.acceptance_rate is not None:
+                rate.add_metric([model], gauges.acceptance_rate)
+            if gauges.efficiency is not None:
+                efficiency.add_metric([model], gauges.efficiency)
+        yield from (rate, efficiency)
+
+    def _coverage(self) -> Metric:
+        family = GaugeMetricFamily(
+            "specdec_request_coverage_ratio",
+            f"Draft tokens attributed through the request tap / draft tokens counted by vLLM "
+            f"{self._window_help}; below 1: traffic bypasses the tap, n > 1, or vLLM's "
+            f"--per-request-spec-decode-metrics is off.", labels=["model_name"])
+        for model, value in sorted(self._state.coverage.items()):
+            family.add_metric([model], value)
+        return family

@@ -1,0 +1,194 @@
+"""``specdec-exporter load`` end to end through ``cli.main``, against the fake vLLM."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from load_fake_vllm import FakeVllm, closed_port
+
+from specdec_exporter.cli import main
+from specdec_exporter.commands.load import ProgressLine, run_with_progress
+from specdec_exporter.devtools.load.mix import parse_mix
+from specdec_exporter.devtools.load.runner import LoadConfig, Progress
+
+SECRET = "sk-never-print-me-4242"
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["load", *argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # no progress bar when stderr is not a terminal
+    document: dict[str, object] = json.loads(captured.out)
+    return document
+
+
+def test_json_summary_structure_and_exact_acceptance(
+    url: str, fake: FakeVllm, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = run_json(capsys, "--url", url, "--requests", "6", "--concurrency", "3",
+                        "--temperatures", "0:0.5,default:0.5", "--stream-share", "0.5",
+                        "--seed", "1")
+    assert set(document) == {"model", "endpoint", "elapsed_s", "requests", "succeeded",
+                             "buckets", "total"}
+    assert (document["model"], document["endpoint"]) == ("tiny-llama", "chat")
+    assert (document["requests"], document["succeeded"]) == (6, 6)
+    buckets = document["buckets"]
+    assert isinstance(buckets, list)
+    zero, default = buckets
+    total = document["total"]
+    assert isinstance(total, dict)
+    assert set(zero) == {"temperature", "requests", "errors", "errors_by_kind", "output_tokens",
+                         "tokens_per_s", "ttft_ms", "tpot_ms", "spec"}
+    assert (zero["temperature"], default["temperature"], total["temperature"]) == (
+        "0.0", "default", "total")
+    assert (zero["requests"], zero["errors"], zero["output_tokens"]) == (3, 0, 288)
+    # 2 of 3 streamed per bucket; T=0 streams and answers are the same greedy run: 73/92 each.
+    assert zero["spec"] == {"requests": 3, "num_spec_steps": 69, "num_draft_tokens": 276,
+                            "num_accepted_draft_tokens": 219, "acceptance_rate": 219 / 276,
+                            "mean_acceptance_length": 1 + 219 / 69}
+    # default: two T=0.8 streams (52/172) and one no-temperature answer (63/140).
+    assert default["spec"]["acceptance_rate"] == 167 / 484
+    assert total["spec"]["acceptance_rate"] == 386 / 760
+    assert set(zero["ttft_ms"]) == set(zero["tpot_ms"]) == {"p50", "p99"}
+    assert zero["ttft_ms"]["p50"] > 0
+    assert sum("temperature" not in r.body for r in fake.received) == 3
+
+
+def test_table_has_a_row_per_temperature_and_errors_by_kind(
+    url: str, fake: FakeVllm, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.fail_at[1.0] = "http-500"
+    code = main(["load", "--url", url, "--requests", "4", "--temperatures", "0.7,1.0",
+                 "--seed", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("model tiny-llama, endpoint chat: 4 requests (2 ok)")
+    header = lines[2].split()
+    assert header[:6] == ["temperature", "requests", "errors", "out", "tokens", "tokens/s"]
+    assert "accept" in header
+    assert [line.split()[0] for line in lines[4:7]] == ["0.7", "1.0", "total"]
+    assert lines[4].split()[1:4] == ["2", "0", "192"]
+    assert lines[5].split()[1:4] == ["2", "2", "0"]
+    assert lines[-1] == "errors by kind: http_500 2"
+
+
+def test_all_failed_exits_1(url: str, fake: FakeVllm, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["load", "--url", url, "--model", "http-500", "--requests", "3"]) == 1
+    assert "errors by kind: http_500 3" in capsys.readouterr().out
+
+
+def test_unreachable_server_exits_1_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["load", "--url", f"http://127.0.0.1:{closed_port()}", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err == "specdec-exporter load: GET /v1/models failed: connect\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--temperatures", "0:0.5,abc:1"], "temperature is not a number: 'abc'"),
+        (["--requests", "5", "--duration", "3"], "not allowed with argument"),
+        (["--stream-share", "1.5"], "must be within 0..1"),
+        (["--concurrency", "0"], "must be >= 1"),
+        (["--endpoint", "embeddings"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["load", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_prompts_file_and_url_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["load", "--prompts", str(tmp_path / "missing.txt")]) == 2
+    assert "cannot read prompts file" in capsys.readouterr().err
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    assert main(["load", "--prompts", str(tmp_path / "blank.txt")]) == 2
+    assert "has no prompt" in capsys.readouterr().err
+    assert main(["load", "--url", "127.0.0.1:8000"]) == 2
+    assert "--url must start with http://" in capsys.readouterr().err
+
+
+def test_prompts_file_is_used(
+    url: str, fake: FakeVllm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("first prompt\n\nsecond prompt\n")
+    run_json(capsys, "--url", url, "--requests", "6", "--prompts", str(prompts), "--seed", "3")
+    assert {r.body["messages"][0]["content"] for r in fake.received} <= {
+        "first prompt", "second prompt"}
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_api_key_never_appears_in_any_output(
+    url: str,
+    fake: FakeVllm,
+    output: list[str],
+    *,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake.fail_at[1.0] = "http-401"  # the fake echoes the Authorization header in its error body
+    argv = ["load", "--url", url, "--requests", "4", "--temperatures", "0,1.0", *output]
+    assert main([*argv, "--api-key", SECRET]) == 0
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET + "-env")
+    assert main([*argv, "--stream-share", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "http_401" in captured.out
+    for text in (captured.out, captured.err, caplog.text):
+        assert SECRET not in text
+    assert {r.headers["authorization"] for r in fake.received} == {
+        f"Bearer {SECRET}", f"Bearer {SECRET}-env"}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_line_redraws_at_most_five_times_a_second() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    line = ProgressLine(stream, LoadConfig(requests=10, mix=parse_mix("0")), clock)
+    for done in range(1, 6):
+        line.record(Progress(done, 0, 0.0))
+    assert stream.getvalue().count("\r") == 1
+    clock.now += 0.5
+    line.record(Progress(6, 1, 0.5))
+    bar = "[" + "#" * 18 + "." * 12 + "]"
+    assert stream.getvalue().endswith(f"\r{bar}  6/10  errors 1  12.0 req/s\x1b[K")
+    line.close()
+    assert stream.getvalue().endswith("\r\x1b[K")
+
+
+def test_progress_line_in_duration_mode_counts_seconds() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    line = ProgressLine(stream, LoadConfig(requests=None, duration=20, mix=parse_mix("0")), clock)
+    clock.now += 5
+    line.record(Progress(40, 2, 5.0))
+    assert "]  5/20  seconds  requests 40  errors 2  8.0 req/s" in stream.getvalue()
+
+
+@pytest.mark.anyio
+async def test_run_with_progress_draws_then_erases_the_line(url: str, fake: FakeVllm) -> None:
+    stream = io.StringIO()
+    settings = LoadConfig(url=url, requests=5, concurrency=2, mix=parse_mix("0"))
+    result = await run_with_progress(settings, ProgressLine(stream, settings))
+    assert result.succeeded == 5
+    text = stream.getvalue()
+    assert text.startswith("\r[") and "/5  errors 0" in text
+    assert text.endswith("\r\x1b[K")

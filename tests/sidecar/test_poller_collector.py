@@ -1,0 +1,162 @@
+"""Poller + collector: fixture snapshots in, the exporter's exposition out (golden file)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from specdec_exporter.core.exposition import parse
+from specdec_exporter.sidecar.collector import SpecDecodeCollector
+from specdec_exporter.sidecar.poller import Poller
+from specdec_exporter.sidecar.scraper import Scrape, ScrapeError
+from variants import FIXTURES, MODEL, capture, with_engines
+
+pytestmark = pytest.mark.anyio
+GOLDEN = Path(__file__).parent.parent / "golden"
+
+
+class ScriptedSource:
+    """Returns the given bodies in turn; a ScrapeError in the list is raised instead."""
+
+    def __init__(self, bodies: Iterable[str | ScrapeError]) -> None:
+        self._bodies = list(bodies)
+
+    async def scrape(self) -> Scrape:
+        body = self._bodies.pop(0)
+        if isinstance(body, ScrapeError):
+            raise body
+        return Scrape(parse(body), duration=0.0125)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def poll_all(bodies: list[str | ScrapeError], *, window: float = 3600,
+                   attributed: dict[str, float] | None = None) -> tuple[Poller, CollectorRegistry]:
+    clock = Clock()
+    poller = Poller(ScriptedSource(bodies), interval=5, window=window, cost_ratio=0.1,
+                    log_interval=60, clock=clock,
+                    attributed=(lambda: dict(attributed)) if attributed is not None else None)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SpecDecodeCollector(poller.state, cost_ratio=0.1, interval=5, window=window,
+                                          coverage_enabled=attributed is not None))
+    for _ in bodies:
+        await poller.poll_once()
+        clock.now += 5
+    return poller, registry
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+async def test_counters_mirror_vllm_exactly() -> None:
+    _, registry = await poll_all([capture("t0"), capture("t3")])
+    labels = {"model_name": MODEL, "engine": "0"}
+    assert value(registry, "specdec_drafts_total", **labels) == 7380.0
+    assert value(registry, "specdec_draft_tokens_total", **labels) == 29520.0
+    assert value(registry, "specdec_accepted_tokens_total", **labels) == 23194.0
+    assert value(registry, "specdec_accepted_tokens_per_position_total", position="3",
+                 **labels) == 4981.0
+    assert value(registry, "specdec_generation_tokens_total", **labels) == 31030.0
+    assert value(registry, "specdec_num_speculative_tokens", model_name=MODEL) == 4.0
+    assert value(registry, "specdec_spec_decode_enabled", model_name=MODEL) == 1.0
+    assert value(registry, "specdec_up") == 1.0
+
+
+async def test_modelled_speedup_over_the_window() -> None:
+    _poller, registry = await poll_all([capture("t0"), capture("t1")])
+    # Interval t1 of the ground truth: 2362 drafts, 7434 accepted -> L = 1 + 7434/2362.
+    assert value(registry, "specdec_estimated_speedup", model_name=MODEL) == (
+        (1 + 7434 / 2362) / (1 + 4 * 0.1))
+    break_even = value(registry, "specdec_break_even_acceptance_rate", model_name=MODEL)
+    assert break_even == pytest.approx(0.287108, abs=1e-6)  # 1 + a + a^2 + a^3 + a^4 = 1.4
+
+
+async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    failures: list[str | ScrapeError] = [ScrapeError("timeout", "slow")] * 3
+    poller, registry = await poll_all([capture("t1"), *failures])
+    assert value(registry, "specdec_up") == 0.0
+    assert value(registry, "specdec_scrape_failures_total", reason="timeout") == 3.0
+    assert value(registry, "specdec_scrape_failures_total", reason="connect") == 0.0
+    assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") is None
+    warnings = [r for r in caplog.records if r.getMessage() == "vLLM scrape failed"]
+    assert len(warnings) == 1  # rate-limited: one line per log interval
+    source = ScriptedSource([capture("t2")])
+    poller._scraper = source  # vLLM comes back
+    await poller.poll_once()
+    assert value(registry, "specdec_up") == 1.0
+    assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") == 4796.0
+
+
+async def test_vllm_restart_keeps_window_figures_positive() -> None:
+    restarted = capture("t1")  # after t3, counters go back to t1's lower values: a reset
+    poller, _ = await poll_all([capture("t2"), capture("t3"), restarted])
+    aggregate = poller.state.report[-1]
+    assert aggregate.drafts == (7380 - 4796) + 2362  # t2->t3, then everything since restart
+
+
+async def test_spec_off_exports_enabled_zero_and_no_counters() -> None:
+    nospec = (FIXTURES / "vllm-0.33.0/nospec.t1.prom").read_text()
+    _, registry = await poll_all([nospec, nospec])
+    assert value(registry, "specdec_spec_decode_enabled", model_name=MODEL) == 0.0
+    assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") is None
+    assert value(registry, "specdec_generation_tokens_total", model_name=MODEL,
+                 engine="0") == 6141.0
+
+
+async def test_legacy_v0_exports_its_own_gauges_only() -> None:
+    v0 = (FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.t3.prom").read_text()
+    _, registry = await poll_all([v0])
+    assert value(registry, "specdec_legacy_v0_draft_acceptance_rate",
+                 model_name=MODEL) == 0.7976538461538462
+    assert value(registry, "specdec_draft_tokens_total", model_name=MODEL, engine="0") is None
+
+
+async def test_coverage_ratio_is_tap_share_of_vllm_draft_tokens() -> None:
+    attributed = {MODEL: 0.0}
+    clock = Clock()
+    poller = Poller(ScriptedSource([capture("t1"), capture("t2")]), interval=5, window=60,
+                    cost_ratio=0.1, log_interval=60, clock=clock, attributed=lambda: attributed)
+    await poller.poll_once()
+    clock.now += 5
+    attributed[MODEL] = 4868.0  # interval t2 has 9736 draft tokens in vLLM
+    await poller.poll_once()
+    assert poller.state.coverage == {MODEL: 0.5}
+
+
+async def test_golden_exposition(update_golden: bool) -> None:
+    _, registry = await poll_all([capture("t0"), with_engines(capture("t3"), 2)],
+                                 attributed={MODEL: 0.0})
+    text = generate_latest(registry).decode()
+    golden = GOLDEN / "exporter_two_engines.prom"
+    if update_golden:
+        golden.write_text(text)
+    assert text == golden.read_text(), "rerun with --update-golden if the change is intended"
+
+
+def test_golden_passes_promtool_check_metrics() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool missing in CI (apt-get install prometheus)")
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    golden = (GOLDEN / "exporter_two_engines.prom").read_bytes()
+    result = subprocess.run([promtool, "check", "metrics"], input=golden, capture_output=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
