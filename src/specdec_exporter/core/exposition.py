@@ -18,13 +18,14 @@ from specdec_exporter.core import vllm_names as names
 # One regex pass picks the sample lines we need out of ~650 lines per engine; only those few go
 # to prometheus_client's parser (about 15 µs a line), which is what makes a scrape cheap.
 # The patterns start with a literal "\n" (the text is searched with a "\n" in front) rather than
-# "^" in MULTILINE mode: a literal prefix lets `re` skip ahead, about 10x faster here.
+# "^" in MULTILINE mode: a literal prefix lets `re` skip ahead, about 10x faster here. The names
+# come from vllm_names, in either spelling (``vllm:`` or ``vllm_``).
 _WANTED_LINE = re.compile(
-    r"\n(vllm[:_](?:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|accepted_tokens_per_pos"
-    r"|emitted_tokens)_total|generation_tokens_total|spec_decode_draft_acceptance_rate"
-    r"|spec_decode_efficiency)[{ \t][^\n]*)"
+    r"\n(vllm[:_](?:"
+    + "|".join(sorted(re.escape(name[len(names.PREFIX):]) for name in names.WANTED_SAMPLES))
+    + r")[{ \t][^\n]*)"
 )
-_SPEC_TYPE_LINE = re.compile(r"\n# TYPE vllm[:_](spec_decode_\w+?)(?:_total)? ")
+_SPEC_TYPE_LINE = re.compile(rf"\n# TYPE vllm[:_]({names.SPEC_DECODE_STEM}\w+?)(?:_total)? ")
 _ANY_VLLM_SAMPLE = re.compile(r"\nvllm[:_]\w+[{ ]")
 _EXEMPLAR = " # {"
 
@@ -86,7 +87,7 @@ def parse(text: str) -> Snapshot:
     text = "\n" + text
     if _ANY_VLLM_SAMPLE.search(text) is None:
         raise ExpositionError("no vLLM sample in the body (not a vLLM /metrics page?)")
-    spec_types = {names.canonical_name("vllm:" + m) for m in _SPEC_TYPE_LINE.findall(text)}
+    spec_types = {names.canonical_name(names.PREFIX + m) for m in _SPEC_TYPE_LINE.findall(text)}
     lines = [_strip_exemplar(line) for line in _WANTED_LINE.findall(text)]
     samples = _parse_samples(lines)
     _check_complete(spec_types, samples)

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from specdec_exporter.core.request_metrics import SpecDecodeSummary
 from specdec_exporter.devtools.load.mix import DEFAULT_TOKEN
 from specdec_exporter.devtools.load.results import RequestResult
 
@@ -34,18 +35,19 @@ class SpecSummary:
     num_accepted_draft_tokens: int
 
     @property
+    def totals(self) -> SpecDecodeSummary:
+        return SpecDecodeSummary(self.num_spec_steps, self.num_draft_tokens,
+                                 self.num_accepted_draft_tokens)
+
+    @property
     def acceptance_rate(self) -> float | None:
         """Accepted / drafted tokens; None when nothing was drafted (not drafting, not 0%)."""
-        if self.num_draft_tokens == 0:
-            return None
-        return self.num_accepted_draft_tokens / self.num_draft_tokens
+        return self.totals.acceptance_rate
 
     @property
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted tokens / verify steps (counts the bonus token); None with no steps."""
-        if self.num_spec_steps == 0:
-            return None
-        return 1.0 + self.num_accepted_draft_tokens / self.num_spec_steps
+        return self.totals.acceptance_length
 
 
 @dataclass(frozen=True)
