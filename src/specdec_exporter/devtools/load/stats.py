@@ -51,7 +51,7 @@ class SpecSummary:
 
 
 @dataclass(frozen=True)
-class BucketSummary:
+class TemperatureRow:
     """One row of the summary. Latencies are seconds over successful requests only."""
 
     label: str
@@ -67,14 +67,16 @@ class BucketSummary:
     errors_by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def summarise_bucket(label: str, results: Sequence[RequestResult], elapsed: float) -> BucketSummary:
+def summarise_bucket(
+    label: str, results: Sequence[RequestResult], elapsed: float
+) -> TemperatureRow:
     """One row: ``tokens_per_s`` divides the bucket's output tokens by the run's wall time."""
     succeeded = [result for result in results if result.ok]
     tokens = sum(result.output_tokens or 0 for result in succeeded)
     ttfts = [result.ttft for result in succeeded if result.ttft is not None]
     tpots = [tpot for result in succeeded if (tpot := result.tpot) is not None]
     errors = Counter(result.error for result in results if result.error is not None)
-    return BucketSummary(
+    return TemperatureRow(
         label=label,
         requests=len(results),
         errors=len(results) - len(succeeded),
@@ -106,7 +108,7 @@ def bucket_order(label: str) -> tuple[int, float]:
     return (1, 0.0) if label == DEFAULT_TOKEN else (0, float(label))
 
 
-def summarise(results: Sequence[RequestResult], elapsed: float) -> list[BucketSummary]:
+def summarise(results: Sequence[RequestResult], elapsed: float) -> list[TemperatureRow]:
     """One row per requested temperature (ascending, ``default`` last), then the total row."""
     by_label: dict[str, list[RequestResult]] = {}
     for result in results:
