@@ -1,5 +1,5 @@
-"""Other real renderings of a vLLM /metrics page, built from a real capture by the rules in
-vllm-facts §2: several DP engines, the multiprocess rendering, underscore names, OpenMetrics.
+"""Other real renderings of a vLLM /metrics page, built from a real capture by vLLM's rendering
+rules: several DP engines, the multiprocess rendering, underscore names, OpenMetrics.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The parser against every real capture and every variant built from vllm-facts §2."""
+"""The parser against every real capture and every rendering variant vLLM produces."""
 
 from __future__ import annotations
 
