@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specdec_exporter.sidecar.history import MAX_POINTS, AcceptanceHistory
 
 
@@ -20,6 +22,16 @@ def test_a_long_run_keeps_only_the_ring() -> None:
     (model, bucket) = history.series()
     assert model.points[0] == (900.0, 0.9819) and model.points[-1] == (0.0, 0.9999)
     assert len(bucket.points) == 181
+
+
+def test_fast_polls_hit_the_absolute_cap_before_15_minutes() -> None:
+    history = AcceptanceHistory(interval=0.2)
+    for poll in range(1000):
+        history.record(0.2 * poll, {("m", None): 0.5})
+    assert len(history) == 720
+    (model,) = history.series()
+    assert len(model.points) == 720 and model.points[0][0] == pytest.approx(143.8)
+    assert history.seconds() == pytest.approx(143.8)
 
 
 def test_points_older_than_the_span_go_even_when_polls_were_slow() -> None:
