@@ -25,10 +25,15 @@ class Window(Generic[K]):
 
 
 class Timeline(Generic[K]):
-    """Running totals that never go down across counter resets, sampled at each poll."""
+    """Running totals that never go down across counter resets, sampled at each poll.
 
-    def __init__(self, window: float) -> None:
+    ``counts_from_zero``: the counters are the sidecar's own (the tap's), created at zero, so a
+    series that appears after the first poll was born since the previous poll and counts whole.
+    """
+
+    def __init__(self, window: float, *, counts_from_zero: bool = False) -> None:
         self._window = window
+        self._counts_from_zero = counts_from_zero
         self._last_raw: dict[K, Totals] = {}
         self._corrected: dict[K, Totals] = {}
         self._points: deque[tuple[float, dict[K, Totals]]] = deque()
@@ -37,9 +42,14 @@ class Timeline(Generic[K]):
         """Record one poll's cumulative counts at time ``at`` (seconds, any monotonic clock)."""
         for key, totals in raw.items():
             previous = self._last_raw.get(key)
-            # A series first seen starts the window at zero: its history before we saw it is not
-            # part of any window we can measure.
-            step = Totals() if previous is None else totals_delta(previous, totals)
+            if previous is not None:
+                step = totals_delta(previous, totals)
+            elif self._counts_from_zero and self._points:
+                step = totals
+            else:
+                # A series first seen starts the window at zero: its history before we saw it is
+                # not part of any window we can measure.
+                step = Totals()
             self._corrected[key] = self._corrected.get(key, Totals()) + step
             self._last_raw[key] = totals
         self._points.append((at, dict(self._corrected)))

@@ -9,21 +9,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
-from specdec_exporter.core.report import Entry, build_report, snapshot_totals
-from specdec_exporter.core.timeline import Timeline
+from specdec_exporter.core.report import ALL_ENGINES, Entry, build_report, entry, snapshot_totals
+from specdec_exporter.core.timeline import Timeline, Window
 from specdec_exporter.logs import RateLimiter
+from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
 
-AttributedDraftTokens = Callable[[], dict[str, float]]
-"""Cumulative draft tokens the request tap attributed, per model (for the coverage ratio)."""
+BucketKey = tuple[str, str]
+"""(model_name, temperature_bucket)."""
+TapCounts = Callable[[], Mapping[BucketKey, Totals]]
+"""The request tap's cumulative attributed counts (drafts, draft and accepted tokens) per bucket:
+the windowed bucket figures and the coverage ratio come from them."""
 
 
 class SnapshotSource(Protocol):
@@ -47,6 +51,9 @@ class PollState:
     window_seconds: float = 0.0
     coverage: dict[str, float] = field(default_factory=dict)
     models_seen: frozenset[str] = frozenset()
+    buckets: dict[BucketKey, Entry] = field(default_factory=dict)
+    """The tap's figures per (model, temperature bucket) over the same window (engine "all")."""
+    history: AcceptanceHistory = field(default_factory=AcceptanceHistory)
 
 
 class Poller:
@@ -60,17 +67,17 @@ class Poller:
         window: float,
         cost_ratio: float,
         log_interval: float,
-        attributed: AttributedDraftTokens | None = None,
+        tap_counts: TapCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.state = PollState()
+        self.state = PollState(history=AcceptanceHistory(interval))
         self._scraper = scraper
         self._interval = interval
         self._cost_ratio = cost_ratio
-        self._attributed = attributed
+        self._tap_counts = tap_counts
         self._clock = clock
         self._timeline: Timeline[SeriesKey] = Timeline(window)
-        self._tap_timeline: Timeline[str] = Timeline(window)
+        self._tap_timeline: Timeline[BucketKey] = Timeline(window, counts_from_zero=True)
         self._limiter = RateLimiter(log_interval)
         self.first_poll_done = asyncio.Event()
         self._failed_in_a_row = 0
@@ -111,21 +118,35 @@ class Poller:
         window = self._timeline.window()
         state.report = build_report(snapshot, window, self._cost_ratio)
         state.window_seconds = window.seconds
-        if self._attributed is not None:
-            self._observe_tap(now, window.deltas)
+        if self._tap_counts is not None:
+            self._observe_tap(now, snapshot, window.deltas)
+        history: dict[SeriesId, float | None] = {
+            (e.model_name, None): e.acceptance_rate for e in state.report
+            if e.engine == ALL_ENGINES}
+        history.update((key, e.acceptance_rate) for key, e in state.buckets.items())
+        state.history.record(now, history)
 
-    def _observe_tap(self, now: float, vllm_deltas: dict[SeriesKey, Totals]) -> None:
-        assert self._attributed is not None
-        attributed = {
-            model: Totals(draft_tokens=tokens) for model, tokens in self._attributed().items()
+    def _observe_tap(self, now: float, snapshot: Snapshot,
+                     vllm_deltas: dict[SeriesKey, Totals]) -> None:
+        """The tap's counts over the same window: figures per bucket, and coverage per model."""
+        assert self._tap_counts is not None
+        self._tap_timeline.observe(now, self._tap_counts())
+        window: Window[BucketKey] = self._tap_timeline.window()
+        self.state.buckets = {
+            (model, bucket): entry(model, ALL_ENGINES, counts, seconds=window.seconds,
+                                   enabled=snapshot.spec_decode_enabled,
+                                   k=snapshot.num_speculative_tokens(model),
+                                   cost_ratio=self._cost_ratio)
+            for (model, bucket), counts in window.deltas.items()
         }
-        self._tap_timeline.observe(now, attributed)
-        tap_deltas = self._tap_timeline.window().deltas
+        attributed: dict[str, float] = {}
+        for (model, _), counts in window.deltas.items():
+            attributed[model] = attributed.get(model, 0.0) + counts.draft_tokens
         counted: dict[str, float] = {}
         for (model, _), totals in vllm_deltas.items():
             counted[model] = counted.get(model, 0.0) + totals.draft_tokens
         self.state.coverage = {
-            model: tap_deltas.get(model, Totals()).draft_tokens / tokens
+            model: attributed.get(model, 0.0) / tokens
             for model, tokens in counted.items()
             if tokens > 0
         }
@@ -133,6 +154,8 @@ class Poller:
     def _record_failure(self, failure: ScrapeError) -> None:
         state = self.state
         state.up, state.snapshot, state.report, state.coverage = False, None, [], {}
+        state.buckets = {}
+        state.history.record(self._clock(), {})
         state.failures[failure.reason] += 1
         self._failed_in_a_row += 1
         emit, suppressed = self._limiter.allow("scrape")

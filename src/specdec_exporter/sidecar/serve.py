@@ -13,11 +13,11 @@ import uvicorn
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from specdec_exporter.core.acceptance import draft_cost_ratio_for
-from specdec_exporter.sidecar.app import LandingRows, create_app
+from specdec_exporter.core.acceptance import Totals, draft_cost_ratio_for
+from specdec_exporter.sidecar.app import LandingRows, bucket_window_rows, create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
-from specdec_exporter.sidecar.poller import Poller
+from specdec_exporter.sidecar.poller import BucketKey, Poller, PollState
 from specdec_exporter.sidecar.scraper import Scraper
 from specdec_exporter.term import Cell
 
@@ -39,13 +39,13 @@ async def serve(settings: Settings,
 
         tap = (_TapParts(settings, registry, num_speculative_tokens)
                if settings.proxy_listen else None)
-        def attributed() -> dict[str, float]:
+        def tap_counts() -> dict[BucketKey, Totals]:
             assert tap is not None
             return tap.attributed(poller.state.models_seen)
 
         poller = Poller(scraper, interval=settings.interval, window=settings.window,
                         cost_ratio=cost_ratio, log_interval=settings.log_interval,
-                        attributed=attributed if tap else None)
+                        tap_counts=tap_counts if tap else None)
         registry.register(SpecDecodeCollector(poller.state, cost_ratio=cost_ratio,
                                               interval=settings.interval, window=settings.window,
                                               coverage_enabled=tap is not None))
@@ -57,7 +57,7 @@ async def serve(settings: Settings,
             return poller.first_poll_done.is_set() and tap_ready.is_set()
 
         app = create_app(registry, poller.state, is_ready, settings.vllm_url,
-                         tap.landing_tables if tap else ())
+                         tap.landing_tables if tap else (), refresh_every=settings.interval)
         host, port = settings.listen_address
         server = _Server(uvicorn.Config(app, host=host, port=port, log_config=None,
                                         access_log=False, lifespan="off"))
@@ -127,19 +127,20 @@ class _TapParts:
                                   num_speculative_tokens)
         self.stats.register(registry)
         self.landing_tables: list[tuple[str, LandingRows]] = [
+            ("Acceptance by temperature bucket (request tap, sidecar window)",
+             bucket_window_rows),
             ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows)]
 
-    def attributed(self, served_models: frozenset[str]) -> dict[str, float]:
-        """Per model, draft tokens attributed so far; also pre-creates every served model's
-        per-bucket series at 0, so they exist before the first request."""
+    def attributed(self, served_models: frozenset[str]) -> dict[BucketKey, Totals]:
+        """Per (model, bucket), the attributed counts so far; also pre-creates every served
+        model's per-bucket series at 0, so they exist before the first request."""
         for model in served_models:
             self.stats.add_model(model)
-        models: dict[str, float] = {}
-        for row in self.stats.bucket_summary():
-            models[row.model_name] = models.get(row.model_name, 0.0) + row.draft_tokens
-        return models
+        return {(row.model_name, row.temperature_bucket):
+                Totals(row.drafts, row.draft_tokens, row.accepted_tokens)
+                for row in self.stats.bucket_summary()}
 
-    def bucket_rows(self) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
+    def bucket_rows(self, _state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
         headers = ("model", "temperature bucket", "requests", "attributed", "acceptance rate",
                    "mean acceptance length")
         rows = [
