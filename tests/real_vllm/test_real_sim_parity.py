@@ -81,7 +81,7 @@ def sim_config_for(command: list[str], layout: Any) -> SimConfig:
     generation = ["--generation-config", str(layout.models / "target")]  # vLLM's "auto" default
     args, unknown = parser.parse_known_args([*flags, *generation])
     assert unknown == REAL_ONLY_FLAGS, f"flags the simulator does not know: {unknown}"
-    return replace(sim_cli.build_config(args), port=0)
+    return sim_cli.build_config(args).with_port(0)
 
 
 def simulator_for(layout: Any, spec: bool) -> Iterator[RunningSimulator]:
