@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from real_vllm.shapes import Shape, json_shape, stream_shape
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0-cpu" / "edge-cases"
 MODEL = "tiny-llama"
 MAX_MODEL_LEN = 1024
@@ -263,6 +265,15 @@ def stream_essentials(payloads: list[Any]) -> dict[str, Any]:
                                    for chunk in chunks
                                    if (chunk.get("metrics") or {}).get("speculative_decoding")}),
     }
+
+
+def shape_of(answer: dict[str, Any]) -> Shape:
+    """The JSON shape of a body, or the chunk shapes of a stream (real_vllm.shapes)."""
+    if "events" in answer:
+        raw = "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n"
+                      for e in answer["events"])
+        return stream_shape(raw.encode())
+    return json_shape(answer.get("body", answer.get("text")))
 
 
 def capture(url: str, folder: Path = FIXTURES) -> None:

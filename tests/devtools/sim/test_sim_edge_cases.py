@@ -7,7 +7,6 @@ token counts are exact on both sides.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,8 +14,16 @@ import httpx
 import pytest
 from sim_support import load_json
 
-from real_vllm.edge_cases import FIXTURES, MAX_MODEL_LEN, MODEL, case_of, essentials, record
-from real_vllm.shapes import json_shape, readable_diff, stream_shape
+from real_vllm.edge_cases import (
+    FIXTURES,
+    MAX_MODEL_LEN,
+    MODEL,
+    case_of,
+    essentials,
+    record,
+    shape_of,
+)
+from real_vllm.shapes import readable_diff
 from specdec_exporter.devtools.sim.server import RunningSimulator, running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, parse_speculative_config
 
@@ -43,14 +50,6 @@ def client(sim: RunningSimulator) -> Iterator[httpx.Client]:
 def replay(client: httpx.Client, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     real = load_json(FIXTURES / f"{name}.json")
     return real, record(client, case_of(real, name))
-
-
-def shape_of(answer: dict[str, Any]) -> Any:
-    if "events" in answer:
-        raw = "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n"
-                      for e in answer["events"])
-        return stream_shape(raw.encode())
-    return json_shape(answer.get("body", answer.get("text")))
 
 
 def test_every_edge_case_is_recorded() -> None:

@@ -262,6 +262,9 @@ def test_force_include_usage_adds_the_usage_chunk() -> None:
         payloads = sse_payloads(b"".join(response.iter_bytes()))
     usage = httpx.Response(200, content=payloads[-2]).json()
     assert usage["choices"] == [] and "speculative_decoding" in usage["metrics"]
+    # vLLM's should_include_usage: forcing also turns the running usage on, on every chunk
+    chunks = [httpx.Response(200, content=p).json() for p in payloads[:-2]]
+    assert chunks and all(chunk["usage"]["prompt_tokens"] > 0 for chunk in chunks)
 
 
 def test_client_disconnect_aborts_the_request() -> None:
