@@ -5,7 +5,8 @@ from __future__ import annotations
 from sim_support import NGRAM_K4, parse_sample
 
 from specdec_exporter.core import vllm_names
-from specdec_exporter.devtools.sim import families
+from specdec_exporter.devtools.sim import families, responses
+from specdec_exporter.devtools.sim.engine import RequestSpecCounts
 from specdec_exporter.devtools.sim.settings import SimConfig, parse_speculative_config
 from specdec_exporter.devtools.sim.telemetry import Telemetry
 
@@ -61,3 +62,13 @@ def test_the_underscore_spelling_maps_back_with_canonical_name() -> None:
             if name.startswith(vllm_names.UNDERSCORE_PREFIX)}
     assert {*vllm_names.V1_COUNTERS, vllm_names.GENERATION_TOKENS} <= spec
     assert not any(name.startswith(vllm_names.PREFIX) for name in underscored)
+
+
+def test_per_request_keys_are_those_vllm_names_reads() -> None:
+    counts = RequestSpecCounts(k_max=4, detailed=False)
+    keys = set(responses.spec_decoding(counts))
+    read = {vllm_names.REQUEST_SPEC_STEPS, vllm_names.REQUEST_DRAFT_TOKENS,
+            vllm_names.REQUEST_ACCEPTED_TOKENS, vllm_names.REQUEST_SPEC_TOKENS,
+            vllm_names.REQUEST_MEAN_ACCEPTANCE_LENGTH, vllm_names.REQUEST_ACCEPTANCE_RATE,
+            vllm_names.REQUEST_ACCEPTANCE_HISTOGRAM}
+    assert read <= keys

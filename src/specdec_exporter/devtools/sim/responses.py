@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdec_exporter.devtools.sim.engine import EngineRequest, RequestStats
+from specdec_exporter.devtools.sim.engine import EngineRequest, RequestSpecCounts
 
 DONE = b"data: [DONE]\n\n"
 
@@ -39,7 +39,7 @@ def usage(prompt_tokens: int, completion_tokens: int, *, details: bool) -> dict[
     return body
 
 
-def spec_decoding(stats: RequestStats) -> dict[str, Any]:
+def spec_decoding(stats: RequestSpecCounts) -> dict[str, Any]:
     """metrics.speculative_decoding as vLLM >= 0.29 fills it for one request."""
     steps, drafted, accepted = stats.num_spec_steps, stats.num_draft_tokens, stats.num_accepted
     return {
