@@ -482,3 +482,22 @@ def test_the_legacy_example_runs_the_sidecar_as_a_plain_container() -> None:
     assert where == "containers"
     del native["restartPolicy"]
     assert container == native
+
+
+def test_the_readmes_three_line_kustomization_injects_the_sidecar(tmp_path: Path) -> None:
+    """README's "Running in Kubernetes" block, with the remote component read from this tree
+    and the team's Deployment from a fixture."""
+    readme = (COMPONENTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Running in Kubernetes", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert len(block.splitlines()) == 3
+    document = yaml.safe_load(block)
+    (component,) = document["components"]
+    local = COMPONENTS.parents[1] / component.split("//", 2)[2].split("?")[0]
+    assert local == COMPONENTS / "sidecar"
+    (tmp_path / "vllm.yaml").write_text(
+        (FIXTURES / "codegen" / "workloads.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    document["components"] = [os.path.relpath(local, tmp_path)]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    where, _ = sidecar_of(find(rendered(tmp_path), "StatefulSet", "codegen"))
+    assert where == "initContainers"
