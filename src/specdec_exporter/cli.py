@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
 """Each command is the module ``specdec_exporter.commands.<name>``."""
 
 EXIT_USAGE = 2
+DEVTOOLS = "specdec_exporter.devtools"
+"""The sidecar image leaves some of these out; a command that needs them says so in one line."""
 
 
 class CommandModule(Protocol):
@@ -58,6 +60,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         _top_parser().parse_args([name])  # prints the usage error and exits 2
+    try:
+        return _run(name, rest)
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith(DEVTOOLS):
+            raise
+        print(f"specdec-exporter {name}: {exc.name} is left out of this installation (the sidecar "
+              "image ships without the simulator and the sweep); pip install "
+              "vllm-specdec-exporter to use it", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(name: str, rest: list[str]) -> int:
     module = load_command(name)
     parser = argparse.ArgumentParser(prog=f"specdec-exporter {name}",
                                      description=COMMANDS[name])
