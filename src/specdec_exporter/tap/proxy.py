@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import httptools
 
-from specdec_exporter.core.buckets import read_generation_config_temperature
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import ConfigError, Settings
 from specdec_exporter.tap import http1
@@ -40,7 +39,7 @@ class Tap:
                  known_models: Callable[[], frozenset[str]]) -> None:
         self.stats = stats
         self.buckets = stats.buckets  # one source of labels: the stats' buckets
-        self.default_temperature = configured_default_temperature(settings)
+        self.default_temperature = settings.request_default_temperature
         self.inspect_limit = settings.proxy_inspect_max_bytes
         self.timeout = settings.proxy_timeout
         self.origin = Origin.from_url(settings.vllm_url)
@@ -89,18 +88,6 @@ class Tap:
         for client in list(self.clients):
             client.abort()
         self.pool.close_all()
-
-
-def configured_default_temperature(settings: Settings) -> float | None:
-    """``--default-temperature``, else the ``temperature`` of ``--generation-config``."""
-    if settings.default_temperature is not None:
-        return settings.default_temperature
-    if settings.generation_config is None:
-        return None
-    try:
-        return read_generation_config_temperature(settings.generation_config)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 class ClientConnection(asyncio.Protocol):
