@@ -20,7 +20,7 @@ def client_for(app: object) -> httpx.AsyncClient:
 
 async def test_metrics_health_and_landing() -> None:
     poller, registry = await poll_all([capture("t0"), capture("t3")])
-    app = create_app(registry, poller.state, lambda: True, "http://vllm:8000")
+    app = create_app(registry, poller.state, lambda: None, "http://vllm:8000")
     async with client_for(app) as client:
         metrics = await client.get("/metrics")
         assert metrics.headers["content-type"].startswith("text/plain")
@@ -42,15 +42,17 @@ async def test_metrics_health_and_landing() -> None:
 
 
 async def test_not_ready_until_first_poll_and_healthz_never_depends_on_vllm() -> None:
-    app = create_app(CollectorRegistry(), PollState(), lambda: False, "http://vllm:8000")
+    app = create_app(CollectorRegistry(), PollState(), lambda: "first poll not done",
+                     "http://vllm:8000")
     async with client_for(app) as client:
-        assert (await client.get("/readyz")).status_code == 503
+        readyz = await client.get("/readyz")
+        assert (readyz.status_code, readyz.text) == (503, "not ready: first poll not done\n")
         assert (await client.get("/healthz")).status_code == 200
         assert "DOWN" in (await client.get("/")).text
 
 
 async def test_landing_escapes_model_names() -> None:
     state = PollState()
-    app = create_app(CollectorRegistry(), state, lambda: True, "http://x/<script>")
+    app = create_app(CollectorRegistry(), state, lambda: None, "http://x/<script>")
     async with client_for(app) as client:
         assert "<script>" not in (await client.get("/")).text

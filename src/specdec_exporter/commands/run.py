@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """0 after a signal and a complete drain; 1 when a task died or a second signal cut it short."""
     settings = settings_from_args(Settings, args)
     configure_logging(settings.log_level)
-    run_event_loop(serve(settings))
-    return 0
+    return run_event_loop(serve(settings))
