@@ -346,3 +346,15 @@ def test_a_second_signal_exits_1_at_once() -> None:
     for stream in streams:
         assert stream.ended.wait(10) and not stream.complete
     assert any(r.get("msg") == "second stop signal: exiting now" for r in process.records)
+
+
+def test_streams_still_running_when_the_grace_ends_are_cut_and_the_exit_is_0() -> None:
+    with slow_stack("--shutdown-grace", "1") as (process, _relay, tap):
+        streams = [Stream(tap, max_tokens=2000) for _ in range(3)]
+        for stream in streams:
+            assert stream.streaming.wait(60)
+        assert process.stop(signal.SIGTERM, timeout=60) == 0
+    for stream in streams:
+        assert stream.ended.wait(10) and not stream.complete
+    drained = next(r for r in process.records if r.get("msg") == "tap drained")
+    assert (drained["in_flight"], drained["unfinished"]) == (3, 3)
