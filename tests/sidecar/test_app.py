@@ -31,7 +31,7 @@ def client_for(app: object) -> httpx.AsyncClient:
 
 async def test_metrics_health_and_landing() -> None:
     poller, registry = await poll_all([capture("t0"), capture("t3")])
-    app = create_app(registry, poller.state, lambda: True, "http://vllm:8000", refresh_every=5)
+    app = create_app(registry, poller.state, lambda: None, "http://vllm:8000", refresh_every=5)
     async with client_for(app) as client:
         metrics = await client.get("/metrics")
         assert metrics.headers["content-type"].startswith("text/plain")
@@ -68,7 +68,7 @@ async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it()
             tap.stats.record(RequestRecord(MODEL, "0", spec))
         await poller.poll_once()
         clock.now += 5
-    app = create_app(CollectorRegistry(), poller.state, lambda: True, "http://vllm:8000",
+    app = create_app(CollectorRegistry(), poller.state, lambda: None, "http://vllm:8000",
                      tap.landing_tables, refresh_every=5)
     async with client_for(app) as client:
         report = (await client.get("/api/report")).json()
@@ -113,7 +113,7 @@ async def test_charts_are_inline_svg_of_the_history() -> None:
     state.history.record(1000.0, {(MODEL, None): 1.0, (MODEL, "0"): 0.25})
     state.history.record(1450.0, {(MODEL, None): 0.5})
     state.history.record(1900.0, {(MODEL, None): 0.75, (MODEL, "0"): 0.5})
-    app = create_app(CollectorRegistry(), state, lambda: True, "http://vllm:8000",
+    app = create_app(CollectorRegistry(), state, lambda: None, "http://vllm:8000",
                      refresh_every=5)
     async with client_for(app) as client:
         page = (await client.get("/")).text
@@ -139,10 +139,12 @@ def test_axis_durations() -> None:
 
 
 async def test_not_ready_until_first_poll_and_healthz_never_depends_on_vllm() -> None:
-    app = create_app(CollectorRegistry(), PollState(), lambda: False, "http://vllm:8000",
+    app = create_app(CollectorRegistry(), PollState(), lambda: "first poll not done",
+                     "http://vllm:8000",
                      refresh_every=5)
     async with client_for(app) as client:
-        assert (await client.get("/readyz")).status_code == 503
+        readyz = await client.get("/readyz")
+        assert (readyz.status_code, readyz.text) == (503, "not ready: first poll not done\n")
         assert (await client.get("/healthz")).status_code == 200
         page = (await client.get("/")).text
         assert "<span class='badge down' id='status'>DOWN</span>" in page
@@ -152,7 +154,7 @@ async def test_not_ready_until_first_poll_and_healthz_never_depends_on_vllm() ->
 async def test_landing_escapes_model_and_bucket_names() -> None:
     state = PollState()
     state.history.record(0.0, {("<b>m</b>", "<i>"): 0.5, ("<b>m</b>", None): 0.5})
-    app = create_app(CollectorRegistry(), state, lambda: True, "http://x/<script>",
+    app = create_app(CollectorRegistry(), state, lambda: None, "http://x/<script>",
                      refresh_every=5)
     async with client_for(app) as client:
         page = (await client.get("/")).text

@@ -24,7 +24,7 @@ LandingRows = Callable[[PollState], Rows]
 def create_app(
     registry: CollectorRegistry,
     state: PollState,
-    is_ready: Callable[[], bool],
+    not_ready: Callable[[], str | None],
     vllm_url: str,
     extra_tables: Sequence[tuple[str, LandingRows]] = (),
     *,
@@ -50,9 +50,10 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> PlainTextResponse:
-        if is_ready():
+        reason = not_ready()
+        if reason is None:
             return PlainTextResponse("ready\n")
-        return PlainTextResponse("not ready: first poll of vLLM not done yet\n", status_code=503)
+        return PlainTextResponse(f"not ready: {reason}\n", status_code=503)
 
     @app.get("/", response_class=HTMLResponse)
     def landing() -> HTMLResponse:
