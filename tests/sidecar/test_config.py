@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from specdec_exporter.flags import add_settings_flags, settings_from_args
+from specdec_exporter.commands.flags import add_settings_flags, settings_from_args
 from specdec_exporter.sidecar.config import (
     ConfigError,
     Settings,

@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 from pydantic import Field
 
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.acceptance import Verdict, draft_cost_ratio_for, verdict
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.report import Entry, build_report, overall_verdict, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
-from specdec_exporter.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.sidecar.config import HttpUrl, VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_deltas, bucket_table

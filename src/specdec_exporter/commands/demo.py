@@ -23,9 +23,9 @@ import httpx
 from pydantic import Field
 
 from specdec_exporter.cli import EXIT_INTERRUPTED
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import LoadConfig, Progress, run_load
-from specdec_exporter.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.sidecar.config import HttpUrl
 from specdec_exporter.term import render_table, run_event_loop
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specdec_exporter.flags import add_settings_flags, settings_from_args
+from specdec_exporter.commands.flags import add_settings_flags, settings_from_args
 from specdec_exporter.logs import configure_logging
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.serve import serve
