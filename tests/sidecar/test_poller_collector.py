@@ -160,3 +160,23 @@ def test_golden_passes_promtool_check_metrics() -> None:
     result = subprocess.run([promtool, "check", "metrics"], input=golden, capture_output=True,
                             check=False)
     assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
+
+
+class BrokenSource:
+    """A scraper with a bug: every poll raises something that is not a ScrapeError."""
+
+    async def scrape(self) -> Scrape:
+        raise RuntimeError("bug")
+
+
+async def test_internal_errors_are_rate_limited_and_keep_their_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR)
+    poller = Poller(BrokenSource(), interval=5, window=60, cost_ratio=0.1, log_interval=60,
+                    clock=Clock())
+    for _ in range(5):
+        await poller.poll_once()
+    errors = [r for r in caplog.records if r.getMessage() == "unexpected error while polling vLLM"]
+    assert len(errors) == 1
+    assert errors[0].exc_info is not None and errors[0].exc_info[0] is RuntimeError
+    assert poller.state.failures["parse"] == 5

@@ -89,7 +89,7 @@ class Poller:
         except ScrapeError as failure:
             self._record_failure(failure)
         except Exception as exc:  # a bug must not stop the sidecar from serving self-health
-            log.exception("unexpected error while polling vLLM")
+            self._log_internal_error()
             self._record_failure(ScrapeError("parse", f"internal error: {type(exc).__name__}"))
         else:
             self._record(scrape.snapshot, scrape.duration)
@@ -129,6 +129,13 @@ class Poller:
             for model, tokens in counted.items()
             if tokens > 0
         }
+
+    def _log_internal_error(self) -> None:
+        """One line with its traceback per log interval: a bug hit on every poll must not flood."""
+        emit, suppressed = self._limiter.allow("internal")
+        if emit:
+            log.exception("unexpected error while polling vLLM",
+                          extra={"suppressed_since_last": suppressed})
 
     def _record_failure(self, failure: ScrapeError) -> None:
         state = self.state
