@@ -54,6 +54,14 @@ class SpecDecodeCollector(Collector):
         for reason, count in state.failures.items():
             failures.add_metric([reason], count)
         yield failures
+        invalid = CounterMetricFamily(
+            "specdec_invalid_series",
+            "vLLM series left out because no count can be them (NaN, infinite, negative, or more "
+            "accepted than drafted since start), by reason, counted on each poll that shows them; "
+            "nothing derived from them is exported.", labels=["reason"])
+        for invalid_reason, count in state.invalid_series.items():
+            invalid.add_metric([invalid_reason], count)
+        yield invalid
         info = GaugeMetricFamily("specdec_build_info", "Build of vllm-specdec-exporter; always 1.",
                                  labels=["version"])
         info.add_metric([__version__], 1.0)

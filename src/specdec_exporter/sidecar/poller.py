@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import SeriesKey, Snapshot
+from specdec_exporter.core.exposition import (
+    INVALID_REASONS,
+    InvalidReason,
+    InvalidSeries,
+    SeriesKey,
+    Snapshot,
+)
 from specdec_exporter.core.report import Entry, build_report, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.logs import RateLimiter
@@ -47,6 +53,9 @@ class PollState:
     window_seconds: float = 0.0
     coverage: dict[str, float] = field(default_factory=dict)
     models_seen: frozenset[str] = frozenset()
+    invalid_series: dict[InvalidReason, int] = field(
+        default_factory=lambda: dict.fromkeys(INVALID_REASONS, 0)
+    )
 
 
 class Poller:
@@ -106,6 +115,8 @@ class Poller:
         self._failed_in_a_row = 0
         state.up, state.scrape_duration, state.snapshot = True, duration, snapshot
         state.models_seen = state.models_seen | snapshot.models
+        if snapshot.invalid:
+            self._count_invalid(snapshot.invalid)
         totals = snapshot_totals(snapshot)
         self._timeline.observe(now, totals)
         window = self._timeline.window()
@@ -129,6 +140,17 @@ class Poller:
             for model, tokens in counted.items()
             if tokens > 0
         }
+
+    def _count_invalid(self, invalid: tuple[InvalidSeries, ...]) -> None:
+        for series in invalid:
+            self.state.invalid_series[series.reason] += 1
+        emit, suppressed = self._limiter.allow("invalid")
+        if emit:  # names only: a label value is vLLM's data and may be arbitrarily long
+            log.warning(
+                "vLLM exposed series no count can be; dropped with every figure derived from them",
+                extra={"series": sorted({f"{s.name} ({s.reason})" for s in invalid}),
+                       "suppressed_since_last": suppressed},
+            )
 
     def _log_internal_error(self) -> None:
         """One line with its traceback per log interval: a bug hit on every poll must not flood."""
