@@ -6,7 +6,11 @@ import argparse
 from typing import Any
 
 from specdec_exporter.logs import configure_logging
-from specdec_exporter.sidecar.config import load_settings
+from specdec_exporter.sidecar.config import (
+    DEFAULT_MAX_MODELS,
+    DEFAULT_MODEL_EXPIRY,
+    load_settings,
+)
 from specdec_exporter.sidecar.serve import serve
 from specdec_exporter.term import run_event_loop
 
@@ -21,6 +25,9 @@ SETTING_FLAGS: dict[str, str] = {
     "--speculative-method": "vLLM speculative method, picks the default draft cost ratio",
     "--log-level": "debug, info, warning or error (default info)",
     "--log-interval": "minimum seconds between repeated error log lines (default 60)",
+    "--max-models": f"models whose per-model tap series are kept (default {DEFAULT_MAX_MODELS})",
+    "--model-expiry": "seconds of successful polls without a model before its tap series go "
+                      f"(default {DEFAULT_MODEL_EXPIRY:g})",
     "--proxy-listen": "HOST:PORT of the OpenAI-compatible request tap (off by default)",
     "--default-temperature": "temperature vLLM applies when a request has none",
     "--generation-config": "generation_config.json to read the default temperature from",

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -89,12 +90,15 @@ class Snapshot:
 
     def num_speculative_tokens(self, model_name: str) -> int | None:
         """k, from the number of per-position series (None when vLLM does not say)."""
-        ks = [
-            len(counters.accepted_per_position)
-            for (model, _), counters in self.counters.items()
-            if model == model_name
-        ]
-        return max(ks, default=0) or None
+        return self._k_by_model.get(model_name) or None
+
+    @cached_property
+    def _k_by_model(self) -> dict[str, int]:
+        """Per model at once: asking per model over every engine would be quadratic in models."""
+        ks: dict[str, int] = {}
+        for (model, _), counters in self.counters.items():
+            ks[model] = max(ks.get(model, 0), len(counters.accepted_per_position))
+        return ks
 
 
 def parse(text: str) -> Snapshot:

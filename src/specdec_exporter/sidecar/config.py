@@ -12,6 +12,9 @@ DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
 
 DEFAULT_TEMPERATURE_EDGES = (0.5, 0.7, 1.0)
+DEFAULT_MAX_MODELS = 64
+"""vLLM serves one model per server; a few more cover renames and a shared sidecar."""
+DEFAULT_MODEL_EXPIRY = 600.0
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -55,6 +58,10 @@ class Settings(BaseSettings):
     speculative_method: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_interval: float = Field(60.0, ge=0, description="min seconds between repeated error logs")
+    max_models: int = Field(DEFAULT_MAX_MODELS, gt=0, le=10_000,
+                            description="models whose per-model tap series are kept")
+    model_expiry: float = Field(DEFAULT_MODEL_EXPIRY, gt=0, description=(
+        "seconds of successful polls without a model before its per-model tap series go"))
 
     # The request tap (issue 5).
     proxy_listen: ListenAddress | None = None

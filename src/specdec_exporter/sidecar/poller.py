@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import (
@@ -24,9 +25,16 @@ from specdec_exporter.core.exposition import (
 from specdec_exporter.core.report import Entry, build_report, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.logs import RateLimiter
+from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EXPIRY
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
+
+MAX_MODEL_NAME_CHARS = 256
+"""Longer model names never get per-model tap series (their requests count as ``other``)."""
+
+DropReason = Literal["cap", "name_too_long"]
+DROP_REASONS: tuple[DropReason, ...] = ("cap", "name_too_long")
 
 AttributedDraftTokens = Callable[[], dict[str, float]]
 """Cumulative draft tokens the request tap attributed, per model (for the coverage ratio)."""
@@ -53,9 +61,52 @@ class PollState:
     window_seconds: float = 0.0
     coverage: dict[str, float] = field(default_factory=dict)
     models_seen: frozenset[str] = frozenset()
+    """The models vLLM serves (or served in the last expiry period) that get per-model tap
+    series: at most the cap, names of at most MAX_MODEL_NAME_CHARS."""
+    models_dropped: dict[DropReason, int] = field(
+        default_factory=lambda: dict.fromkeys(DROP_REASONS, 0)
+    )
     invalid_series: dict[InvalidReason, int] = field(
         default_factory=lambda: dict.fromkeys(INVALID_REASONS, 0)
     )
+
+
+class ModelRoster:
+    """Which served models get per-model tap series: bounded, and forgetting the ones vLLM stopped
+    serving after ``expire_after`` successful polls without them (failed polls never count)."""
+
+    def __init__(self, cap: int, expire_after: int) -> None:
+        self._cap = cap
+        self._expire_after = expire_after
+        self._missed: dict[str, int] = {}
+        self._refused: frozenset[str] = frozenset()
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset(self._missed)
+
+    def update(self, served: frozenset[str]) -> dict[DropReason, int]:
+        """Fold in one successful poll; returns the names newly refused, by reason."""
+        for model in list(self._missed):
+            missed = 0 if model in served else self._missed[model] + 1
+            if missed >= self._expire_after:
+                del self._missed[model]
+            else:
+                self._missed[model] = missed
+        dropped = dict.fromkeys(DROP_REASONS, 0)
+        refused = set()
+        for model in sorted(served - self._missed.keys()):
+            reason: DropReason | None = (
+                "name_too_long" if len(model) > MAX_MODEL_NAME_CHARS
+                else "cap" if len(self._missed) >= self._cap else None)
+            if reason is None:
+                self._missed[model] = 0
+                continue
+            refused.add(model)
+            if model not in self._refused:  # count a name once, not on every poll showing it
+                dropped[reason] += 1
+        self._refused = frozenset(refused)
+        return dropped
 
 
 class Poller:
@@ -71,8 +122,11 @@ class Poller:
         log_interval: float,
         attributed: AttributedDraftTokens | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_models: int = DEFAULT_MAX_MODELS,
+        model_expiry: float = DEFAULT_MODEL_EXPIRY,
     ) -> None:
         self.state = PollState()
+        self._roster = ModelRoster(max_models, max(1, math.ceil(model_expiry / interval)))
         self._scraper = scraper
         self._interval = interval
         self._cost_ratio = cost_ratio
@@ -114,7 +168,9 @@ class Poller:
             self._limiter.reset("scrape")
         self._failed_in_a_row = 0
         state.up, state.scrape_duration, state.snapshot = True, duration, snapshot
-        state.models_seen = state.models_seen | snapshot.models
+        for reason, count in self._roster.update(snapshot.models).items():
+            state.models_dropped[reason] += count
+        state.models_seen = self._roster.models
         if snapshot.invalid:
             self._count_invalid(snapshot.invalid)
         totals = snapshot_totals(snapshot)

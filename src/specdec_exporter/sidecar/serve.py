@@ -45,7 +45,8 @@ async def serve(settings: Settings,
 
         poller = Poller(scraper, interval=settings.interval, window=settings.window,
                         cost_ratio=cost_ratio, log_interval=settings.log_interval,
-                        attributed=attributed if tap else None)
+                        attributed=attributed if tap else None, max_models=settings.max_models,
+                        model_expiry=settings.model_expiry)
         registry.register(SpecDecodeCollector(poller.state, cost_ratio=cost_ratio,
                                               interval=settings.interval, window=settings.window,
                                               coverage_enabled=tap is not None))
@@ -131,7 +132,11 @@ class _TapParts:
 
     def attributed(self, served_models: frozenset[str]) -> dict[str, float]:
         """Per model, draft tokens attributed so far; also pre-creates every served model's
-        per-bucket series at 0, so they exist before the first request."""
+        per-bucket series at 0, so they exist before the first request, and drops the series of
+        models the poller no longer keeps (bounded labels)."""
+        from specdec_exporter.tap.request import OTHER_MODEL  # noqa: PLC0415
+
+        self.stats.retain_models(served_models | {OTHER_MODEL})
         for model in served_models:
             self.stats.add_model(model)
         models: dict[str, float] = {}
