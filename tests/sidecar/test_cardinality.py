@@ -19,7 +19,7 @@ from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import ScrapeError
 from specdec_exporter.tap.stats import RequestStats
-from variants import MODEL, capture
+from variants import MODEL, capture, with_models
 
 pytestmark = pytest.mark.anyio
 LONG_NAME = "x" * 100_000
@@ -28,16 +28,7 @@ LONG_NAME = "x" * 100_000
 def flood(models: int, *, long_name: bool = False) -> str:
     """t3 plus `models` more model names (each with every spec series), and one 100 KB name."""
     names = [f"m{index:04d}" for index in range(models)] + ([LONG_NAME] if long_name else [])
-    lines = []
-    for name in names:
-        labels = f'engine="0",model_name="{name}"'
-        lines += [f"vllm:spec_decode_num_drafts_total{{{labels}}} 10.0",
-                  f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} 40.0",
-                  f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 20.0",
-                  *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}}'
-                    f" {8 - 2 * p}.0" for p in range(4)),
-                  f"vllm:generation_tokens_total{{{labels}}} 30.0"]
-    return capture("t3") + "\n".join(lines) + "\n"
+    return with_models(capture("t3"), names)
 
 
 def series(text: str) -> list[str]:
