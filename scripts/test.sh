@@ -44,6 +44,7 @@ if [ -f tools/generate.py ]; then
 fi
 stage "Dockerfile commands in fresh venvs"; .venv/bin/python scripts/check_dockerfile.py >/dev/null
 stage "fast tests"; .venv/bin/pytest -m "not real_vllm"
+stage "fuzz (atheris, at most 60 s a target)"; scripts/fuzz.sh
 
 if [ "$skip_real" = "1" ]; then
   stage "real vLLM stage SKIPPED (--skip-real-vllm / SPECDEC_SKIP_REAL_VLLM=1)"

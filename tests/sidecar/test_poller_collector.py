@@ -211,3 +211,52 @@ def test_golden_passes_promtool_check_metrics() -> None:
     result = subprocess.run([promtool, "check", "metrics"], input=golden, capture_output=True,
                             check=False)
     assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
+
+
+class BrokenSource:
+    """A scraper with a bug: every poll raises something that is not a ScrapeError."""
+
+    async def scrape(self) -> Scrape:
+        raise RuntimeError("bug")
+
+
+async def test_internal_errors_are_rate_limited_and_keep_their_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR)
+    poller = Poller(BrokenSource(), interval=5, window=60, cost_ratio=0.1, log_interval=60,
+                    clock=Clock())
+    for _ in range(5):
+        await poller.poll_once()
+    errors = [r for r in caplog.records if r.getMessage() == "unexpected error while polling vLLM"]
+    assert len(errors) == 1
+    assert errors[0].exc_info is not None and errors[0].exc_info[0] is RuntimeError
+    assert poller.state.failures["parse"] == 5
+
+
+def with_accepted(text: str, value: str) -> str:
+    line = f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{MODEL}"}} '
+    start = text.index(line) + len(line)
+    return text[:start] + value + text[text.index("\n", start):]
+
+
+@pytest.mark.parametrize("written", ["NaN", "+Inf", "-3.0", "4.2e13"])
+async def test_an_invalid_series_is_dropped_counted_and_logged_once(
+        written: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    bad = with_accepted(capture("t2"), written)
+    poller, registry = await poll_all([capture("t1"), bad, bad, bad])
+    reason = {"NaN": "nan", "+Inf": "infinite", "-3.0": "negative"}.get(
+        written, "accepted_over_drafted")
+    assert value(registry, "specdec_up") == 1.0
+    assert value(registry, "specdec_invalid_series_total", reason=reason) == 3.0
+    others = [r for r in ("nan", "infinite", "negative", "accepted_over_drafted") if r != reason]
+    assert [value(registry, "specdec_invalid_series_total", reason=r) for r in others] == [0.0] * 3
+    for family in ("specdec_drafts_total", "specdec_accepted_tokens_total"):
+        assert value(registry, family, model_name=MODEL, engine="0") is None
+    assert value(registry, "specdec_estimated_speedup", model_name=MODEL) is None
+    assert value(registry, "specdec_num_speculative_tokens", model_name=MODEL) is None
+    assert value(registry, "specdec_generation_tokens_total", model_name=MODEL,
+                 engine="0") == 20207.0
+    logged = [r for r in caplog.records if r.getMessage().startswith("vLLM exposed series")]
+    assert len(logged) == 1
+    assert poller.state.up

@@ -1,7 +1,8 @@
 """The poll timeline: reset-corrected running totals per series, kept for one window.
 
 Pure (the caller passes the clock). Each poll adds a point; the window's counts are the latest
-point minus the newest point at least ``window`` seconds older (or the oldest one kept).
+point minus the newest point at least ``window`` seconds older (or the oldest one kept). A series
+absent for a whole window is forgotten, so the keys kept follow what vLLM shows now.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Timeline(Generic[K]):
         self._counts_from_zero = counts_from_zero
         self._last_raw: dict[K, Totals] = {}
         self._corrected: dict[K, Totals] = {}
+        self._seen_at: dict[K, float] = {}
         self._points: deque[tuple[float, dict[K, Totals]]] = deque()
 
     def observe(self, at: float, raw: Mapping[K, Totals]) -> None:
@@ -52,8 +54,18 @@ class Timeline(Generic[K]):
                 step = Totals()
             self._corrected[key] = self._corrected.get(key, Totals()) + step
             self._last_raw[key] = totals
+            self._seen_at[key] = at
+        self._forget(at)
         self._points.append((at, dict(self._corrected)))
         self._prune()
+
+    def _forget(self, at: float) -> None:
+        """Drop the series absent for a whole window; they have no count left to give."""
+        gone = [key for key, seen in self._seen_at.items() if seen <= at - self._window]
+        for key in gone:
+            del self._last_raw[key], self._corrected[key], self._seen_at[key]
+            for _, point in self._points:
+                point.pop(key, None)
 
     def _prune(self) -> None:
         latest = self._points[-1][0]

@@ -18,6 +18,10 @@ from specdec_exporter.core.buckets import (
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
 
+DEFAULT_MAX_MODELS = 64
+"""vLLM serves one model per server; a few more cover renames and a shared sidecar."""
+DEFAULT_MODEL_EXPIRY = 600.0
+"""Seconds of successful polls without a model before its per-model tap series go."""
 GENERATION_CONFIG_FILE = "generation_config.json"
 """The file in a Hugging Face model folder whose ``temperature`` vLLM applies by default."""
 
@@ -100,6 +104,10 @@ class Settings(VllmTarget):
     shutdown_grace: float = Field(
         20.0, ge=0, le=3600, description="after SIGTERM, seconds in-flight tap requests get to "
         "finish (under Kubernetes' default terminationGracePeriodSeconds of 30)")
+    max_models: int = Field(DEFAULT_MAX_MODELS, gt=0, le=10_000,
+                            description="models whose per-model tap series are kept")
+    model_expiry: float = Field(DEFAULT_MODEL_EXPIRY, gt=0, description="seconds of successful "
+                                "polls without a model before its per-model tap series go")
 
     # The request tap.
     proxy_listen: ListenAddress | None = Field(

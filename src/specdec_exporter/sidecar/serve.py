@@ -54,7 +54,8 @@ async def serve(settings: Settings) -> int:
 
         poller = Poller(scraper, interval=settings.interval, window=settings.window,
                         cost_ratio=cost_ratio, log_interval=settings.log_interval,
-                        tap_counts=tap_counts if tap else None)
+                        tap_counts=tap_counts if tap else None, max_models=settings.max_models,
+                        model_expiry=settings.model_expiry)
         registry.register(SpecDecodeCollector(poller.state, cost_ratio=cost_ratio,
                                               interval=settings.interval, window=settings.window,
                                               coverage_enabled=tap is not None))
@@ -258,7 +259,11 @@ class _TapParts:
 
     def attributed(self, served_models: frozenset[str]) -> dict[BucketKey, Totals]:
         """Per (model, bucket), the attributed counts so far; also pre-creates every served
-        model's per-bucket series at 0, so they exist before the first request."""
+        model's per-bucket series at 0, so they exist before the first request; drops the series
+        of models the poller no longer keeps (bounded labels)."""
+        from specdec_exporter.tap.request import OTHER_MODEL  # noqa: PLC0415
+
+        self.stats.retain_models(served_models | {OTHER_MODEL})
         for model in served_models:
             self.stats.add_model(model)
         return {(row.model_name, row.temperature_bucket):
