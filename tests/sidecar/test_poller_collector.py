@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter.core.exposition import parse
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scrape, ScrapeError
@@ -44,15 +45,18 @@ class Clock:
         return self.now
 
 
+COST = DraftCost(0.1, "method", "ngram")
+
+
 async def poll_all(bodies: list[str | ScrapeError], *, window: float = 3600,
                    attributed: dict[str, float] | None = None) -> tuple[Poller, CollectorRegistry]:
     clock = Clock()
-    poller = Poller(ScriptedSource(bodies), interval=5, window=window, cost_ratio=0.1,
+    poller = Poller(ScriptedSource(bodies), interval=5, window=window, cost=COST,
                     log_interval=60, clock=clock,
                     attributed=(lambda: dict(attributed)) if attributed is not None else None)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecDecodeCollector(poller.state, cost_ratio=0.1, interval=5, window=window,
-                                          coverage_enabled=attributed is not None))
+    registry.register(SpecDecodeCollector(poller.state, cost=COST, method="ngram", interval=5,
+                                          window=window, coverage_enabled=attributed is not None))
     for _ in bodies:
         await poller.poll_once()
         clock.now += 5
@@ -82,8 +86,12 @@ async def test_modelled_speedup_over_the_window() -> None:
     # Interval t1 of the ground truth: 2362 drafts, 7434 accepted -> L = 1 + 7434/2362.
     assert value(registry, "specdec_estimated_speedup", model_name=MODEL) == (
         (1 + 7434 / 2362) / (1 + 4 * 0.1))
+    # In the exported unit (accepted / draft tokens): 9448 draft tokens in 2362 drafts of 4,
+    # so the speedup is 1 at a = k*c / 4 = c.
     break_even = value(registry, "specdec_break_even_acceptance_rate", model_name=MODEL)
-    assert break_even == pytest.approx(0.287108, abs=1e-6)  # 1 + a + a^2 + a^3 + a^4 = 1.4
+    assert break_even == pytest.approx(0.1, abs=1e-15)
+    assert value(registry, "specdec_draft_cost_ratio", source="method") == 0.1
+    assert value(registry, "specdec_speculative_info", model_name=MODEL, method="ngram") == 1.0
 
 
 async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
@@ -92,6 +100,7 @@ async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
     failures: list[str | ScrapeError] = [ScrapeError("timeout", "slow")] * 3
     poller, registry = await poll_all([capture("t1"), *failures])
     assert value(registry, "specdec_up") == 0.0
+    assert value(registry, "specdec_vllm_ever_up") == 1.0  # went down, not still starting
     assert value(registry, "specdec_scrape_failures_total", reason="timeout") == 3.0
     assert value(registry, "specdec_scrape_failures_total", reason="connect") == 0.0
     assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") is None
@@ -102,6 +111,14 @@ async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
     await poller.poll_once()
     assert value(registry, "specdec_up") == 1.0
     assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") == 4796.0
+
+
+async def test_before_the_first_success_vllm_is_still_starting() -> None:
+    failures: list[str | ScrapeError] = [ScrapeError("connect", "refused")] * 2
+    _, registry = await poll_all([*failures])
+    assert (value(registry, "specdec_up"), value(registry, "specdec_vllm_ever_up")) == (0.0, 0.0)
+    assert value(registry, "specdec_draft_cost_ratio", source="method") == 0.1
+    assert value(registry, "specdec_speculative_info", model_name=MODEL, method="ngram") is None
 
 
 async def test_vllm_restart_keeps_window_figures_positive() -> None:
@@ -132,7 +149,7 @@ async def test_coverage_ratio_is_tap_share_of_vllm_draft_tokens() -> None:
     attributed = {MODEL: 0.0}
     clock = Clock()
     poller = Poller(ScriptedSource([capture("t1"), capture("t2")]), interval=5, window=60,
-                    cost_ratio=0.1, log_interval=60, clock=clock, attributed=lambda: attributed)
+                    cost=COST, log_interval=60, clock=clock, attributed=lambda: attributed)
     await poller.poll_once()
     clock.now += 5
     attributed[MODEL] = 4868.0  # interval t2 has 9736 draft tokens in vLLM

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE
 from specdec_exporter.logs import configure_logging
 from specdec_exporter.sidecar.config import load_settings
 from specdec_exporter.sidecar.serve import serve
@@ -19,6 +20,8 @@ SETTING_FLAGS: dict[str, str] = {
     "--max-body-bytes": "cap on a /metrics body (default 16 MiB)",
     "--draft-cost-ratio": "cost of one drafted token relative to a target step (c)",
     "--speculative-method": "vLLM speculative method, picks the default draft cost ratio",
+    "--threshold": f"acceptance threshold t of the verdict (default {ACCEPTANCE_THRESHOLD:g})",
+    "--healthy-above": f"top of the borderline band t..healthy-above (default {HEALTHY_ABOVE:g})",
     "--log-level": "debug, info, warning or error (default info)",
     "--log-interval": "minimum seconds between repeated error log lines (default 60)",
     "--proxy-listen": "HOST:PORT of the OpenAI-compatible request tap (off by default)",

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from specdec_exporter.core.model import DraftCost, resolve_draft_cost
+from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
 
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
@@ -53,6 +56,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="cap on a /metrics body")
     draft_cost_ratio: float | None = Field(None, ge=0, le=10)
     speculative_method: str | None = None
+    threshold: float = Field(ACCEPTANCE_THRESHOLD, gt=0, le=1,
+                             description="acceptance below which the verdict is not healthy (t)")
+    healthy_above: float = Field(HEALTHY_ABOVE, gt=0, le=1,
+                                 description="top of the borderline band t..healthy_above")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_interval: float = Field(60.0, ge=0, description="min seconds between repeated error logs")
 
@@ -77,6 +84,20 @@ class Settings(BaseSettings):
         if not value or any(edge <= 0 for edge in value) or list(value) != sorted(set(value)):
             raise ValueError("temperature bucket edges must be positive and strictly increasing")
         return value
+
+    @model_validator(mode="after")
+    def _check_criteria(self) -> Settings:
+        Criteria(self.threshold, self.healthy_above)  # ValueError if threshold > healthy_above
+        return self
+
+    @property
+    def draft_cost(self) -> DraftCost:
+        """c and where it came from: the one place a calibration's c would plug in."""
+        return resolve_draft_cost(self.draft_cost_ratio, self.speculative_method, None)
+
+    @property
+    def criteria(self) -> Criteria:
+        return Criteria(self.threshold, self.healthy_above)
 
     @property
     def listen_address(self) -> tuple[str, int]:

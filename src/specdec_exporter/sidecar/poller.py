@@ -15,8 +15,10 @@ from typing import Protocol
 
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import Entry, build_report, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
+from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
 
@@ -37,6 +39,9 @@ class PollState:
     """What the last polls found. `snapshot` is the last successful one, None while vLLM is down."""
 
     up: bool = False
+    ever_up: bool = False
+    """A poll of vLLM has succeeded since the sidecar started: tells "still starting" from
+    "went down" while `up` is False."""
     attempts: int = 0
     scrape_duration: float | None = None
     failures: dict[FailureReason, int] = field(
@@ -58,15 +63,17 @@ class Poller:
         *,
         interval: float,
         window: float,
-        cost_ratio: float,
+        cost: DraftCost,
         log_interval: float,
+        criteria: Criteria = DEFAULT_CRITERIA,
         attributed: AttributedDraftTokens | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = PollState()
         self._scraper = scraper
         self._interval = interval
-        self._cost_ratio = cost_ratio
+        self._cost = cost
+        self._criteria = criteria
         self._attributed = attributed
         self._clock = clock
         self._timeline: Timeline[SeriesKey] = Timeline(window)
@@ -104,12 +111,13 @@ class Poller:
             log.info("vLLM scrape recovered", extra={"failed_polls": self._failed_in_a_row})
             self._limiter.reset("scrape")
         self._failed_in_a_row = 0
-        state.up, state.scrape_duration, state.snapshot = True, duration, snapshot
+        state.up, state.ever_up = True, True
+        state.scrape_duration, state.snapshot = duration, snapshot
         state.models_seen = state.models_seen | snapshot.models
         totals = snapshot_totals(snapshot)
         self._timeline.observe(now, totals)
         window = self._timeline.window()
-        state.report = build_report(snapshot, window, self._cost_ratio)
+        state.report = build_report(snapshot, window, self._cost, self._criteria)
         state.window_seconds = window.seconds
         if self._attributed is not None:
             self._observe_tap(now, window.deltas)

@@ -13,7 +13,6 @@ import uvicorn
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from specdec_exporter.core.acceptance import draft_cost_ratio_for
 from specdec_exporter.sidecar.app import LandingRows, create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
@@ -28,7 +27,7 @@ async def serve(settings: Settings,
     """Serve until SIGINT/SIGTERM (or cancellation). `on_listening` gets the bound addresses."""
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
-    cost_ratio = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
+    cost = settings.draft_cost
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
     async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
         scraper = Scraper(client, settings.vllm_url, timeout=settings.scrape_timeout,
@@ -44,9 +43,10 @@ async def serve(settings: Settings,
             return tap.attributed(poller.state.models_seen)
 
         poller = Poller(scraper, interval=settings.interval, window=settings.window,
-                        cost_ratio=cost_ratio, log_interval=settings.log_interval,
+                        cost=cost, criteria=settings.criteria, log_interval=settings.log_interval,
                         attributed=attributed if tap else None)
-        registry.register(SpecDecodeCollector(poller.state, cost_ratio=cost_ratio,
+        registry.register(SpecDecodeCollector(poller.state, cost=cost,
+                                              method=settings.speculative_method,
                                               interval=settings.interval, window=settings.window,
                                               coverage_enabled=tap is not None))
         tap_ready = asyncio.Event()
@@ -77,7 +77,8 @@ async def serve(settings: Settings,
                 tap.run(settings, poller, lambda address: listening("tap", address)), name="tap"))
         background.append(asyncio.create_task(_announce(server, listening), name="announce"))
         log.info("starting", extra={"vllm_url": settings.vllm_url, "interval": settings.interval,
-                                    "draft_cost_ratio": cost_ratio})
+                                    "draft_cost_ratio": cost.ratio,
+                                    "draft_cost_ratio_source": cost.source})
         try:
             await server.serve()
         finally:
