@@ -12,6 +12,7 @@ import pytest
 from required_tools import missing, require
 from specdec_artifacts import deploycheck
 from specdec_artifacts.alertmanager import alertmanager_config_resource
+from specdec_artifacts.consistency import deploy_problems
 from specdec_artifacts.dashboard import dashboard
 from specdec_artifacts.deploycheck import (
     OVERLAYS,
@@ -21,6 +22,7 @@ from specdec_artifacts.deploycheck import (
     find,
     pod_spec,
 )
+from specdec_artifacts.kube import speculative_config_map
 from specdec_artifacts.rules import rule_groups
 from specdec_artifacts.settings import load
 
@@ -54,7 +56,7 @@ def sidecar(manifests: list[Manifest]) -> tuple[str, Manifest]:
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda o: o.path.name)
 def test_kustomize_renders_every_part(overlay: Overlay) -> None:
     kinds = sorted(m["kind"] for m in rendered(overlay))
-    assert kinds == ["AlertmanagerConfig", "ConfigMap", "Deployment", "PodMonitor",
+    assert kinds == ["AlertmanagerConfig", "ConfigMap", "ConfigMap", "Deployment", "PodMonitor",
                      "PrometheusRule", "Service"]
 
 
@@ -156,7 +158,9 @@ def test_the_podmonitor_scrapes_the_sidecar_as_the_job_the_alerts_select() -> No
     jobs = {e["port"]: e["relabelings"][0]["replacement"]
             for e in monitor["spec"]["podMetricsEndpoints"]}
     assert jobs == {"specdec-metrics": "specdec-exporter", "http": "vllm"}
-    assert load().sidecar_selector == f'job="{jobs["specdec-metrics"]}"'
+    selectors = load().selectors
+    assert selectors.sidecar == f'job="{jobs["specdec-metrics"]}"'
+    assert selectors.vllm == f'job="{jobs["http"]}"'
 
 
 def test_generated_parts_match_their_sources() -> None:
@@ -169,3 +173,13 @@ def test_generated_parts_match_their_sources() -> None:
     assert json.loads(config_map["data"]["vllm-specdec.json"]) == dashboard(settings)
     assert find(manifests, "AlertmanagerConfig", "specdec") == alertmanager_config_resource(
         settings)
+    assert find(manifests, "ConfigMap", "vllm-speculative") == speculative_config_map(
+        settings.example_deployment)
+
+
+def test_the_rendered_deployment_takes_both_methods_from_the_config_map() -> None:
+    manifests, settings = rendered(BASE), load()
+    assert deploy_problems(settings, manifests) == []
+    _, container = sidecar(manifests)
+    container["env"] = [{"name": "SPECDEC_SPECULATIVE_METHOD", "value": "eagle3"}]
+    assert len(deploy_problems(settings, manifests)) == 1
