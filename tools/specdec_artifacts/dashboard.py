@@ -42,6 +42,8 @@ class Scope:
 
     cluster: str
     """`<cluster label>=~"$cluster"`, or empty when no cluster label is configured."""
+    models: str
+    """Per-model recording rules: summed over pods, so without the job and target labels."""
     fleet: str
     sidecar: str
     model: str
@@ -53,12 +55,13 @@ class Scope:
     def of(cls, settings: Settings) -> Scope:
         label = settings.selectors.cluster_label
         cluster = f'{label}=~"$cluster"' if label else ""
-        fleet = _join(settings.selectors.sidecar, cluster, 'namespace=~"$namespace"')
+        models = _join(cluster, 'namespace=~"$namespace"')
+        fleet = _join(settings.selectors.sidecar, models)
         sidecar = _join(fleet, 'pod=~"$pod"')
         model = _join(sidecar, 'model_name=~"$model"')
         vllm = _join(settings.selectors.vllm, cluster, 'namespace=~"$namespace"', 'pod=~"$pod"',
                      'model_name=~"$model"', 'engine=~"$engine"')
-        return cls(cluster, fleet, sidecar, model, _join(model, 'engine=~"$engine"'),
+        return cls(cluster, models, fleet, sidecar, model, _join(model, 'engine=~"$engine"'),
                    _join(model, 'temperature_bucket=~"$bucket"'), vllm)
 
 
@@ -297,12 +300,12 @@ def fleet_row(settings: Settings, scope: Scope) -> Row:
     return Row("Fleet: models and pods ranked, worst first (recording rules)", (
         Panel("Models by acceptance",
               f"Accepted / draft tokens per model over all its pods ({settings.windows.rate}).",
-              (Query(f"sort({selector(names.model('acceptance_rate', ratio_op), scope.fleet)})",
+              (Query(f"sort({selector(names.model('acceptance_rate', ratio_op), scope.models)})",
                      instant=True),),
               kind="table", width=6, unit="percentunit", threshold=acceptance),
         Panel("Models by modelled speedup",
               "The worst pod's modelled speedup per model: below 1, a net loss by the model.",
-              (Query(f"sort({selector(names.model('estimated_speedup', 'min'), scope.fleet)})",
+              (Query(f"sort({selector(names.model('estimated_speedup', 'min'), scope.models)})",
                      instant=True),),
               kind="table", width=6, threshold=speedup),
         Panel("Pods by acceptance",
