@@ -122,9 +122,9 @@ def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(stack: Sta
     assert stack.stub.events() == [], "nothing may page while acceptance is 0.8"
 
     stack.exporter.set_acceptance(DEGRADED, 0.3)
-    wait_until(lambda: _chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceLow"),
+    wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceLow"),
                EVENT_TIMEOUT, "the bucket's ticket to reach the chat receiver")
-    wait_until(lambda: _chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
+    wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
                EVENT_TIMEOUT, "the bucket's P10 warning to reach the chat receiver")
     assert stack.stub.events() == [], "a bucket tickets by default; it does not page"
 
@@ -185,7 +185,7 @@ def _may_be_empty(expr: str, groups: list[dict[str, Any]]) -> bool:
     return is_alert or "vllm:" in expr or " offset " in expr
 
 
-def _chat_mentions(stub: PagerDutyStub, text: str) -> bool:
+def chat_mentions(stub: PagerDutyStub, text: str) -> bool:
     return any(text in json.dumps(post.body) for post in stub.posts("/chat"))
 
 
