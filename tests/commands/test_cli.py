@@ -34,6 +34,15 @@ def test_bad_environment_value_is_one_line_and_exit_2(
     assert "HOST:PORT" in capsys.readouterr().err
 
 
+def test_a_threshold_above_the_healthy_band_is_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--threshold", "0.8"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "need 0 < threshold <= healthy_above <= 1, got threshold 0.8, healthy_above 0.65" in (
+        error)
+
+
 def run_check(vllm: FakeVllm, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SPECDEC, "check", "--vllm-url", vllm.url, "--window", "0.3", *extra],
                           capture_output=True, text=True, timeout=60, check=False)

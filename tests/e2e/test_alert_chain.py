@@ -34,7 +34,14 @@ from pagerduty_stub import PagerDutyStub
 from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
 from required_tools import require
 from specdec_artifacts.alertmanager import DEFAULT_RECEIVER, Endpoints, standalone_config
-from specdec_artifacts.settings import CONFIG_PATH, REPO_ROOT, load, with_test_overrides
+from specdec_artifacts.dashboard import dashboard
+from specdec_artifacts.settings import (
+    CONFIG_PATH,
+    REPO_ROOT,
+    Settings,
+    load,
+    with_test_overrides,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -176,6 +183,22 @@ def test_every_dashboard_query_and_rule_evaluates(stack: Stack) -> None:
     unexplained = [expr for expr in report.empty if not _may_be_empty(expr, groups["groups"])]
     assert unexplained == [], "queries over series the exporter serves must return data"
     assert len(report.with_data) > 40
+
+
+def test_a_cluster_label_absent_from_the_series_still_shows_everything(stack: Stack) -> None:
+    """Configured for Thanos/Mimir (`cluster_label = "cluster"`) but queried on a Prometheus
+    whose series have no such label: the variables' All (`.*`) still matches them."""
+    wait_until(lambda: bool(bucket_acceptance(stack.prometheus)), EVENT_TIMEOUT, "data")
+    data = with_test_overrides(load(), rate_window=WINDOW).model_dump(by_alias=True)
+    data["selectors"]["cluster_label"] = "cluster"
+    board = dashboard(Settings.model_validate(data))
+    groups = yaml.safe_load((stack.generated / "alerts" / "specdec-rules.yaml").read_text())
+
+    report = evaluate(stack.prometheus.url, dashboard_expressions(board), WINDOW)
+
+    assert report.errors == []
+    assert any('cluster=~"$cluster"' in expr for expr in report.with_data)
+    assert [e for e in report.empty if not _may_be_empty(e, groups["groups"])] == []
 
 
 def _may_be_empty(expr: str, groups: list[dict[str, Any]]) -> bool:
