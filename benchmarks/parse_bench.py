@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from specdec_exporter.core.exposition import parse
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import build_report, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
 from variants import capture, with_engines
@@ -28,7 +29,7 @@ def ours(text: str) -> None:
     snapshot = parse(text)
     timeline.observe(0.0, snapshot_totals(snapshot))
     timeline.observe(5.0, snapshot_totals(snapshot))
-    build_report(snapshot, timeline.window(), 0.1)
+    build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
 
 
 def whole(text: str) -> None:

@@ -5,6 +5,8 @@
     python tools/generate.py --out-dir DIR --for 5s --rate-window 15s --group-timing 1s
                                         a test variant (short `for`, windows, Alertmanager
                                         timings) written under DIR, for end-to-end tests
+    python tools/generate.py --merge-into alertmanager.yml
+                                        print that Alertmanager config with our routing merged in
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the core's constants
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from specdec_artifacts import checks, dashboard, rules
-from specdec_artifacts.outputs import all_outputs, write
+import yaml
+from specdec_artifacts import alertmanager, checks, consistency, dashboard, kube, rules
+from specdec_artifacts.outputs import all_outputs, write, yaml_text
 from specdec_artifacts.settings import (
     CONFIG_PATH,
     REPO_ROOT,
+    Settings,
     SettingsError,
     load,
     with_test_overrides,
@@ -42,6 +47,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     test.add_argument("--rate-window", metavar="DURATION", help="window of every rate")
     test.add_argument("--group-timing", metavar="DURATION",
                       help="Alertmanager group_wait and group_interval")
+    parser.add_argument("--merge-into", type=Path, metavar="ALERTMANAGER_YML",
+                        help="print this Alertmanager config with our routing merged in")
     args = parser.parse_args(argv)
     overrides = (args.for_, args.rate_window, args.group_timing)
     if any(overrides) and args.out_dir is None:
@@ -58,15 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, OSError) as exc:
         print(f"tools/generate.py: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.merge_into is not None:
+        return _merge(settings, args.merge_into)
+    problems = _deploy_problems(settings)  # deploy/ against the committed config
     if args.out_dir is not None:
         settings = with_test_overrides(settings, for_=args.for_, rate_window=args.rate_window,
                                        group_timing=args.group_timing)
     outputs = all_outputs(settings)
-    groups = rules.rule_groups(settings)
-    problems = checks.rule_problems(groups) + checks.dashboard_problems(
-        dashboard.dashboard(settings), rules.record_names(groups))
+    problems = _query_problems(settings) + problems
     if problems:
-        print("tools/generate.py: queries leave the metric contract or lack guards:\n  "
+        print("tools/generate.py: the generated files or deploy/ are inconsistent:\n  "
               + "\n  ".join(problems), file=sys.stderr)
         return EXIT_STALE
     if args.check:
@@ -74,6 +82,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     write(outputs, args.out_dir or REPO_ROOT)
     for output in outputs:
         print(f"wrote {output.path}")
+    return 0
+
+
+def _query_problems(settings: Settings) -> list[str]:
+    """Queries that leave the contract, lack guards, or are not scoped to cluster and
+    namespace."""
+    groups = rules.rule_groups(settings)
+    scope = ("namespace", *settings.cluster)
+    return checks.rule_problems(groups, settings.cluster) + checks.dashboard_problems(
+        dashboard.dashboard(settings), rules.record_names(groups), scope)
+
+
+def _deploy_problems(settings: Settings) -> list[str]:
+    """deploy/ drifting from the config (speculative method, startup grace, jobs)."""
+    manifests = [*consistency.example_manifests(),
+                 kube.speculative_config_map(settings.example_deployment)]
+    return consistency.deploy_problems(settings, manifests)
+
+
+def _merge(settings: Settings, path: Path) -> int:
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        merged = alertmanager.merge_into(config, alertmanager.subtree(settings))
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"tools/generate.py: {path}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(yaml_text(merged), end="")
     return 0
 
 

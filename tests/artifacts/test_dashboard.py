@@ -1,5 +1,7 @@
-"""The dashboard: its structure, its panels, and the `--check` rules on queries (contract
-metrics only, known labels, guarded divisions and quantiles), shown to catch each mistake."""
+"""The dashboard: its structure, its panels, fleet scoping (cluster, namespace, pod, model on
+every query; the cluster label from the config), the fleet row, and the `--check` rules on
+queries (contract metrics only, known labels, guarded divisions and quantiles, scope), shown to
+catch each mistake."""
 
 from __future__ import annotations
 
@@ -8,12 +10,18 @@ import re
 from typing import Any
 
 import pytest
-from specdec_artifacts.checks import dashboard_problems, panels_of, query_problems
+from specdec_artifacts.checks import (
+    dashboard_problems,
+    dashboard_queries,
+    panels_of,
+    query_problems,
+    unscoped_series,
+)
 from specdec_artifacts.contract import VLLM_METRICS
 from specdec_artifacts.dashboard import dashboard
 from specdec_artifacts.outputs import DASHBOARD_FILE
 from specdec_artifacts.rules import record_names, rule_groups
-from specdec_artifacts.settings import REPO_ROOT, load
+from specdec_artifacts.settings import REPO_ROOT, Settings, load
 
 RECORDED = record_names(rule_groups(load()))
 VLLM_CAPTURE = REPO_ROOT / "tests" / "fixtures" / "vllm-0.33.0" / "spec_ngram_k4.t3.prom"
@@ -24,8 +32,64 @@ def board() -> dict[str, Any]:
     return dashboard(load())
 
 
+def with_cluster_label(label: str = "cluster", vllm: str = 'job="vllm"') -> Settings:
+    data = load().model_dump(by_alias=True)
+    data["selectors"].update(cluster_label=label, vllm=vllm)
+    return Settings.model_validate(data)
+
+
 def test_the_generated_dashboard_passes_its_checks(board: dict[str, Any]) -> None:
     assert dashboard_problems(board, RECORDED) == []
+
+
+def test_with_a_cluster_label_every_query_filters_on_it_too() -> None:
+    settings = with_cluster_label()
+    groups = rule_groups(settings)
+    board = dashboard(settings)
+    assert dashboard_problems(board, record_names(groups), ("namespace", "cluster")) == []
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["cluster"]["definition"] == (
+        'label_values(specdec_build_info{job="specdec-exporter"}, cluster)')
+    assert variables["cluster"]["allValue"] == ".*", "All must match series without the label"
+    assert 'cluster=~"$cluster"' in variables["namespace"]["definition"]
+    day_over_day = next(r for g in groups for r in g["rules"]
+                        if r.get("record", "").endswith(":ratio_rate1h"))
+    assert day_over_day["expr"].startswith("sum by (cluster, namespace, model_name)")
+
+
+def test_without_a_cluster_label_the_variable_is_hidden_and_unused(
+        board: dict[str, Any]) -> None:
+    cluster = board["templating"]["list"][1]
+    assert (cluster["name"], cluster["type"], cluster["hide"]) == ("cluster", "constant", 2)
+    assert not any("$cluster" in expr for expr in dashboard_queries(board))
+    assert dashboard_problems(board, RECORDED, ("namespace", "cluster")) != []
+
+
+def test_vllm_latency_panels_use_the_configured_job_and_the_scope() -> None:
+    board = dashboard(with_cluster_label(vllm='job="llm-serving"'))
+    vllm = [e for e in dashboard_queries(board) if "vllm:" in e]
+    assert len(vllm) == 6
+    for expr in vllm:
+        for matcher in ('job="llm-serving"', 'cluster=~"$cluster"', 'namespace=~"$namespace"',
+                        'pod=~"$pod"', 'model_name=~"$model"'):
+            assert matcher in expr, (matcher, expr)
+
+
+@pytest.mark.parametrize(("expr", "problem"), [
+    ('rate(specdec_drafts_total{job="x"}[5m])', "specdec_drafts_total is not filtered on "
+                                                "namespace"),
+    ("sum(rate(vllm:e2e_request_latency_seconds_count[5m]))",
+     "vllm:e2e_request_latency_seconds_count is not filtered on namespace"),
+    ('sort(instance_model_name:specdec_acceptance_rate:ratio_rate5m{pod=~"$pod"})',
+     "instance_model_name:specdec_acceptance_rate:ratio_rate5m is not filtered on namespace"),
+])
+def test_the_scope_check_catches(expr: str, problem: str) -> None:
+    assert unscoped_series(expr, ("namespace",)) == [problem]
+
+
+def test_the_scope_check_accepts_a_scoped_query() -> None:
+    assert unscoped_series('sum by (model_name) (rate(specdec_drafts_total{namespace=~"$ns"}'
+                           '[5m]))', ("namespace",)) == []
 
 
 def test_the_committed_json_is_the_generated_one(board: dict[str, Any]) -> None:
@@ -37,10 +101,12 @@ def test_identity_datasource_and_variables(board: dict[str, Any]) -> None:
     assert "vllm" in board["tags"]
     assert "__inputs" not in board and board.get("id") is None
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert list(variables) == ["datasource", "job", "model", "instance", "engine", "bucket"]
+    assert list(variables) == ["datasource", "cluster", "namespace", "pod", "model", "engine",
+                               "bucket"]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    assert "allValue" not in variables["job"], "All must not widen up{job=~...} to vLLM's job"
+    assert variables["pod"]["definition"] == (
+        'label_values(specdec_build_info{job="specdec-exporter", namespace=~"$namespace"}, pod)')
     for panel in panels_of(board):
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         for target in panel["targets"]:
@@ -55,16 +121,38 @@ def test_the_panels_the_issue_asks_for(board: dict[str, Any]) -> None:
         "Mean acceptance length", "Acceptance rate per draft position", "Modelled speedup",
         "Draft token flow", "Time to first token P90", "Time per output token P90",
         "Traffic share per temperature bucket", "Tap coverage", "Sidecar target up",
+        "Models by acceptance", "Models by modelled speedup", "Pods by acceptance",
+        "Pods by modelled speedup", "Draft cost c", "vLLM up since the sidecar started",
     } <= titles
 
 
-def test_acceptance_panel_draws_the_threshold_and_the_break_even_line(
+def test_the_fleet_row_ranks_the_recording_rules_worst_first(board: dict[str, Any]) -> None:
+    panels = {p["title"]: p for p in panels_of(board)}
+    expected = {
+        "Models by acceptance": "namespace_model_name:specdec_acceptance_rate:ratio_rate5m",
+        "Models by modelled speedup": "namespace_model_name:specdec_estimated_speedup:min",
+        "Pods by acceptance": "instance_model_name:specdec_acceptance_rate:ratio_rate5m",
+        "Pods by modelled speedup": "specdec_estimated_speedup",
+    }
+    for title, series in expected.items():
+        (target,) = panels[title]["targets"]
+        assert panels[title]["type"] == "table"
+        assert target["expr"].startswith(f"sort({series}{{")
+        assert (target["instant"], target["format"]) == (True, "table")
+
+
+def test_acceptance_panel_draws_t_and_the_break_even_in_the_same_unit(
         board: dict[str, Any]) -> None:
     panel = next(p for p in panels_of(board) if p["title"] == "Acceptance rate per model")
-    defaults = panel["fieldConfig"]["defaults"]
-    assert defaults["custom"]["thresholdsStyle"]["mode"] == "line"
-    assert defaults["thresholds"]["steps"][1]["value"] == 0.5
-    assert "specdec_break_even_acceptance_rate" in panel["targets"][1]["expr"]
+    rate, threshold, break_even = (t["expr"] for t in panel["targets"])
+    assert "specdec_accepted_tokens_total" in rate and "specdec_draft_tokens_total" in rate
+    assert "0.5 * group without (method) (specdec_speculative_info{" in threshold
+    assert "specdec_break_even_acceptance_rate" in break_even
+    assert "the acceptance rate at which the modelled speedup L / (1 + k·c) is 1" in (
+        panel["description"])
+    dashed = panel["fieldConfig"]["overrides"][0]["matcher"]["options"]
+    assert re.match(dashed, "threshold llama") and re.match(dashed, "break-even llama")
+    assert not re.match(dashed, "llama")
 
 
 def test_latency_panels_show_vllm_histograms_next_to_the_tap(board: dict[str, Any]) -> None:
@@ -122,7 +210,7 @@ def test_the_query_check_catches(expr: str, problem: str) -> None:
     "(sum by (model_name) (rate(specdec_drafts_total[5m])) > 0)",
     "histogram_quantile(0.9, sum by (le) (rate(specdec_request_acceptance_rate_bucket[5m])))\n"
     "and\nsum(rate(specdec_request_acceptance_rate_count[5m])) > 0",
-    'up{job=~"$job", instance=~"$instance"}',
+    'up{job="specdec-exporter", namespace=~"$namespace"}',
     'specdec_spec_decode_enabled{model_name="the specdec_fake name / in a label value"}',
 ])
 def test_the_query_check_accepts(expr: str) -> None:

@@ -18,6 +18,7 @@ import yaml
 from required_tools import missing, require
 from specdec_artifacts import deploycheck
 from specdec_artifacts.alertmanager import alertmanager_config_resource
+from specdec_artifacts.consistency import deploy_problems
 from specdec_artifacts.dashboard import dashboard
 from specdec_artifacts.deploycheck import (
     COMPONENTS,
@@ -33,6 +34,7 @@ from specdec_artifacts.deploycheck import (
     find,
     pod_spec,
 )
+from specdec_artifacts.kube import speculative_config_map
 from specdec_artifacts.rules import rule_groups
 from specdec_artifacts.settings import load
 
@@ -379,7 +381,7 @@ def test_the_podmonitor_scrapes_injected_pods_in_any_namespace_as_the_alerts_job
     assert monitor["spec"]["selector"] == {"matchLabels": injected_labels()}
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "specdec-metrics"
-    assert load().sidecar_selector == f'job="{endpoint["relabelings"][0]["replacement"]}"'
+    assert load().selectors.sidecar == f'job="{endpoint["relabelings"][0]["replacement"]}"'
 
 
 def test_generated_parts_match_their_sources() -> None:
@@ -453,8 +455,8 @@ def test_the_restricted_check_catches_a_writable_root_and_kept_capabilities() ->
 
 def test_the_example_is_its_workload_plus_the_components_plus_monitoring() -> None:
     kinds = sorted(m["kind"] for m in rendered(EXAMPLE.path))
-    assert kinds == ["AlertmanagerConfig", "ConfigMap", "Deployment", "PodMonitor", "PodMonitor",
-                     "PrometheusRule", "Service"]
+    assert kinds == ["AlertmanagerConfig", "ConfigMap", "ConfigMap", "Deployment", "PodMonitor",
+                     "PodMonitor", "PrometheusRule", "Service"]
     written = {key(m): m for m in yaml.safe_load_all(
         (EXAMPLE.path / "deployment.yaml").read_text(encoding="utf-8"))}
     deployment = find(rendered(EXAMPLE.path), "Deployment", "vllm")
@@ -468,12 +470,13 @@ def test_the_example_sends_clients_through_the_tap_and_names_its_method() -> Non
     assert service["spec"]["ports"] == [
         {"name": "http", "port": 8000, "targetPort": tap_port(), "protocol": "TCP"}]
     _, container = sidecar_of(find(manifests, "Deployment", "vllm"))
-    assert env_of(container)["SPECDEC_SPECULATIVE_METHOD"] == "ngram"
-    pod = pod_spec(find(manifests, "Deployment", "vllm"))
-    assert pod is not None
-    vllm_args = pod["containers"][0]["args"]
-    config = json.loads(vllm_args[vllm_args.index("--speculative-config") + 1])
-    assert config["method"] == env_of(container)["SPECDEC_SPECULATIVE_METHOD"]
+    method = next(e for e in container["env"] if e["name"] == "SPECDEC_SPECULATIVE_METHOD")
+    assert method["valueFrom"] == {"configMapKeyRef": {"name": "vllm-speculative", "key": "method"}}
+    config_map = find(manifests, "ConfigMap", "vllm-speculative")
+    assert config_map == speculative_config_map(load().example_deployment)
+    assert config_map["data"]["method"] == "ngram"
+    assert json.loads(config_map["data"]["speculative-config"])["method"] == "ngram"
+    assert deploy_problems(load(), manifests) == []
 
 
 def test_the_legacy_example_runs_the_sidecar_as_a_plain_container() -> None:

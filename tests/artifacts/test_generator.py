@@ -1,8 +1,10 @@
 """tools/generate.py: committed files are current, staleness is reported readably, the config
-is validated, and the test variant shortens `for` and windows."""
+is validated (pydantic models, one readable line), the test variant shortens `for`, hysteresis
+and windows, and the Alertmanager merge prints a merged config."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -44,14 +46,15 @@ def test_committed_generated_files_are_up_to_date() -> None:
 
 
 def test_check_fails_naming_the_stale_file_when_the_config_changes(tmp_path: Path) -> None:
-    config = write_config(tmp_path, "acceptance_rate = 0.5 ", "acceptance_rate = 0.6 ")
+    config = write_config(tmp_path, "min_draft_tokens_per_second = 10.0 ",
+                          "min_draft_tokens_per_second = 12.0 ")
 
     result = run_generate("--check", "--config", str(config))
 
     assert result.returncode == 1
     assert "Run `python tools/generate.py`" in result.stderr
     assert "alerts/specdec-rules.yaml: stale" in result.stderr
-    assert "+      instance_model_name:specdec_acceptance_rate:ratio_rate5m < 0.6" in result.stderr
+    assert "+      instance_model_name:specdec_draft_tokens:rate5m >= 12" in result.stderr
 
 
 def test_stale_outputs_reports_an_edited_and_a_missing_file(tmp_path: Path) -> None:
@@ -82,10 +85,11 @@ def test_test_variant_shortens_for_windows_and_group_timing(tmp_path: Path) -> N
     groups = yaml.safe_load((tmp_path / outputs.RULES_FILE).read_text())["groups"]
     alerts = [r for g in groups for r in g["rules"] if "alert" in r]
     assert {a["for"] for a in alerts} == {"5s"}
+    assert {a.get("keep_firing_for") for a in alerts} == {"5s", None}
     records = {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
     assert "[15s]" in records["instance_model_name:specdec_draft_tokens:rate15s"]
     assert alerts[0]["expr"].startswith("instance_model_name:specdec_acceptance_rate:ratio_rate15s")
-    route = yaml.safe_load((tmp_path / outputs.ALERTMANAGER_FILE).read_text())["route"]
+    route = yaml.safe_load((tmp_path / outputs.ALERTMANAGER_FILE).read_text())["routes"][0]
     assert (route["group_wait"], route["group_interval"]) == ("1s", "1s")
 
 
@@ -96,23 +100,36 @@ def test_test_options_need_an_out_dir() -> None:
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
-    ('severity = "critical"\nfor = "10m"', 'severity = "page"\nfor = "10m"',
-     "severity must be critical or warning"),
-    ('for = "10m"', 'for = "10 minutes"', "not a Prometheus duration"),
+    ('severity = "critical"  # "warning"', 'severity = "page"  # "warning"',
+     "alerts.SpecDecodeAcceptanceLow.severity: Input should be 'critical' or 'warning'"),
+    ('for = "10m"', 'for = "10 minutes"', "not a Prometheus duration: '10 minutes'"),
     ('group_by = ["namespace", "model_name"]', 'group_by = ["namespace", "pod"]',
-     "must not contain pod"),
-    ('rate = "5m"', 'rates = "5m"', "missing key 'rate'"),
+     "alertmanager.group_by: must not contain pod"),
+    ('rate = "5m"', 'rates = "5m"', "windows.rate: missing key"),
+    ("acceptance_rate = 0.5\n", "acceptance_rate = 0.6\n",
+     "thresholds.acceptance_rate: must equal the verdict's threshold 0.5"),
+    ("[thresholds.acceptance_rate_by_method]\n", "[thresholds.acceptance_rate_by_method]\n"
+     "ngram = 1.5\n", "thresholds.acceptance_rate_by_method.ngram: Input should be less than"),
+    ('cluster_label = ""', 'cluster_label = "k8s cluster"',
+     "selectors.cluster_label: String should match pattern"),
+    ('method = "ngram", ', "", "example_deployment.speculative_config: needs a string `method`"),
 ])
 def test_a_bad_config_is_one_readable_line(tmp_path: Path, old: str, new: str,
                                            message: str) -> None:
     config = write_config(tmp_path, old, new)
 
-    with pytest.raises(SettingsError, match=message):
+    with pytest.raises(SettingsError, match=re.escape(message)):
         load(config)
     result = run_generate("--check", "--config", str(config))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert message.split("'", maxsplit=1)[0] in result.stderr
+    assert message in result.stderr
+
+
+def test_an_unknown_key_is_refused(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "[links]\n", "[links]\nrunbok = 'x'\n")
+    with pytest.raises(SettingsError, match=r"links.runbok: Extra inputs are not permitted"):
+        load(config)
 
 
 def test_every_alert_in_the_config_has_a_rule_and_back() -> None:
@@ -126,3 +143,33 @@ def test_overrides_leave_thresholds_and_severities_alone() -> None:
     assert fast.thresholds == settings.thresholds
     assert {n: p.severity for n, p in fast.alerts.items()} == \
         {n: p.severity for n, p in settings.alerts.items()}
+    assert fast.alerts["SpecDecodeAcceptanceLow"].keep_firing_for == "3s"
+    assert fast.alerts["SpecDecodeNotDrafting"].keep_firing_for is None
+    with pytest.raises(SettingsError, match="not a Prometheus duration"):
+        with_test_overrides(settings, for_="soon")
+
+
+def test_merge_into_prints_the_users_config_with_our_routing_first(tmp_path: Path) -> None:
+    theirs = {"route": {"receiver": "ops", "routes": [
+                  {"receiver": "ops-pager", "matchers": ['severity="critical"']}]},
+              "receivers": [{"name": "ops"}, {"name": "ops-pager"}]}
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(theirs))
+
+    result = run_generate("--merge-into", str(path))
+
+    assert result.returncode == 0, result.stderr
+    merged = yaml.safe_load(result.stdout)
+    assert [r["receiver"] for r in merged["route"]["routes"]] == ["specdec-chat", "ops-pager"]
+    assert [r["name"] for r in merged["receivers"]] == [
+        "ops", "ops-pager", "specdec-pagerduty", "specdec-chat"]
+    assert len(merged["inhibit_rules"]) == 1
+
+
+def test_merge_into_refuses_a_receiver_name_already_taken(tmp_path: Path) -> None:
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump({"route": {"receiver": "specdec-chat"},
+                                    "receivers": [{"name": "specdec-chat"}]}))
+    result = run_generate("--merge-into", str(path))
+    assert result.returncode == 2
+    assert "receiver names already used in the config: specdec-chat" in result.stderr

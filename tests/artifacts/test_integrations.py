@@ -26,7 +26,8 @@ from specdec_artifacts.deploycheck import (
 )
 
 from specdec_exporter.commands import run
-from specdec_exporter.sidecar.config import load_settings, parse_host_port
+from specdec_exporter.commands.flags import settings_from_args
+from specdec_exporter.sidecar.config import Settings, parse_host_port
 
 INTEGRATIONS = DEPLOY / "integrations"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "deploy"
@@ -204,7 +205,7 @@ def test_docker_the_sidecar_shares_vllms_network_and_points_at_its_port() -> Non
     run.configure(parser)
     assert sidecar_args[0] == "run"
     args = parser.parse_args(sidecar_args[1:])
-    settings = load_settings(**run.setting_overrides(args, run.SETTING_FLAGS))
+    settings = settings_from_args(Settings, args)
     assert settings.vllm_url == f"http://127.0.0.1:{flag(vllm_args, '--port')}"
     assert settings.speculative_method == json.loads(
         flag(vllm_args, "--speculative-config"))["method"]

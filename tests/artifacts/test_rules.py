@@ -1,11 +1,11 @@
 """The rule file: `promtool check rules` and `promtool test rules` pass, the unit tests cover every
-alert (firing and silent) and every recording rule, and each alert is annotated and documented."""
+alert (firing and silent) and every recording rule, thresholds per method and model work, the
+hysteresis is what keeps a wobble one incident, and each alert is annotated and documented."""
 
 from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +13,13 @@ import pytest
 import yaml
 from required_tools import require
 from specdec_artifacts.checks import rule_problems
-from specdec_artifacts.outputs import RULES_FILE
+from specdec_artifacts.outputs import RULES_FILE, to_yaml
 from specdec_artifacts.rules import alerting_rules, record_names, rule_groups
-from specdec_artifacts.settings import REPO_ROOT, load
+from specdec_artifacts.settings import REPO_ROOT, Settings, load
 
 RULES = REPO_ROOT / RULES_FILE
 RULE_TESTS = sorted((REPO_ROOT / "alerts" / "tests").glob("*.test.yaml"))
+OVERRIDES_TEST = Path(__file__).parent / "promtool" / "threshold-overrides.test.yaml"
 RUNBOOK = REPO_ROOT / "docs" / "runbook.md"
 RECORD_NAME = re.compile(r"^[a-z_]+:[a-z_]+:[a-z0-9_]+$")
 
@@ -94,11 +95,81 @@ def test_rule_expressions_stay_in_the_contract_and_are_guarded() -> None:
     assert rule_problems(rule_groups(load())) == []
 
 
-def test_thresholds_come_from_the_config() -> None:
+def changed(settings: Settings, table: str, **values: Any) -> Settings:
+    data = settings.model_dump(by_alias=True)
+    data[table].update(values)
+    return Settings.model_validate(data)
+
+
+def rules_file(tmp_path: Path, settings: Settings) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(to_yaml({"groups": rule_groups(settings)}))
+    return path
+
+
+def run_test_file(tmp_path: Path, test_file: Path, rules: Path) -> subprocess.CompletedProcess[str]:
+    text = test_file.read_text().replace("  - RULES\n", f"  - {rules}\n").replace(
+        "  - ../specdec-rules.yaml\n", f"  - {rules}\n")
+    copy = tmp_path / test_file.name
+    copy.write_text(text)
+    return promtool("test", "rules", str(copy))
+
+
+def test_thresholds_per_method_and_per_model(tmp_path: Path) -> None:
+    settings = changed(load(), "thresholds", acceptance_rate_by_method={"ngram": 0.3},
+                       acceptance_rate_by_model={"llama": 0.45})
+    result = run_test_file(tmp_path, OVERRIDES_TEST, rules_file(tmp_path, settings))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_override_test_fails_without_the_overrides(tmp_path: Path) -> None:
+    result = run_test_file(tmp_path, OVERRIDES_TEST, rules_file(tmp_path, load()))
+    assert result.returncode != 0
+
+
+def test_without_keep_firing_for_the_wobble_would_be_two_incidents(tmp_path: Path) -> None:
+    """Mutation: the hysteresis test must fail when the hysteresis is removed."""
     settings = load()
-    stricter = replace(settings, thresholds=replace(settings.thresholds, acceptance_rate=0.65))
-    expr = {r["alert"]: r["expr"] for r in alerting_rules(stricter)}["SpecDecodeAcceptanceLow"]
-    assert "< 0.65" in expr
+    data = settings.model_dump(by_alias=True)
+    for policy in data["alerts"].values():
+        policy["keep_firing_for"] = None
+    result = run_test_file(tmp_path, REPO_ROOT / "alerts" / "tests" / "acceptance.test.yaml",
+                           rules_file(tmp_path, Settings.model_validate(data)))
+    assert result.returncode != 0
+    assert "time: 26m" in result.stderr
+
+
+def test_the_startup_grace_is_the_never_up_alerts_for(tmp_path: Path) -> None:
+    """Mutation: a 10-minute grace would page during vLLM's 15-minute start."""
+    data = load().model_dump(by_alias=True)
+    data["alerts"]["SpecDecodeVLLMNeverUp"]["for"] = "10m"
+    result = run_test_file(tmp_path, REPO_ROOT / "alerts" / "tests" / "health.test.yaml",
+                           rules_file(tmp_path, Settings.model_validate(data)))
+    assert result.returncode != 0
+    assert "SpecDecodeVLLMNeverUp, time: 19m" in result.stderr
+
+
+def test_every_alert_is_ours_by_name() -> None:
+    assert all(rule["alert"].startswith("SpecDecode") for rule in alerting_rules(load()))
+
+
+def test_only_the_speedup_alert_claims_a_net_loss() -> None:
+    claims = {rule["alert"] for rule in alerting_rules(load())
+              if re.search(r"(?<!not )a net loss|slower than|slowed down",
+                           rule["annotations"]["summary"] + rule["annotations"]["description"])}
+    assert claims == {"SpecDecodeSpeedupBelowOne"}
+
+
+def test_the_acceptance_alerts_state_a_t_s_and_c() -> None:
+    rules = {rule["alert"]: rule for rule in alerting_rules(load())}
+    low = rules["SpecDecodeAcceptanceLow"]["annotations"]["description"]
+    for figure in ("$value | humanizePercentage", "specdec_acceptance_threshold:config",
+                   "specdec_estimated_speedup{", "specdec_draft_cost_ratio{"):
+        assert figure in low, figure
+    speedup = rules["SpecDecodeSpeedupBelowOne"]["annotations"]["description"]
+    for figure in ('$value | printf "%.2f"', "specdec_acceptance_rate:ratio_rate5m{",
+                   "specdec_acceptance_threshold:config", "specdec_draft_cost_ratio{"):
+        assert figure in speedup, figure
 
 
 def test_every_alert_is_labelled_annotated_and_links_its_runbook_section() -> None:
@@ -122,5 +193,29 @@ def runbook_section(runbook: str, alertname: str) -> str:
 def test_critical_alerts_are_the_paging_ones() -> None:
     severities = {r["alert"]: r["labels"]["severity"] for r in alerting_rules(load())}
     assert {n for n, s in severities.items() if s == "critical"} == {
-        "SpecDecodeAcceptanceLow", "SpecDecodeBucketAcceptanceLow", "SpecDecodeSidecarDown",
-        "SpecDecodeVLLMUnreachable"}
+        "SpecDecodeAcceptanceLow", "SpecDecodeSpeedupBelowOne", "SpecDecodeSidecarDown",
+        "SpecDecodeVLLMUnreachable", "SpecDecodeVLLMNeverUp"}
+
+
+def test_bucket_alerts_ticket_by_default_and_can_page() -> None:
+    settings = load()
+    assert settings.alerts["SpecDecodeBucketAcceptanceLow"].severity == "warning"
+    data = settings.model_dump(by_alias=True)
+    data["alerts"]["SpecDecodeBucketAcceptanceLow"]["severity"] = "critical"
+    paging = {r["alert"]: r for r in alerting_rules(Settings.model_validate(data))}
+    assert paging["SpecDecodeBucketAcceptanceLow"]["labels"]["severity"] == "critical"
+
+
+def test_with_a_cluster_label_rules_aggregate_per_cluster_and_links_carry_it() -> None:
+    data = load().model_dump(by_alias=True)
+    data["selectors"]["cluster_label"] = "cluster"
+    settings = Settings.model_validate(data)
+    groups = rule_groups(settings)
+    assert rule_problems(groups, ("cluster",)) == []
+    fleet = next(r for g in groups for r in g["rules"]
+                 if r.get("record") == "namespace_model_name:specdec_acceptance_rate:ratio_rate5m")
+    assert fleet["expr"].startswith("sum by (cluster, namespace, model_name)")
+    low = next(r for r in alerting_rules(settings) if r["alert"] == "SpecDecodeAcceptanceLow")
+    assert "?var-cluster={{ $labels.cluster | urlquery }}&var-namespace=" in (
+        low["annotations"]["dashboard_url"])
+    assert "cluster=%q" in low["annotations"]["description"]

@@ -74,6 +74,15 @@ def test_run_never_imports_the_dev_tools() -> None:
     assert sorted(name for name in imported if "devtools" in name) == []
 
 
+def test_a_threshold_above_the_healthy_band_is_one_line_and_exit_64(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--threshold", "0.8"]) == 64
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "need 0 < threshold <= healthy_above <= 1, got threshold 0.8, healthy_above 0.65" in (
+        error)
+
+
 def run_check(vllm: FakeVllm, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SPECDEC, "check", "--vllm-url", vllm.url, "--window", "0.3", *extra],
                           capture_output=True, text=True, timeout=60, check=False)
@@ -106,15 +115,21 @@ def test_check_json_healthy_window() -> None:
 
 
 @pytest.mark.parametrize(
-    ("bodies", "code", "verdict"),
+    ("bodies", "extra", "code", "verdict"),
     [
-        (("t4", "t6"), 2, "disable"),
-        (("t7", "t8"), 1, "not drafting"),
+        # t4 -> t6: acceptance 0.344, L 2.376, k 4: below t = 0.5, but 2.376 / 1.4 = 1.70 pays.
+        (("t4", "t6"), (), 1, "below threshold"),
+        # The same window with c = 0.35: 2.376 / 2.4 = 0.99, a net loss.
+        (("t4", "t6"), ("--draft-cost-ratio", "0.35"), 2, "disable"),
+        # A threshold of 0.3 for this method makes it borderline.
+        (("t4", "t6"), ("--threshold", "0.3"), 1, "borderline"),
+        (("t7", "t8"), (), 1, "not drafting"),
     ],
 )
-def test_check_exit_codes(bodies: tuple[str, str], code: int, verdict: str) -> None:
+def test_check_exit_codes(bodies: tuple[str, str], extra: tuple[str, ...], code: int,
+                          verdict: str) -> None:
     with vllm_serving(*(capture(tag) for tag in bodies)) as vllm:
-        result = run_check(vllm)
+        result = run_check(vllm, *extra)
     assert result.returncode == code, result.stderr
     assert f"verdict: {verdict}" in result.stdout
 
@@ -131,6 +146,20 @@ def test_check_window_is_its_own_and_a_bad_one_is_a_usage_error() -> None:
     assert (bad.returncode, bad.stdout) == (64, "")
     assert bad.stderr == ("specdec-exporter check: invalid setting: window: Input should be "
                           "greater than 0 (got '0')\n")
+
+
+def test_check_json_names_t_s_c_and_where_c_came_from() -> None:
+    with vllm_serving(capture("t4"), capture("t6")) as vllm:
+        result = run_check(vllm, "--json", "--speculative-method", "eagle3")
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["verdict"], report["threshold"], report["healthy_above"]) == (
+        "below threshold", 0.5, 0.65)
+    assert (report["draft_cost_ratio"], report["draft_cost_ratio_source"]) == (0.05, "method")
+    aggregate = report["entries"][-1]
+    assert aggregate["estimated_speedup"] == (1 + (7158 + 6046) / (5042 + 4552)) / 1.2
+    assert aggregate["break_even_acceptance_rate"] == 0.05
+    assert "modelled speedup 1.98, c = 0.05 (default of method eagle3)" in report["explanation"]
 
 
 def test_check_spec_off_and_unreachable() -> None:

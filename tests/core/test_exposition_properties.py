@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import build_report, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
 from variants import FIXTURES, multiprocess, openmetrics, underscore, with_engines
@@ -117,7 +118,7 @@ def report_of(snapshot: Snapshot) -> None:
     timeline: Timeline[tuple[str, str]] = Timeline(60)
     timeline.observe(0, snapshot_totals(snapshot))
     timeline.observe(5, snapshot_totals(snapshot))
-    build_report(snapshot, timeline.window(), 0.1)
+    build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
 
 
 def parse_or_refuse(text: str) -> None:

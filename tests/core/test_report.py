@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import parse
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import ALL_ENGINES, build_report, overall_verdict, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
+from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from variants import MODEL, V033, capture, with_engines
 
 TRUTH = {s["tag"]: s["per_engine"]["0"]["interval"] for s in json.loads(
     (V033 / "spec_ngram_k4.ground-truth.json").read_text())["snapshots"]}
 
 
-def window_report(tags: list[str], engines: int = 1, cost: float = 0.1) -> list:  # type: ignore[type-arg]
+def window_report(tags: list[str], engines: int = 1, cost: float = 0.1,  # type: ignore[type-arg]
+                  criteria: Criteria = DEFAULT_CRITERIA) -> list:
     timeline: Timeline[tuple[str, str]] = Timeline(3600)
     snapshot = None
     for index, tag in enumerate(tags):
         snapshot = parse(with_engines(capture(tag), engines) if engines > 1 else capture(tag))
         timeline.observe(5.0 * index, snapshot_totals(snapshot))
     assert snapshot is not None
-    return build_report(snapshot, timeline.window(), cost)
+    return build_report(snapshot, timeline.window(), DraftCost(cost, "flag"), criteria)
 
 
 def interval_sum(tags: list[str]) -> Totals:
@@ -63,10 +68,31 @@ def test_single_interval_matches_vllm_ground_truth_figures() -> None:
             "per_position_acceptance_rate"]
 
 
-def test_low_acceptance_window_says_disable() -> None:
+def test_low_acceptance_window_is_below_threshold_while_the_model_says_it_pays() -> None:
+    # t4..t6: 18207 accepted of 52988 draft tokens in 13247 drafts of 4 (a = 0.344, L = 2.374);
+    # with c = 0.1, 2.374 / 1.4 = 1.696: below t, but no net loss.
     aggregate = window_report(["t3", "t4", "t5", "t6"])[-1]
-    assert aggregate.acceptance_rate is not None and aggregate.acceptance_rate < 0.5
+    assert aggregate.acceptance_rate == 18207 / 52988
+    assert aggregate.estimated_speedup == (1 + 18207 / 13247) / 1.4
+    assert aggregate.break_even_acceptance_rate == pytest.approx(0.1)
+    assert (aggregate.threshold, aggregate.draft_cost_ratio) == (0.5, 0.1)
+    assert aggregate.draft_cost_ratio_source == "flag"
+    assert aggregate.verdict == "below threshold"
+
+
+def test_the_same_window_with_a_heavy_drafter_says_disable() -> None:
+    # c = 0.35: 2.374 / (1 + 4 * 0.35) = 0.989 < 1, a net loss; break-even 0.35 > a = 0.344.
+    aggregate = window_report(["t3", "t4", "t5", "t6"], cost=0.35)[-1]
+    assert aggregate.estimated_speedup == pytest.approx(0.98934, abs=1e-5)
+    assert aggregate.break_even_acceptance_rate == pytest.approx(0.35)
     assert aggregate.verdict == "disable"
+
+
+def test_a_configured_threshold_moves_the_verdict() -> None:
+    aggregate = window_report(["t3", "t4", "t5", "t6"],
+                              criteria=Criteria(threshold=0.3, healthy_above=0.4))[-1]
+    assert aggregate.verdict == "borderline"
+    assert aggregate.threshold == 0.3
 
 
 def test_idle_window_is_not_drafting() -> None:
@@ -95,7 +121,7 @@ def test_spec_off_is_not_enabled() -> None:
     timeline: Timeline[tuple[str, str]] = Timeline(60)
     timeline.observe(0, snapshot_totals(snapshot))
     timeline.observe(5, snapshot_totals(snapshot))
-    entries = build_report(snapshot, timeline.window(), 0.1)
+    entries = build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
     assert [(e.model_name, e.engine, e.verdict) for e in entries] == [
         (MODEL, "0", "not enabled"), (MODEL, ALL_ENGINES, "not enabled")]
     assert overall_verdict(entries).exit_code == 2

@@ -43,6 +43,7 @@ class FakeSpecdecExporter:
         self._totals = {name: _Totals() for name in buckets}
         self._last = time.monotonic()
         self._lock = threading.Lock()
+        self._speedup = 1.5
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -64,6 +65,10 @@ class FakeSpecdecExporter:
         with self._lock:
             self._advance()
             self._traffic[bucket].acceptance = acceptance
+
+    def set_speedup(self, speedup: float) -> None:
+        with self._lock:
+            self._speedup = speedup
 
     def exposition(self) -> str:
         """Text format 0.0.4, one TYPE line per family, samples grouped under it."""
@@ -96,14 +101,17 @@ class FakeSpecdecExporter:
         drafts = sum(t.drafts for t in totals)
         accepted = sum(t.accepted for t in totals)
         yield from _gauge("specdec_up", "", 1)
+        yield from _gauge("specdec_vllm_ever_up", "", 1)
+        yield from _gauge("specdec_draft_cost_ratio", 'source="method"', 0.1)
         yield from _gauge("specdec_scrape_duration_seconds", "", 0.004)
         for reason in ("connect", "timeout", "http_status", "parse", "too_large"):
             yield from _counter("specdec_scrape_failures_total", f'reason="{reason}"', 0)
         yield from _gauge("specdec_build_info", 'version="0.1.0"', 1)
         yield from _gauge("specdec_spec_decode_enabled", model, 1)
+        yield from _gauge("specdec_speculative_info", f'{model},method="draft_model"', 1)
         yield from _gauge("specdec_num_speculative_tokens", model, K)
-        yield from _gauge("specdec_estimated_speedup", model, 1.5)
-        yield from _gauge("specdec_break_even_acceptance_rate", model, 0.3)
+        yield from _gauge("specdec_estimated_speedup", model, self._speedup)
+        yield from _gauge("specdec_break_even_acceptance_rate", model, 0.1)
         yield from _gauge("specdec_request_coverage_ratio", model, 1.0)
         yield from _counter("specdec_drafts_total", engine, drafts)
         yield from _counter("specdec_draft_tokens_total", engine,

@@ -80,14 +80,19 @@ class Process:
 def start_prometheus(binary: str, workdir: Path, *, rules_file: Path, scrape_targets: list[str],
                      alertmanager_url: str | None, interval: str = "1s",
                      target_labels: dict[str, str] | None = None,
-                     job: str = "specdec-exporter") -> Process:
-    """Prometheus scraping `scrape_targets` (host:port) as `job`, evaluating `rules_file`."""
+                     job: str = "specdec-exporter",
+                     other_jobs: dict[str, list[str]] | None = None) -> Process:
+    """Prometheus scraping `scrape_targets` (host:port) as `job`, and each of `other_jobs`
+    (job -> targets) as that job, all with `target_labels`, evaluating `rules_file`."""
     workdir.mkdir(parents=True, exist_ok=True)
+    jobs = {job: scrape_targets, **(other_jobs or {})}
     config: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(rules_file)],
-        "scrape_configs": [{"job_name": job, "static_configs": [
-            {"targets": scrape_targets, "labels": target_labels or {}}]}],
+        "scrape_configs": [
+            {"job_name": name, "static_configs": [
+                {"targets": targets, "labels": target_labels or {}}]}
+            for name, targets in jobs.items()],
     }
     if alertmanager_url is not None:
         host = alertmanager_url.removeprefix("http://")

@@ -1,7 +1,8 @@
 """End to end: exporter -> real Prometheus (generated rules, short `for`) -> real Alertmanager
-(generated routing) -> PagerDuty Events v2 stub. A bucket's acceptance drops: a `trigger` for
-that model and bucket arrives, critical, with the runbook link, and the bucket's P10 warning
-goes to chat, not PagerDuty; it recovers: a `resolve` follows.
+(generated routing) -> PagerDuty Events v2 stub. A bucket's acceptance drops: its ticket and the
+P10 warning reach chat, nothing pages. The modelled speedup falls below 1: a `trigger` for the
+model arrives, critical, with the runbook link; it recovers: a `resolve` follows. Another team's
+critical alert goes to the default receiver, never to ours.
 
 The exporter is a fake serving the contract metrics; the final proof swaps in the simulator and
 the real sidecar with its tap (see docs/alerting.md, "End-to-end test").
@@ -32,8 +33,15 @@ from monitoring_processes import (
 from pagerduty_stub import PagerDutyStub
 from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
 from required_tools import require
-from specdec_artifacts.alertmanager import Endpoints, plain_config
-from specdec_artifacts.settings import REPO_ROOT, load, with_test_overrides
+from specdec_artifacts.alertmanager import DEFAULT_RECEIVER, Endpoints, standalone_config
+from specdec_artifacts.dashboard import dashboard
+from specdec_artifacts.settings import (
+    CONFIG_PATH,
+    REPO_ROOT,
+    Settings,
+    load,
+    with_test_overrides,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -80,21 +88,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stub.stop()
 
 
-def generate_test_variant(out_dir: Path) -> Path:
+def generate_test_variant(out_dir: Path, config: Path = CONFIG_PATH) -> Path:
     """The generator's own test option: every file with short `for` and windows."""
-    subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "generate.py"), "--out-dir",
-                    str(out_dir), "--for", FOR, "--rate-window", WINDOW, "--group-timing",
-                    GROUP_TIMING], check=True, capture_output=True, timeout=60)
+    subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "generate.py"), "--config",
+                    str(config), "--out-dir", str(out_dir), "--for", FOR, "--rate-window", WINDOW,
+                    "--group-timing", GROUP_TIMING], check=True, capture_output=True, timeout=60)
     return out_dir
 
 
 def alertmanager_config(work: Path, stub: PagerDutyStub) -> dict[str, Any]:
-    """The generated routing, with the receivers pointed at the stub."""
+    """The generated routing under a root whose default receiver posts to the stub's /default,
+    with our receivers pointed at the stub."""
     key_file, chat_file = work / "routing-key", work / "chat-url"
     key_file.write_text(ROUTING_KEY)
     chat_file.write_text(stub.base_url + "/chat")
     settings = with_test_overrides(load(), group_timing=GROUP_TIMING)
-    return plain_config(settings, Endpoints(stub.url, str(key_file), str(chat_file)))
+    default = {"name": DEFAULT_RECEIVER,
+               "webhook_configs": [{"url": stub.base_url + "/default", "send_resolved": False}]}
+    return standalone_config(settings, Endpoints(stub.url, str(key_file), str(chat_file)),
+                             default)
 
 
 def instant(prometheus: Process, query: str) -> list[dict[str, Any]]:
@@ -111,31 +123,52 @@ def bucket_acceptance(prometheus: Process) -> dict[str, float]:
             for s in instant(prometheus, rule)}
 
 
-def test_a_degraded_bucket_pages_then_resolves(stack: Stack) -> None:
+def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(stack: Stack) -> None:
     wait_until(lambda: set(bucket_acceptance(stack.prometheus)) == {HEALTHY, DEGRADED},
                EVENT_TIMEOUT, "both buckets' acceptance to be recorded")
     assert stack.stub.events() == [], "nothing may page while acceptance is 0.8"
 
     stack.exporter.set_acceptance(DEGRADED, 0.3)
-    trigger = stack.stub.wait_for_event(lambda e: e["event_action"] == "trigger", EVENT_TIMEOUT)
+    wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceLow"),
+               EVENT_TIMEOUT, "the bucket's ticket to reach the chat receiver")
+    wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
+               EVENT_TIMEOUT, "the bucket's P10 warning to reach the chat receiver")
+    assert stack.stub.events() == [], "a bucket tickets by default; it does not page"
 
+    stack.exporter.set_speedup(0.8)
+    trigger = stack.stub.wait_for_event(lambda e: e["event_action"] == "trigger", EVENT_TIMEOUT)
     details = trigger["payload"]["custom_details"]
     assert trigger["routing_key"] == ROUTING_KEY
     assert trigger["payload"]["severity"] == "critical"
-    assert trigger["payload"]["class"] == "SpecDecodeBucketAcceptanceLow"
-    assert (details["model_name"], details["temperature_bucket"]) == (MODEL, DEGRADED)
-    assert details["runbook_url"].endswith("docs/runbook.md#specdecodebucketacceptancelow")
+    assert trigger["payload"]["class"] == "SpecDecodeSpeedupBelowOne"
+    assert details["model_name"] == MODEL
+    assert details["runbook_url"].endswith("docs/runbook.md#specdecodespeedupbelowone")
     assert trigger["links"][0]["href"] == details["runbook_url"]
-    assert "var-bucket=0.7-1.0" in trigger["links"][1]["href"]
-    wait_until(lambda: _chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
-               EVENT_TIMEOUT, "the bucket's P10 warning to reach the chat receiver")
+    assert "var-model=llama-e2e" in trigger["links"][1]["href"]
+    assert "c = 0.1" in details["alerts"] and "a net loss" in trigger["payload"]["summary"]
 
-    stack.exporter.set_acceptance(DEGRADED, 0.8)
+    stack.exporter.set_speedup(1.5)
     stack.stub.wait_for_event(
         lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
         EVENT_TIMEOUT)
     pages = [e["payload"]["class"] for e in stack.stub.events() if e["event_action"] == "trigger"]
-    assert pages == ["SpecDecodeBucketAcceptanceLow"], "one page: the bucket, not the warning"
+    assert pages == ["SpecDecodeSpeedupBelowOne"], "one page: the net loss, not the tickets"
+
+
+def test_another_teams_critical_alert_goes_to_the_default_receiver(tmp_path: Path) -> None:
+    binary = require(*ALERTMANAGER_BINARIES)
+    stub = PagerDutyStub().start()
+    alertmanager = start_alertmanager(binary, tmp_path / "am", alertmanager_config(tmp_path, stub))
+    try:
+        _post_alerts(alertmanager, [{"alertname": "KubePodCrashLooping", "severity": "critical",
+                                     "namespace": "e2e", "pod": "vllm-e2e-0"}])
+        wait_until(lambda: bool(stub.posts("/default")), EVENT_TIMEOUT,
+                   "the other team's alert to reach the default receiver")
+        assert "KubePodCrashLooping" in json.dumps(stub.posts("/default")[0].body)
+        assert stub.events() == [] and stub.posts("/chat") == []
+    finally:
+        alertmanager.stop()
+        stub.stop()
 
 
 def test_every_dashboard_query_and_rule_evaluates(stack: Stack) -> None:
@@ -152,6 +185,22 @@ def test_every_dashboard_query_and_rule_evaluates(stack: Stack) -> None:
     assert len(report.with_data) > 40
 
 
+def test_a_cluster_label_absent_from_the_series_still_shows_everything(stack: Stack) -> None:
+    """Configured for Thanos/Mimir (`cluster_label = "cluster"`) but queried on a Prometheus
+    whose series have no such label: the variables' All (`.*`) still matches them."""
+    wait_until(lambda: bool(bucket_acceptance(stack.prometheus)), EVENT_TIMEOUT, "data")
+    data = with_test_overrides(load(), rate_window=WINDOW).model_dump(by_alias=True)
+    data["selectors"]["cluster_label"] = "cluster"
+    board = dashboard(Settings.model_validate(data))
+    groups = yaml.safe_load((stack.generated / "alerts" / "specdec-rules.yaml").read_text())
+
+    report = evaluate(stack.prometheus.url, dashboard_expressions(board), WINDOW)
+
+    assert report.errors == []
+    assert any('cluster=~"$cluster"' in expr for expr in report.with_data)
+    assert [e for e in report.empty if not _may_be_empty(e, groups["groups"])] == []
+
+
 def _may_be_empty(expr: str, groups: list[dict[str, Any]]) -> bool:
     """vLLM's own series are not served by the fake, the stack has no data from a day ago, and
     an alert expression is empty while its condition is false: that is its job."""
@@ -159,7 +208,7 @@ def _may_be_empty(expr: str, groups: list[dict[str, Any]]) -> bool:
     return is_alert or "vllm:" in expr or " offset " in expr
 
 
-def _chat_mentions(stub: PagerDutyStub, text: str) -> bool:
+def chat_mentions(stub: PagerDutyStub, text: str) -> bool:
     return any(text in json.dumps(post.body) for post in stub.posts("/chat"))
 
 

@@ -1,8 +1,9 @@
 """The whole chain, every part real: simulator -> `specdec-exporter run` with its tap -> real
 Prometheus (generated rules, short `for`) -> real Alertmanager (generated routing) -> PagerDuty
 Events v2 stub. Mixed-temperature load flows through the tap; the drafter degrades so that the
-0.7-1.0 bucket falls below 0.5 while greedy traffic stays healthy: a critical page arrives for
-that model and bucket with the runbook link; the drafter recovers: the page resolves.
+0.7-1.0 bucket falls below 0.5 while greedy traffic stays healthy. With the bucket alert set to
+page (the option; it tickets by default), a critical page arrives for that model and bucket with
+the runbook link; the drafter recovers: the page resolves.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from monitoring_processes import (
 from pagerduty_stub import PagerDutyStub
 from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
 from required_tools import require
+from specdec_artifacts.settings import CONFIG_PATH
 from test_alert_chain import (
     EVENT_TIMEOUT,
     TARGET_LABELS,
@@ -92,7 +94,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
     prometheus_binary = require(*PROMETHEUS_BINARIES)
     alertmanager_binary = require(*ALERTMANAGER_BINARIES)
     work = tmp_path_factory.mktemp("chain")
-    generated = generate_test_variant(work / "generated")
+    generated = generate_test_variant(work / "generated", bucket_pages(work / "config.toml"))
     config = SimConfig(served_model_name=MODEL, seed=5, drafter_quality=GOOD,
                        speculative=SpeculativeConfig(method="draft_model",
                                                      num_speculative_tokens=4),
@@ -105,12 +107,13 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
         try:
             processes.append(start_alertmanager(alertmanager_binary, work / "alertmanager",
                                                 alertmanager_config(work, stub)))
-            # As deployed: Prometheus scrapes the sidecar and vLLM itself (for vLLM's latency).
-            targets = [sidecar_url.removeprefix("http://"),
-                       simulator.url.removeprefix("http://")]
+            # As deployed: Prometheus scrapes the sidecar, and vLLM itself as job "vllm" (the
+            # configured vLLM selector) for vLLM's latency.
             processes.append(start_prometheus(
                 prometheus_binary, work / "prometheus",
-                rules_file=generated / "alerts" / "specdec-rules.yaml", scrape_targets=targets,
+                rules_file=generated / "alerts" / "specdec-rules.yaml",
+                scrape_targets=[sidecar_url.removeprefix("http://")],
+                other_jobs={"vllm": [simulator.url.removeprefix("http://")]},
                 alertmanager_url=processes[0].url, target_labels=TARGET_LABELS))
             tap_url = "http://" + address_of(records, "tap")
             with BackgroundLoad(tap_url) as load:
@@ -119,6 +122,15 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
             for process in reversed(processes):
                 process.stop()
             stub.stop()
+
+
+def bucket_pages(path: Path) -> Path:
+    """alerts/config.toml with the bucket alert set to page instead of ticket."""
+    text = CONFIG_PATH.read_text()
+    ticket = '[alerts.SpecDecodeBucketAcceptanceLow]\nseverity = "warning"'
+    assert ticket in text
+    path.write_text(text.replace(ticket, ticket.replace("warning", "critical")))
+    return path
 
 
 def set_drafter(chain: Chain, quality: float) -> None:

@@ -1,8 +1,9 @@
 """The alert path on a real vLLM: real vLLM -> `specdec-exporter run` with its tap -> real
 Prometheus (generated rules, short `for`) -> real Alertmanager -> PagerDuty stub.
 
-Greedy traffic (acceptance ~0.7 on this server) must not page; T=1.0 traffic (~0.2) must page,
-critical, for the model and for its temperature bucket.
+Greedy traffic (acceptance ~0.7 on this server) must not page; T=1.0 traffic (~0.2, below the
+threshold while the modelled speedup with c = 0.1 stays above 1) must page, critical, for the model
+(SpecDecodeAcceptanceLow), and ticket its temperature bucket in chat.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from test_alert_chain import (  # noqa: E402
     TARGET_LABELS,
     alertmanager_config,
     bucket_acceptance,
+    chat_mentions,
     generate_test_variant,
 )
 
@@ -103,14 +105,13 @@ def test_t1_traffic_pages_and_greedy_traffic_does_not(alert_chain: dict[str, Any
         "greedy traffic on this server must not page")
 
     with Traffic(alert_chain["tap"], "1.0") as hot:
-        # The model's and the bucket's alerts share one Alertmanager group (model, namespace), so
-        # one PagerDuty incident whose details list every firing alert of the group.
-        bucket_page = stub.wait_for_event(
-            lambda e: _paged(e, "SpecDecodeBucketAcceptanceLow"), TIMEOUT)
-        assert bucket_page["payload"]["severity"] == "critical"
-        assert "0.7-1.0" in bucket_page["payload"]["custom_details"]["alerts"]
+        page = stub.wait_for_event(lambda e: _paged(e, "SpecDecodeAcceptanceLow "), TIMEOUT)
+        assert page["payload"]["severity"] == "critical"
+        assert "below its threshold t = 50%" in page["payload"]["custom_details"]["alerts"]
+        assert "(c = 0.1)" in page["payload"]["custom_details"]["alerts"]
+        wait_until(lambda: chat_mentions(stub, "SpecDecodeBucketAcceptanceLow"), TIMEOUT,
+                   "the hot bucket's ticket to reach chat")
         assert bucket_acceptance(prometheus)["0.7-1.0"] < 0.5
-        stub.wait_for_event(lambda e: _paged(e, "SpecDecodeAcceptanceLow "), TIMEOUT)
     assert hot.errors == 0
 
 

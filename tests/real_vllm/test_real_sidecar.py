@@ -34,7 +34,8 @@ pytestmark = pytest.mark.real_vllm
 
 CHECK_WINDOW_S = 15.0
 """Long enough for a phase of 8 requests plus the counters settling, on a busy 2-core machine."""
-EXIT_CODES = {"healthy": 0, "borderline": 1, "not drafting": 1, "disable": 2, "not enabled": 2}
+EXIT_CODES = {"healthy": 0, "borderline": 1, "below threshold": 1, "not drafting": 1,
+              "disable": 2, "not enabled": 2}
 MIRRORED = {
     "vllm:spec_decode_num_drafts_total": "specdec_drafts_total",
     "vllm:spec_decode_num_draft_tokens_total": "specdec_draft_tokens_total",
@@ -78,10 +79,10 @@ def stopped_on_exit() -> Iterator[list[subprocess.Popen[str]]]:
                 process.wait()
 
 
-def run_check(url: str, window_s: float, processes: list[subprocess.Popen[str]]
-              ) -> subprocess.Popen[str]:
+def run_check(url: str, window_s: float, processes: list[subprocess.Popen[str]],
+              *extra: str) -> subprocess.Popen[str]:
     process = subprocess.Popen(command("check", "--vllm-url", url, "--window", str(window_s),
-                                       "--json"),
+                                       "--json", *extra),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     processes.append(process)
     return process
@@ -114,12 +115,18 @@ def expected_figures(phase: Phase) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize(("temperature", "verdict"), [(0.0, "healthy"), (1.0, "disable")])
+@pytest.mark.parametrize(("temperature", "extra", "verdict"), [
+    (0.0, (), "healthy"),
+    # Acceptance below 0.5 at T=1, but with c = 0.1 the modelled speedup stays above 1.
+    (1.0, (), "below threshold"),
+    # c = 1.5: the break-even acceptance is 1.5 > 1, no acceptance pays: a net loss.
+    (1.0, ("--draft-cost-ratio", "1.5"), "disable"),
+])
 def test_check_reports_the_phase_in_its_window(
-        real_vllm: Any, vllm: httpx.Client, stopped_on_exit: list[subprocess.Popen[str]],
-        temperature: float, verdict: str) -> None:
+        *, real_vllm: Any, vllm: httpx.Client, stopped_on_exit: list[subprocess.Popen[str]],
+        temperature: float, extra: tuple[str, ...], verdict: str) -> None:
     with ScrapeSpy(real_vllm.url).running() as spy:
-        process = run_check(spy.url, CHECK_WINDOW_S, stopped_on_exit)
+        process = run_check(spy.url, CHECK_WINDOW_S, stopped_on_exit, *extra)
         assert spy.wait_for_scrapes(1, timeout_s=60), "check never scraped /metrics"
         phase = run_phase(vllm, f"check T={temperature}", temperature_requests(temperature, 8))
         assert process.poll() is None, f"window {CHECK_WINDOW_S} s closed before the phase settled"

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.registry import CollectorRegistry
 from test_poller_collector import Clock, ScriptedSource, poll_all
 
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.charts import duration
 from specdec_exporter.sidecar.config import Settings
@@ -19,6 +20,8 @@ from specdec_exporter.sidecar.serve import _TapParts
 from specdec_exporter.tap.spec import SpecDecodeSummary
 from specdec_exporter.tap.stats import RequestRecord
 from variants import MODEL, capture
+
+COST = DraftCost(0.1, "method", "ngram")
 
 pytestmark = pytest.mark.anyio
 GOOD = SpecDecodeSummary(spec_steps=25, draft_tokens=100, accepted_tokens=90, spec_tokens=4)
@@ -57,11 +60,11 @@ async def test_metrics_health_and_landing() -> None:
 
 
 async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it() -> None:
-    """The drafter degrades: the bucket reads its window (0.1, disable), not its good past."""
+    """The drafter degrades: the bucket reads its window (0.1, below threshold), not its past."""
     tap = _TapParts(Settings(), CollectorRegistry(), lambda model: 4)
     clock = Clock()
     poller = Poller(ScriptedSource([capture(t) for t in ("t0", "t1", "t2", "t3")]), interval=5,
-                    window=10, cost_ratio=0.1, log_interval=60, clock=clock,
+                    window=10, cost=COST, log_interval=60, clock=clock,
                     tap_counts=lambda: tap.attributed(poller.state.models_seen))
     for requests in ([GOOD] * 30, [GOOD] * 10, [BAD] * 2, [BAD] * 2):
         for spec in requests:
@@ -78,18 +81,20 @@ async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it()
     assert greedy == {"model_name": MODEL, "temperature_bucket": "0", "acceptance_rate": 0.1,
                       "mean_acceptance_length": 1.4, "drafts": 100.0, "draft_tokens": 400.0,
                       "accepted_tokens": 40.0, "drafts_per_second": 10.0,
-                      "estimated_speedup": pytest.approx(1.0), "verdict": "disable"}
+                      "estimated_speedup": pytest.approx(1.0), "verdict": "below threshold",
+                      "break_even_acceptance_rate": 0.1, "threshold": 0.5,
+                      "draft_cost_ratio": 0.1, "draft_cost_ratio_source": "method"}
     window, since_start = report["tables"][1:]
     assert window["title"].endswith("(request tap, sidecar window)")
     assert window["headers"][:3] == ["model", "temperature bucket", "acceptance rate"]
-    assert window["rows"][0] == [MODEL, "0", 0.1, 1.4, pytest.approx(1.0), 10.0, "disable"]
+    assert window["rows"][0] == [MODEL, "0", 0.1, 1.4, pytest.approx(1.0), 10.0, "below threshold"]
     assert [row[1] for row in window["rows"]] == ["0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+"]
     assert window["rows"][1][2:] == [None, None, None, 0.0, "not drafting"]
     assert since_start["title"].endswith("since start)")
     assert since_start["rows"][0][:5] == [MODEL, "0", 44, 44, 3640 / 4400]
     assert (f"<tr><td>{MODEL}</td><td>0</td><td class='n'>0.100</td><td class='n'>1.400</td>"
             f"<td class='n'>1.000</td><td class='n'>10.0</td>"
-            "<td class='verdict v-bad'><span>disable</span></td></tr>") in page
+            "<td class='verdict v-low'><span>below threshold</span></td></tr>") in page
     assert "<td class='n'>0.827</td>" in page
     assert ("<td>0-0.5</td><td class='n'>-</td><td class='n'>-</td><td class='n'>-</td>"
             "<td class='n'>0.0</td><td class='verdict v-idle'><span>not drafting</span>") in page

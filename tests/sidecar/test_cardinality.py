@@ -16,11 +16,14 @@ from fakevllm import fake_vllm
 from sidecar_process import sidecar
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.buckets import TemperatureBuckets
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import ScrapeError
 from specdec_exporter.tap.stats import RequestStats
 from variants import MODEL, capture, with_models
+
+COST = DraftCost(0.1, "method", "ngram")
 
 pytestmark = pytest.mark.anyio
 LONG_NAME = "x" * 100_000
@@ -49,11 +52,11 @@ class Harness:
         self.stats = RequestStats(TemperatureBuckets((0.5, 0.7, 1.0)), lambda model: 4)
         self.stats.register(self.registry)
         self.clock = Clock()
-        self.poller = Poller(ScriptedSource(bodies), interval=5, window=60, cost_ratio=0.1,
+        self.poller = Poller(ScriptedSource(bodies), interval=5, window=60, cost=COST,
                              log_interval=60, clock=self.clock, tap_counts=self.tap_counts,
                              **limits)  # type: ignore[arg-type]
-        self.registry.register(SpecDecodeCollector(self.poller.state, cost_ratio=0.1, interval=5,
-                                                   window=60, coverage_enabled=True))
+        self.registry.register(SpecDecodeCollector(self.poller.state, cost=COST, method="ngram",
+                                                   interval=5, window=60, coverage_enabled=True))
 
     def tap_counts(self) -> dict[tuple[str, str], Totals]:
         served = self.poller.state.models_seen
@@ -78,8 +81,8 @@ async def test_models_are_capped_and_expire_after_the_configured_successful_poll
     flooded = await harness.polls(1)
     assert tap_models(flooded) == {MODEL, *(f"m{index:04d}" for index in range(7))}
     assert harness.poller.state.models_dropped == {"cap": 93, "name_too_long": 0}
-    # vLLM's 8 series mirrored, plus enabled, k and break-even: none of the tap's
-    assert sum('model_name="m0099"' in line for line in series(flooded)) == 8 + 3
+    # vLLM's 8 series mirrored, plus enabled, k, break-even, speculative info; none of the tap's
+    assert sum('model_name="m0099"' in line for line in series(flooded)) == 8 + 4
     await harness.polls(11 + 30)  # 11 successful polls without them, then 30 failed ones
     assert len(harness.poller.state.models_seen) == 8
     recovered = await harness.polls(1)  # the 12th successful poll without them
@@ -104,7 +107,7 @@ async def test_an_overlong_name_gets_no_tap_series_but_its_vllm_series() -> None
     text = await harness.polls(1)
     assert tap_models(text) == {MODEL}
     assert harness.poller.state.models_dropped == {"cap": 0, "name_too_long": 1}
-    assert sum(LONG_NAME in line for line in series(text)) == 8 + 3
+    assert sum(LONG_NAME in line for line in series(text)) == 8 + 4
     assert f'specdec_drafts_total{{engine="0",model_name="{LONG_NAME}"}} 10.0' in text
 
 
@@ -139,7 +142,7 @@ def test_run_returns_to_normal_cardinality_once_vllm_does() -> None:
             lambda text: 'specdec_models_dropped_total{reason="cap"} 1937.0' in text))
         assert len(tap_models(flooded)) == 64
         assert 'specdec_models_dropped_total{reason="name_too_long"} 1.0' in flooded
-        assert sum(LONG_NAME in line for line in series(flooded)) == 8 + 3
+        assert sum(LONG_NAME in line for line in series(flooded)) == 8 + 4
         vllm.serve(capture("t3"))
         recovered = wait_until(metrics_when(lambda text: tap_models(text) == {MODEL}))
         assert len(series(recovered)) == len(series(baseline))

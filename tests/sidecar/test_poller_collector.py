@@ -15,6 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import parse
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import BucketKey, Poller
 from specdec_exporter.sidecar.scraper import Scrape, ScrapeError
@@ -45,16 +46,19 @@ class Clock:
         return self.now
 
 
+COST = DraftCost(0.1, "method", "ngram")
+
+
 async def poll_all(bodies: list[str | ScrapeError], *, window: float = 3600,
                    tap_counts: dict[BucketKey, Totals] | None = None
                    ) -> tuple[Poller, CollectorRegistry]:
     clock = Clock()
-    poller = Poller(ScriptedSource(bodies), interval=5, window=window, cost_ratio=0.1,
+    poller = Poller(ScriptedSource(bodies), interval=5, window=window, cost=COST,
                     log_interval=60, clock=clock,
                     tap_counts=(lambda: dict(tap_counts)) if tap_counts is not None else None)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecDecodeCollector(poller.state, cost_ratio=0.1, interval=5, window=window,
-                                          coverage_enabled=tap_counts is not None))
+    registry.register(SpecDecodeCollector(poller.state, cost=COST, method="ngram", interval=5,
+                                          window=window, coverage_enabled=tap_counts is not None))
     for _ in bodies:
         await poller.poll_once()
         clock.now += 5
@@ -84,8 +88,12 @@ async def test_modelled_speedup_over_the_window() -> None:
     # Interval t1 of the ground truth: 2362 drafts, 7434 accepted -> L = 1 + 7434/2362.
     assert value(registry, "specdec_estimated_speedup", model_name=MODEL) == (
         (1 + 7434 / 2362) / (1 + 4 * 0.1))
+    # In the exported unit (accepted / draft tokens): 9448 draft tokens in 2362 drafts of 4,
+    # so the speedup is 1 at a = k*c / 4 = c.
     break_even = value(registry, "specdec_break_even_acceptance_rate", model_name=MODEL)
-    assert break_even == pytest.approx(0.287108, abs=1e-6)  # 1 + a + a^2 + a^3 + a^4 = 1.4
+    assert break_even == pytest.approx(0.1, abs=1e-15)
+    assert value(registry, "specdec_draft_cost_ratio", source="method") == 0.1
+    assert value(registry, "specdec_speculative_info", model_name=MODEL, method="ngram") == 1.0
 
 
 async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
@@ -94,6 +102,7 @@ async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
     failures: list[str | ScrapeError] = [ScrapeError("timeout", "slow")] * 3
     poller, registry = await poll_all([capture("t1"), *failures])
     assert value(registry, "specdec_up") == 0.0
+    assert value(registry, "specdec_vllm_ever_up") == 1.0  # went down, not still starting
     assert value(registry, "specdec_scrape_failures_total", reason="timeout") == 3.0
     assert value(registry, "specdec_scrape_failures_total", reason="connect") == 0.0
     assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") is None
@@ -104,6 +113,14 @@ async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
     await poller.poll_once()
     assert value(registry, "specdec_up") == 1.0
     assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") == 4796.0
+
+
+async def test_before_the_first_success_vllm_is_still_starting() -> None:
+    failures: list[str | ScrapeError] = [ScrapeError("connect", "refused")] * 2
+    _, registry = await poll_all([*failures])
+    assert (value(registry, "specdec_up"), value(registry, "specdec_vllm_ever_up")) == (0.0, 0.0)
+    assert value(registry, "specdec_draft_cost_ratio", source="method") == 0.1
+    assert value(registry, "specdec_speculative_info", model_name=MODEL, method="ngram") is None
 
 
 async def test_vllm_restart_keeps_window_figures_positive() -> None:
@@ -134,7 +151,7 @@ async def test_coverage_ratio_is_tap_share_of_vllm_draft_tokens() -> None:
     tap: dict[BucketKey, Totals] = {(MODEL, "0"): Totals()}
     clock = Clock()
     poller = Poller(ScriptedSource([capture("t1"), capture("t2")]), interval=5, window=60,
-                    cost_ratio=0.1, log_interval=60, clock=clock, tap_counts=lambda: tap)
+                    cost=COST, log_interval=60, clock=clock, tap_counts=lambda: tap)
     await poller.poll_once()
     clock.now += 5
     # interval t2 has 9736 draft tokens in vLLM; the tap attributed 4868 over two buckets, one of
@@ -150,7 +167,7 @@ async def test_bucket_figures_cover_the_sidecar_window_not_since_start() -> None
     tap: dict[BucketKey, Totals] = {}
     clock = Clock()
     poller = Poller(ScriptedSource([capture("t0"), capture("t1"), capture("t2"), capture("t3")]),
-                    interval=5, window=10, cost_ratio=0.1, log_interval=60, clock=clock,
+                    interval=5, window=10, cost=COST, log_interval=60, clock=clock,
                     tap_counts=lambda: tap)
     for drafts, draft_tokens, accepted in [(0, 0, 0), (1000, 4000, 3600), (1100, 4400, 3640),
                                            (1200, 4800, 3680)]:
@@ -166,7 +183,7 @@ async def test_bucket_figures_cover_the_sidecar_window_not_since_start() -> None
     assert bucket.mean_acceptance_length == 1.4
     assert bucket.drafts_per_second == 20.0
     assert bucket.estimated_speedup == pytest.approx(1.4 / 1.4)
-    assert bucket.verdict == "disable"
+    assert bucket.verdict == "below threshold"  # 0.1 < t = 0.5, but the modelled speedup is 1.0
 
 
 async def test_history_keeps_one_point_per_poll_and_a_gap_for_a_failed_poll() -> None:
@@ -174,7 +191,7 @@ async def test_history_keeps_one_point_per_poll_and_a_gap_for_a_failed_poll() ->
     clock = Clock()
     failure = ScrapeError("connect", "refused")
     poller = Poller(ScriptedSource([capture("t0"), capture("t1"), failure, capture("t2")]),
-                    interval=5, window=60, cost_ratio=0.1, log_interval=60, clock=clock,
+                    interval=5, window=60, cost=COST, log_interval=60, clock=clock,
                     tap_counts=lambda: tap)
     for counts in (Totals(), Totals(100, 400, 300), Totals(100, 400, 300),
                    Totals(200, 800, 500)):
@@ -223,7 +240,7 @@ class BrokenSource:
 async def test_internal_errors_are_rate_limited_and_keep_their_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR)
-    poller = Poller(BrokenSource(), interval=5, window=60, cost_ratio=0.1, log_interval=60,
+    poller = Poller(BrokenSource(), interval=5, window=60, cost=COST, log_interval=60,
                     clock=Clock())
     for _ in range(5):
         await poller.poll_once()

@@ -1,16 +1,24 @@
-"""Alertmanager routing: critical to PagerDuty (Events API v2), warning to chat, as a plain
-config file and as a prometheus-operator `AlertmanagerConfig` resource built from one routing.
+"""Alertmanager routing of this project's alerts only (alertname SpecDecode*): critical to
+PagerDuty (Events API v2), warning to chat. Built from one routing as a subtree to merge into an
+existing config, as a standalone config (tests), and as a prometheus-operator AlertmanagerConfig.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
-from specdec_artifacts.rules import INHIBITED_ALERTS, INHIBITING_ALERTS
+from specdec_artifacts.rules import ALERT_PREFIX, INHIBITED_ALERTS, INHIBITING_ALERTS
 from specdec_artifacts.settings import Routing, Settings
 
 Document = dict[str, Any]
+
+OURS = f"{ALERT_PREFIX}.*"
+"""The alertname regex every route of ours matches first: other teams' alerts never reach our
+receivers, whatever their severity."""
+DEFAULT_RECEIVER = "default"
+"""The root receiver of the standalone config; in a merged config, the user's own."""
 
 PAGERDUTY_SEVERITY = (
     '{{ if eq .CommonLabels.severity "warning" }}warning'
@@ -21,7 +29,8 @@ PAGERDUTY_SEVERITY = (
 
 INHIBITION_EQUAL = ("namespace", "pod", "instance")
 """`instance` too: outside Kubernetes `namespace` and `pod` are empty on every alert, and
-Alertmanager treats two empty labels as equal, so one down target would silence all the others."""
+Alertmanager treats two empty labels as equal, so one down target would silence all the others.
+The cluster label, where configured, is added."""
 
 
 _FIRST = "(index .Alerts 0)"
@@ -65,14 +74,16 @@ class Endpoints:
                    routing.slack_api_url_file)
 
 
-def plain_config(settings: Settings, endpoints: Endpoints | None = None) -> Document:
-    """alertmanager.yml: one route tree, two receivers, the inhibition of a down pod's alerts."""
-    routing = settings.routing
+def subtree(settings: Settings, endpoints: Endpoints | None = None) -> Document:
+    """alerts/alertmanager.yaml: our route, receivers and inhibition, to merge into a config
+    (`merge_into`): the route goes first in the user's root `routes`, the lists are appended."""
+    routing = settings.alertmanager
     ends = endpoints or Endpoints.of(routing)
     return {
-        "route": {
+        "routes": [{
             "receiver": routing.chat_receiver,
-            "group_by": list(routing.group_by),
+            "matchers": [f'alertname=~"{OURS}"'],
+            "group_by": [*routing.group_by, *settings.cluster],
             "group_wait": routing.group_wait,
             "group_interval": routing.group_interval,
             "repeat_interval": routing.repeat_interval,
@@ -80,11 +91,11 @@ def plain_config(settings: Settings, endpoints: Endpoints | None = None) -> Docu
                 {"receiver": routing.pagerduty_receiver, "matchers": ['severity="critical"']},
                 {"receiver": routing.chat_receiver, "matchers": ['severity="warning"']},
             ],
-        },
+        }],
         "inhibit_rules": [{
             "source_matchers": [f'alertname=~"{"|".join(INHIBITING_ALERTS)}"'],
             "target_matchers": [f'alertname=~"{"|".join(INHIBITED_ALERTS)}"'],
-            "equal": list(INHIBITION_EQUAL),
+            "equal": [*INHIBITION_EQUAL, *settings.cluster],
         }],
         "receivers": [
             {"name": routing.pagerduty_receiver, "pagerduty_configs": [{
@@ -110,13 +121,43 @@ def plain_config(settings: Settings, endpoints: Endpoints | None = None) -> Docu
     }
 
 
+def merge_into(config: Document, ours: Document) -> Document:
+    """`config` with our subtree merged in: our route first among the root's routes (so a
+    catch-all of the user's cannot take our alerts), our receivers and inhibit rules appended.
+    Refuses a receiver name the config already uses."""
+    merged = copy.deepcopy(config)
+    route = merged.get("route")
+    if not isinstance(route, dict) or "receiver" not in route:
+        raise ValueError("the config has no root route with a receiver to merge under")
+    taken = {receiver["name"] for receiver in merged.get("receivers", [])}
+    clash = sorted(taken & {receiver["name"] for receiver in ours["receivers"]})
+    if clash:
+        raise ValueError(f"receiver names already used in the config: {', '.join(clash)}")
+    route["routes"] = [*copy.deepcopy(ours["routes"]), *route.get("routes", [])]
+    merged["receivers"] = [*merged.get("receivers", []), *copy.deepcopy(ours["receivers"])]
+    merged["inhibit_rules"] = [*merged.get("inhibit_rules", []),
+                               *copy.deepcopy(ours["inhibit_rules"])]
+    return merged
+
+
+def standalone_config(settings: Settings, endpoints: Endpoints | None = None,
+                      default: Document | None = None) -> Document:
+    """A whole alertmanager.yml: a root route to `default` (a receiver that drops everything,
+    unless given) with the subtree merged in. The e2e test and `amtool` tests run it."""
+    root = {"route": {"receiver": DEFAULT_RECEIVER},
+            "receivers": [default or {"name": DEFAULT_RECEIVER}]}
+    return merge_into(root, subtree(settings, endpoints))
+
+
 def alertmanager_config_resource(settings: Settings) -> Document:
     """The same routing as a `monitoring.coreos.com/v1alpha1` AlertmanagerConfig.
 
-    The operator nests it under the global route with a `namespace` matcher, so it only sees
-    alerts from its own namespace; keys come from Secrets in that namespace.
+    The operator puts its route first under the global root with `continue: true`, adding a
+    `namespace=<its namespace>` matcher unless the Alertmanager's
+    `alertmanagerConfigMatcherStrategy` is `None` (prometheus-operator pkg/alertmanager/amcfg.go);
+    our alertname matcher keeps other teams' alerts of that namespace out.
     """
-    routing = settings.routing
+    routing = settings.alertmanager
     return {
         "apiVersion": "monitoring.coreos.com/v1alpha1",
         "kind": "AlertmanagerConfig",
@@ -124,7 +165,8 @@ def alertmanager_config_resource(settings: Settings) -> Document:
         "spec": {
             "route": {
                 "receiver": routing.chat_receiver,
-                "groupBy": list(routing.group_by),
+                "matchers": [_matcher("alertname", OURS, "=~")],
+                "groupBy": [*routing.group_by, *settings.cluster],
                 "groupWait": routing.group_wait,
                 "groupInterval": routing.group_interval,
                 "repeatInterval": routing.repeat_interval,
@@ -138,7 +180,7 @@ def alertmanager_config_resource(settings: Settings) -> Document:
             "inhibitRules": [{
                 "sourceMatch": [_matcher("alertname", "|".join(INHIBITING_ALERTS), "=~")],
                 "targetMatch": [_matcher("alertname", "|".join(INHIBITED_ALERTS), "=~")],
-                "equal": list(INHIBITION_EQUAL),
+                "equal": [*INHIBITION_EQUAL, *settings.cluster],
             }],
             "receivers": [
                 {"name": routing.pagerduty_receiver, "pagerdutyConfigs": [{

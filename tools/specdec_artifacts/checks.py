@@ -1,4 +1,5 @@
-"""Checks of generated artifacts: stale committed files, and PromQL that leaves the contract."""
+"""Checks of generated artifacts: stale committed files, PromQL that leaves the contract, and
+dashboard queries that are not scoped to the selected cluster and namespace."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ _MODIFIER = re.compile(r"\s*(?:(?:on|ignoring)\s*\([\w\s,]*\)\s*)?"
                        r"(?:group_(?:left|right)\s*(?:\([\w\s,]*\))?\s*)?")
 _SPECDEC = series_index(SPECDEC_METRICS)
 _VLLM = series_index(VLLM_METRICS)
-REQUIRED_VARIABLES = ("datasource", "job", "model", "instance", "engine", "bucket")
+REQUIRED_VARIABLES = ("datasource", "cluster", "namespace", "pod", "model", "engine", "bucket")
+_SERIES_USE = re.compile(r"(?<![\w:$])([a-zA-Z_][\w:]*)\s*(\{[^}]*\})?")
 
 
 def stale_outputs(outputs: Iterable[Output], root: Path) -> list[str]:
@@ -37,16 +39,20 @@ def stale_outputs(outputs: Iterable[Output], root: Path) -> list[str]:
     return problems
 
 
-def query_problems(expr: str, recorded: frozenset[str]) -> list[str]:
-    """What is wrong with one PromQL expression: unknown series or labels, unguarded maths."""
+def query_problems(expr: str, recorded: frozenset[str],
+                   extra_labels: tuple[str, ...] = ()) -> list[str]:
+    """What is wrong with one PromQL expression: unknown series or labels, unguarded maths.
+    `extra_labels`: labels every series may carry besides its own (the cluster label)."""
     text = _QUOTED.sub('""', expr)
-    problems = [*_unknown_series(text, recorded), *_unknown_labels(expr)]
+    problems = [*_unknown_series(text, recorded), *_unknown_labels(expr, extra_labels)]
     problems += _unguarded_divisions(text) + _unguarded_quantiles(text)
     return problems
 
 
-def dashboard_problems(board: dict[str, Any], recorded: frozenset[str]) -> list[str]:
-    """Structure (datasource variable, uid, tags, "No traffic") and every query of a dashboard."""
+def dashboard_problems(board: dict[str, Any], recorded: frozenset[str],
+                       scope_labels: tuple[str, ...] = ("namespace",)) -> list[str]:
+    """Structure (datasource variable, uid, tags, "No traffic") and every query of a dashboard;
+    every specdec_*, vllm:* or recorded series must be filtered on each of `scope_labels`."""
     problems = []
     if "__inputs" in board:
         problems.append("dashboard has __inputs: use the ${datasource} variable instead")
@@ -57,16 +63,32 @@ def dashboard_problems(board: dict[str, Any], recorded: frozenset[str]) -> list[
     names = [v["name"] for v in board["templating"]["list"]]
     problems += [f"missing variable ${name}" for name in REQUIRED_VARIABLES if name not in names]
     for panel in panels_of(board):
-        problems += [f"panel {panel['title']!r}: {p}" for p in _panel_problems(panel, recorded)]
+        problems += [f"panel {panel['title']!r}: {p}"
+                     for p in _panel_problems(panel, recorded, scope_labels)]
+        problems += [f"panel {panel['title']!r}: {p}" for target in panel["targets"]
+                     for p in unscoped_series(target["expr"], scope_labels)]
     return problems
 
 
-def rule_problems(groups: list[dict[str, Any]]) -> list[str]:
+def unscoped_series(expr: str, labels: tuple[str, ...]) -> list[str]:
+    """Each use of a specdec_*, vllm:* or recorded series that lacks a matcher on one of
+    `labels` (so it would mix namespaces or clusters)."""
+    problems = []
+    for name, matchers in _SERIES_USE.findall(_QUOTED.sub('""', expr)):
+        if not (name.startswith(("specdec_", "vllm:")) or ":specdec_" in name):
+            continue
+        present = set(_MATCHER_LABEL.findall(matchers))
+        problems += [f"{name} is not filtered on {label}" for label in labels
+                     if label not in present]
+    return problems
+
+
+def rule_problems(groups: list[dict[str, Any]], extra_labels: tuple[str, ...] = ()) -> list[str]:
     """Every rule expression against the contract, with the same guards as the dashboards."""
     recorded = frozenset(r["record"] for g in groups for r in g["rules"] if "record" in r)
     return [f"rule {rule.get('record') or rule.get('alert')}: {problem}"
             for group in groups for rule in group["rules"]
-            for problem in query_problems(rule["expr"], recorded)]
+            for problem in query_problems(rule["expr"], recorded, extra_labels)]
 
 
 def panels_of(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -80,7 +102,8 @@ def dashboard_queries(board: dict[str, Any]) -> list[str]:
     return [t["expr"] for panel in panels_of(board) for t in panel["targets"]]
 
 
-def _panel_problems(panel: dict[str, Any], recorded: frozenset[str]) -> list[str]:
+def _panel_problems(panel: dict[str, Any], recorded: frozenset[str],
+                    extra_labels: tuple[str, ...]) -> list[str]:
     defaults = panel["fieldConfig"]["defaults"]
     problems = []
     if panel.get("datasource") != DATASOURCE:
@@ -90,8 +113,8 @@ def _panel_problems(panel: dict[str, Any], recorded: frozenset[str]) -> list[str
             for m in defaults.get("mappings", [])):
         problems.append(f'no "{NO_TRAFFIC}" value and mapping')
     for target in panel["targets"]:
-        problems += [f"{p} in {target['expr']!r}" for p in query_problems(target["expr"],
-                                                                          recorded)]
+        problems += [f"{p} in {target['expr']!r}"
+                     for p in query_problems(target["expr"], recorded, extra_labels)]
     return problems
 
 
@@ -107,14 +130,14 @@ def _unknown_series(text: str, recorded: frozenset[str]) -> list[str]:
     return problems
 
 
-def _unknown_labels(expr: str) -> list[str]:
+def _unknown_labels(expr: str, extra_labels: tuple[str, ...]) -> list[str]:
     problems = []
     for name, matchers in _SELECTOR.findall(expr):
         metric = _SPECDEC.get(name) or _VLLM.get(name)
         if metric is None:
             continue
         for label in _MATCHER_LABEL.findall(_QUOTED.sub('""', matchers)):
-            if label not in metric.allowed_labels():
+            if label not in metric.allowed_labels() | set(extra_labels):
                 problems.append(f"{name} has no label {label}")
     return problems
 

@@ -43,10 +43,13 @@ _BUCKET = ("model_name", "temperature_bucket")
 
 SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_up", "gauge"),
+    _m("specdec_vllm_ever_up", "gauge"),
+    _m("specdec_draft_cost_ratio", "gauge", "source"),
     _m("specdec_scrape_duration_seconds", "gauge"),
     _m("specdec_scrape_failures", "counter", "reason"),
     _m("specdec_build_info", "gauge", "version"),
     _m("specdec_spec_decode_enabled", "gauge", "model_name"),
+    _m("specdec_speculative_info", "gauge", "model_name", "method"),
     _m("specdec_drafts", "counter", *_ENGINE),
     _m("specdec_draft_tokens", "counter", *_ENGINE),
     _m("specdec_accepted_tokens", "counter", *_ENGINE),
@@ -73,9 +76,6 @@ VLLM_METRICS: tuple[Metric, ...] = (
     _m("vllm:e2e_request_latency_seconds", "histogram", *_ENGINE),
 )
 """vLLM's own families the dashboards read, scraped by Prometheus straight from vLLM."""
-
-DEFAULT_TEMPERATURE_BUCKETS = ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+")
-
 
 def series_index(metrics: tuple[Metric, ...]) -> dict[str, Metric]:
     """Every usable series name mapped to the metric it belongs to."""

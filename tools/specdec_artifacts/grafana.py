@@ -18,7 +18,7 @@ NO_TRAFFIC_MAPPING: JSON = {
 }
 GRID_WIDTH = 24
 
-PanelKind = Literal["timeseries", "stat", "heatmap"]
+PanelKind = Literal["timeseries", "stat", "heatmap", "table"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class Query:
     expr: str
     legend: str = ""
     heatmap: bool = False
+    instant: bool = False
+    """One value per series now (tables), instead of a range."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,12 @@ class Panel:
 class Row:
     title: str
     panels: tuple[Panel, ...] = field(default_factory=tuple)
+
+
+def constant_variable(name: str, value: str) -> JSON:
+    """A hidden variable with a fixed value (a variable queries may name but nobody picks)."""
+    return {"name": name, "type": "constant", "query": value, "hide": 2,
+            "current": {"text": value, "value": value}, "options": []}
 
 
 def query_variable(name: str, label: str, query: str, all_value: str | None = ".*") -> JSON:
@@ -107,7 +115,7 @@ def layout(rows: tuple[Row, ...]) -> list[JSON]:
 
 
 def render_panel(panel: Panel, panel_id: int, grid: JSON) -> JSON:
-    return {
+    rendered: JSON = {
         "type": panel.kind,
         "id": panel_id,
         "title": panel.title,
@@ -118,6 +126,10 @@ def render_panel(panel: Panel, panel_id: int, grid: JSON) -> JSON:
         "fieldConfig": {"defaults": _field_defaults(panel), "overrides": _overrides(panel)},
         "options": _options(panel),
     }
+    if panel.kind == "table":  # one row per series: its labels and its value, no timestamp
+        rendered["transformations"] = [
+            {"id": "organize", "options": {"excludeByName": {"Time": True}}}]
+    return rendered
 
 
 def _target(query: Query, ref_id: str) -> JSON:
@@ -127,6 +139,8 @@ def _target(query: Query, ref_id: str) -> JSON:
     if query.heatmap:
         target["format"] = "heatmap"
         target["legendFormat"] = "{{le}}"
+    if query.instant:
+        target.update(format="table", range=False, instant=True)
     return target
 
 
@@ -139,8 +153,10 @@ def _field_defaults(panel: Panel) -> JSON:
         defaults["max"] = panel.max
     if panel.kind == "timeseries":
         defaults["custom"] = _timeseries_style(panel)
-    if panel.kind == "stat":
+    if panel.kind in ("stat", "table"):
         defaults["color"] = {"mode": "thresholds"}
+    if panel.kind == "table":
+        defaults["custom"] = {"align": "auto", "cellOptions": {"type": "color-text"}}
     return defaults
 
 
@@ -177,6 +193,9 @@ def _options(panel: Panel) -> JSON:
         return {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                 "colorMode": "value", "graphMode": "area", "textMode": "auto",
                 "orientation": "auto", "justifyMode": "auto"}
+    if panel.kind == "table":
+        return {"showHeader": True, "cellHeight": "sm",
+                "sortBy": [{"displayName": "Value", "desc": False}]}
     if panel.kind == "heatmap":
         return {"calculate": False, "cellGap": 1,
                 "yAxis": {"axisPlacement": "left", "unit": panel.unit},

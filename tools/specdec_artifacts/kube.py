@@ -1,4 +1,5 @@
-"""Kubernetes wrappers of generated artifacts: the PrometheusRule and the dashboards ConfigMap."""
+"""Kubernetes wrappers of generated artifacts: the PrometheusRule, the dashboards ConfigMap and
+the example deployment's speculative-decoding ConfigMap."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from typing import Any
 
 from specdec_artifacts.rules import RuleGroup
+from specdec_artifacts.settings import ExampleDeployment
 
 Manifest = dict[str, Any]
 
@@ -14,6 +16,11 @@ RELEASE_LABEL = {"release": "kube-prometheus-stack"}
 `release: <helm release name>`; patch it in an overlay if your release is named otherwise."""
 
 APP_LABEL = {"app.kubernetes.io/part-of": "vllm-specdec-exporter"}
+SPECULATIVE_CONFIG_MAP = "vllm-speculative"
+METHOD_KEY = "method"
+"""The sidecar's SPECDEC_SPECULATIVE_METHOD comes from this key."""
+SPECULATIVE_CONFIG_KEY = "speculative-config"
+"""vLLM's --speculative-config comes from this key."""
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 """The label Grafana's dashboard sidecar (kube-prometheus-stack default) watches for."""
 
@@ -43,3 +50,16 @@ def dashboards_config_map(dashboards: dict[str, dict[str, Any]]) -> Manifest:
 
 def dashboard_json(board: dict[str, Any]) -> str:
     return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
+
+
+def speculative_config_map(example: ExampleDeployment) -> Manifest:
+    """One source for vLLM's --speculative-config and the sidecar's --speculative-method."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": SPECULATIVE_CONFIG_MAP, "labels": dict(APP_LABEL)},
+        "data": {
+            METHOD_KEY: example.method,
+            SPECULATIVE_CONFIG_KEY: json.dumps(example.speculative_config),
+        },
+    }

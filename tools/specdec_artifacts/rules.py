@@ -2,7 +2,8 @@
 
 Recording rules are named `level:metric:operation`. Levels: `instance_model_name` (one scrape
 target, engines summed), `..._engine`, `..._position`, `..._temperature_bucket`, and
-`namespace_model_name` (every pod of a model in a namespace, for day-over-day comparisons).
+`namespace_model_name` (every pod of a model in a namespace, and cluster where configured).
+The alerts implement the rows of the verdict's decision table (core/verdict.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specdec_artifacts.promql import guarded_ratio, rate, sum_by, sum_without
-from specdec_artifacts.settings import Settings
+from specdec_artifacts.promql import guarded_ratio, rate, selector, sum_by, sum_without
+from specdec_artifacts.settings import Settings, duration_seconds
+from specdec_exporter.core.verdict import NET_LOSS_BELOW
 
 Rule = dict[str, Any]
 RuleGroup = dict[str, Any]
@@ -21,9 +23,9 @@ ENGINE = "instance_model_name_engine"
 POSITION = "instance_model_name_position"
 BUCKET = "instance_model_name_temperature_bucket"
 MODEL = "namespace_model_name"
-MODEL_LABELS = "namespace, model_name"
 
-INHIBITING_ALERTS = ("SpecDecodeSidecarDown", "SpecDecodeVLLMUnreachable")
+INHIBITING_ALERTS = ("SpecDecodeSidecarDown", "SpecDecodeVLLMUnreachable",
+                     "SpecDecodeVLLMNeverUp")
 INHIBITED_ALERTS = (
     "SpecDecodeAcceptanceLow",
     "SpecDecodeBucketAcceptanceLow",
@@ -33,6 +35,8 @@ INHIBITED_ALERTS = (
     "SpecDecodeTapCoverageLow",
 )
 """Per-pod alerts whose numbers cannot be trusted while that pod's sidecar or vLLM is down."""
+ALERT_PREFIX = "SpecDecode"
+"""Every alert of ours starts with it: the Alertmanager routes match on it."""
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,9 @@ class Names:
 
     @classmethod
     def of(cls, settings: Settings) -> Names:
-        comparison = f"rate{settings.comparison_window}"
-        return cls(window=f"rate{settings.rate_window}", comparison=comparison,
-                   offset=f"{comparison}_offset{settings.comparison_offset}")
+        comparison = f"rate{settings.windows.comparison}"
+        return cls(window=f"rate{settings.windows.rate}", comparison=comparison,
+                   offset=f"{comparison}_offset{settings.windows.comparison_offset}")
 
     def pod(self, metric: str, operation: str = "") -> str:
         return f"{POD}:specdec_{metric}:{operation or self.window}"
@@ -61,6 +65,16 @@ class Names:
     def model(self, metric: str, operation: str) -> str:
         return f"{MODEL}:specdec_{metric}:{operation}"
 
+    @property
+    def threshold(self) -> str:
+        """t per pod and model: the configured acceptance threshold, by model, method or default."""
+        return f"{POD}:specdec_acceptance_threshold:config"
+
+
+def model_labels(settings: Settings) -> str:
+    """`by` labels of the per-model level: the cluster label (if any), namespace, model_name."""
+    return ", ".join((*settings.cluster, "namespace", "model_name"))
+
 
 def rule_groups(settings: Settings) -> list[RuleGroup]:
     """The whole rule file: recording groups first, then the alerts that read them."""
@@ -73,8 +87,9 @@ def rule_groups(settings: Settings) -> list[RuleGroup]:
 
 
 def model_recording_rules(settings: Settings) -> list[Rule]:
-    """Per pod and model (engines summed before dividing), per engine, per position."""
-    names, sel, w = Names.of(settings), settings.sidecar_selector, settings.rate_window
+    """Per pod and model (engines summed before dividing), per engine, per position, the
+    threshold t per pod, and the per-model figures the fleet view ranks."""
+    names, sel, w = Names.of(settings), settings.selectors.sidecar, settings.windows.rate
     ratio_op, mean_op = f"ratio_{names.window}", f"mean_{names.window}"
 
     def per_pod(counter: str) -> Rule:
@@ -85,6 +100,7 @@ def model_recording_rules(settings: Settings) -> list[Rule]:
     accepted, generated = names.pod("accepted_tokens"), names.pod("generation_tokens")
     engine_accepted = rate("specdec_accepted_tokens_total", w, sel)
     per_position = sum_without("engine", rate("specdec_accepted_tokens_per_position_total", w, sel))
+    by_model = model_labels(settings)
     return [
         per_pod("drafts"),
         per_pod("draft_tokens"),
@@ -99,12 +115,35 @@ def model_recording_rules(settings: Settings) -> list[Rule]:
             engine_accepted, rate("specdec_drafts_total", w, sel))),
         _record(f"{POSITION}:specdec_position_acceptance_rate:{ratio_op}",
                 guarded_ratio(per_position, drafts, "ignoring (position) group_left ()")),
+        _record(names.threshold, threshold_expr(settings)),
+        _record(names.model("acceptance_rate", ratio_op),
+                guarded_ratio(sum_by(by_model, accepted), sum_by(by_model, draft_tokens))),
+        _record(names.model("estimated_speedup", "min"),
+                f"min by ({by_model}) ({selector('specdec_estimated_speedup', sel)})"),
     ]
+
+
+def threshold_expr(settings: Settings, sel: str = "") -> str:
+    """t for every pod and model the sidecar reports, most specific first: by model, by
+    --speculative-method (`specdec_speculative_info`'s `method`), else the default. `sel`:
+    the matchers of the sidecar's series (the configured selector by default)."""
+    t, sel = settings.thresholds, sel or settings.selectors.sidecar
+
+    def constant(value: float, *matchers: str) -> str:
+        info = selector("specdec_speculative_info", sel, *matchers)
+        return f"{_num(value)} * group without (method) ({info})"
+
+    parts = [constant(value, f"model_name={_quoted(model)}")
+             for model, value in sorted(t.acceptance_rate_by_model.items())]
+    parts += [constant(value, f"method={_quoted(method)}")
+              for method, value in sorted(t.acceptance_rate_by_method.items())]
+    parts.append(constant(t.acceptance_rate))
+    return "\nor\n".join(parts)
 
 
 def bucket_recording_rules(settings: Settings) -> list[Rule]:
     """Per pod, model and temperature bucket, from the request tap's counters and histograms."""
-    names, sel, w = Names.of(settings), settings.sidecar_selector, settings.rate_window
+    names, sel, w = Names.of(settings), settings.selectors.sidecar, settings.windows.rate
     accepted = rate("specdec_request_accepted_tokens_total", w, sel)
     observed = rate("specdec_request_acceptance_rate_count", w, sel)
     buckets = rate("specdec_request_acceptance_rate_bucket", w, sel)
@@ -125,11 +164,12 @@ def bucket_recording_rules(settings: Settings) -> list[Rule]:
 
 def comparison_recording_rules(settings: Settings) -> list[Rule]:
     """Per model across its pods: pods are renamed on every rollout, models are not."""
-    names, sel = Names.of(settings), settings.sidecar_selector
-    window, offset = settings.comparison_window, settings.comparison_offset
+    names, sel = Names.of(settings), settings.selectors.sidecar
+    window, offset = settings.windows.comparison, settings.windows.comparison_offset
+    by_model = model_labels(settings)
 
     def model_rate(counter: str, shift: str = "") -> str:
-        return sum_by(MODEL_LABELS, rate(f"specdec_{counter}_total", window, sel, offset=shift))
+        return sum_by(by_model, rate(f"specdec_{counter}_total", window, sel, offset=shift))
 
     rules = []
     for operation, shift in ((names.comparison, ""), (names.offset, offset)):
@@ -149,11 +189,32 @@ def alerting_rules(settings: Settings) -> list[Rule]:
     ]
 
 
+class Lookup:
+    """Alert-template fragments that query the figures of the alert's own pod and model."""
+
+    def __init__(self, settings: Settings) -> None:
+        names = Names.of(settings)
+        self._target = ("job", "instance", *settings.cluster)
+        self.acceptance = self._value(names.pod("acceptance_rate", f"ratio_{names.window}"),
+                                      "humanizePercentage", model=True)
+        self.threshold = self._value(names.threshold, "humanizePercentage", model=True)
+        self.speedup = self._value("specdec_estimated_speedup", 'printf "%.2f"', model=True)
+        self.cost = self._value("specdec_draft_cost_ratio", 'printf "%g"', model=False)
+
+    def _value(self, metric: str, format_: str, *, model: bool) -> str:
+        labels = (*self._target, "model_name") if model else self._target
+        matchers = ", ".join(f"{label}=%q" for label in labels)
+        values = " ".join(f"$labels.{label}" for label in labels)
+        return (f"{{{{ with printf `{metric}{{{matchers}}}` {values} | query }}}}"
+                f"{{{{ . | first | value | {format_} }}}}{{{{ else }}}}unknown{{{{ end }}}}")
+
+
 def acceptance_alerts(settings: Settings) -> list[Rule]:
-    names, t = Names.of(settings), settings.thresholds
-    ratio_op, w = f"ratio_{names.window}", settings.rate_window
-    low = (f"{names.pod('acceptance_rate', ratio_op)} < {_num(t.acceptance_rate)}\n"
-           f"and\n{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}")
+    names, t, look = Names.of(settings), settings.thresholds, Lookup(settings)
+    ratio_op, w, sel = f"ratio_{names.window}", settings.windows.rate, settings.selectors.sidecar
+    low = (f"{names.pod('acceptance_rate', ratio_op)}\n< {names.threshold}\n"
+           f"and\n{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}\n"
+           f"unless\n{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}")
     dropped = (f"{names.model('acceptance_rate', f'ratio_{names.offset}')}\n"
                f"- {names.model('acceptance_rate', f'ratio_{names.comparison}')}\n"
                f"> {_num(t.acceptance_drop)}\n"
@@ -163,33 +224,37 @@ def acceptance_alerts(settings: Settings) -> list[Rule]:
                f" >= {_num(t.min_draft_tokens_per_second)}")
     return [
         _alert(settings, "SpecDecodeAcceptanceLow", low,
-               summary="Speculative decoding acceptance is low: drafting is likely a net loss.",
+               summary="Speculative decoding acceptance is below its threshold; by the model it "
+                       "still pays.",
                description=(
                    "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} "
                    "({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the "
-                   f"last {w}, below {_pct(t.acceptance_rate)}, with at least "
-                   f"{_num(t.min_draft_tokens_per_second)} draft tokens/s. Below this rate "
-                   "speculation usually makes generation slower than plain decoding."),
-               dashboard_vars=("model_name", "instance")),
+                   f"last {w}, below its threshold t = {look.threshold}, with at least "
+                   f"{_num(t.min_draft_tokens_per_second)} draft tokens/s. The modelled speedup "
+                   f"is {look.speedup} (c = {look.cost}), not below 1: the drafter lost "
+                   "acceptance, but speculation is not a net loss by the model. Find the cause; "
+                   "if this acceptance is normal here, calibrate c or lower t for this method "
+                   "or model."),
+               dashboard_vars=("namespace", "pod", "model_name")),
         _alert(settings, "SpecDecodeAcceptanceDropped", dropped,
                summary="Acceptance fell against the same hour yesterday.",
                description=(
                    "Draft acceptance of model {{ $labels.model_name }} in {{ $labels.namespace }} "
-                   f"over the last {settings.comparison_window} is "
+                   f"over the last {settings.windows.comparison} is "
                    "{{ $value | humanizePercentage }} lower in absolute terms than at the same "
-                   f"time {settings.comparison_offset} ago, a drop of more than "
+                   f"time {settings.windows.comparison_offset} ago, a drop of more than "
                    f"{t.acceptance_drop * 100:g} points. "
                    "A quantised target or a changed draft model is the usual cause."),
-               dashboard_vars=("model_name",)),
+               dashboard_vars=("namespace", "model_name")),
     ]
 
 
 def bucket_alerts(settings: Settings) -> list[Rule]:
-    names, t, sel, w = Names.of(settings), settings.thresholds, settings.sidecar_selector, \
-        settings.rate_window
+    names, t, look = Names.of(settings), settings.thresholds, Lookup(settings)
+    sel, w = settings.selectors.sidecar, settings.windows.rate
     ratio = names.bucket("request_acceptance_rate", f"ratio_{names.window}")
     quantile = names.bucket("request_acceptance_rate", f"quantile_{names.window}")
-    low = (f"{ratio} < {_num(t.acceptance_rate)}\n"
+    low = (f"{ratio}\n< ignoring (temperature_bucket) group_left ()\n{names.threshold}\n"
            f"and\n{names.bucket('request_draft_tokens')}"
            f" >= {_num(t.min_bucket_draft_tokens_per_second)}")
     tail = (f'{quantile}{{quantile="{_num(t.tail_quantile)}"}} < {_num(t.tail_acceptance_rate)}\n'
@@ -199,14 +264,16 @@ def bucket_alerts(settings: Settings) -> list[Rule]:
     p = f"P{round(t.tail_quantile * 100)}"
     return [
         _alert(settings, "SpecDecodeBucketAcceptanceLow", low,
-               summary="Acceptance is low for one temperature bucket.",
+               summary="Acceptance is below its threshold for one temperature bucket.",
                description=(
                    "Requests of model {{ $labels.model_name }} on {{ $labels.instance }} "
                    "({{ $labels.namespace }}) in temperature bucket "
                    "{{ $labels.temperature_bucket }} accept {{ $value | humanizePercentage }} "
-                   f"of their draft tokens over the last {w}, below "
-                   f"{_pct(t.acceptance_rate)}: speculation is a net loss for this traffic."),
-               dashboard_vars=("model_name", "instance", "temperature_bucket")),
+                   f"of their draft tokens over the last {w}, below the model's threshold "
+                   f"t = {look.threshold}. The whole pod's modelled speedup is {look.speedup} "
+                   f"(c = {look.cost}). This traffic's temperature is the client's choice: see "
+                   "the runbook before acting."),
+               dashboard_vars=("namespace", "pod", "model_name", "temperature_bucket")),
         _alert(settings, "SpecDecodeBucketAcceptanceTailLow", tail,
                summary=f"The {p} of per-request acceptance is low in a temperature bucket.",
                description=(
@@ -214,37 +281,43 @@ def bucket_alerts(settings: Settings) -> list[Rule]:
                    "on {{ $labels.instance }} ({{ $labels.namespace }}) in temperature bucket "
                    "{{ $labels.temperature_bucket }} is {{ $value | humanizePercentage }}, "
                    f"below {_pct(t.tail_acceptance_rate)}: at least "
-                   f"{_pct(t.tail_quantile)} of these requests are slowed down by speculation."),
-               dashboard_vars=("model_name", "instance", "temperature_bucket")),
+                   f"{_pct(t.tail_quantile)} of these requests accept less than that share of "
+                   "their draft tokens."),
+               dashboard_vars=("namespace", "pod", "model_name", "temperature_bucket")),
     ]
 
 
 def efficiency_alerts(settings: Settings) -> list[Rule]:
-    names, t, sel = Names.of(settings), settings.thresholds, settings.sidecar_selector
+    names, t, look = Names.of(settings), settings.thresholds, Lookup(settings)
+    sel = settings.selectors.sidecar
     drafting = f"{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}"
-    speedup = f"specdec_estimated_speedup{{{sel}}} < {_num(t.speedup)}\nand\n{drafting}"
-    coverage = (f"specdec_request_coverage_ratio{{{sel}}} < {_num(t.coverage_ratio)}\n"
+    speedup = (f"{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}\n"
+               f"and\n{drafting}")
+    coverage = (f"{selector('specdec_request_coverage_ratio', sel)} < {_num(t.coverage_ratio)}\n"
                 f"and\n{drafting}")
-    not_drafting = (f"specdec_spec_decode_enabled{{{sel}}} == 1\n"
+    not_drafting = (f"{selector('specdec_spec_decode_enabled', sel)} == 1\n"
                     f"and\n{names.pod('generation_tokens')}"
                     f" >= {_num(t.min_generation_tokens_per_second)}\n"
                     f"and\n{names.pod('drafts')} == 0")
     return [
         _alert(settings, "SpecDecodeSpeedupBelowOne", speedup,
-               summary="Modelled speedup of speculative decoding is below 1.",
+               summary="Speculative decoding is a net loss by the model: modelled speedup "
+                       "below 1.",
                description=(
                    "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model "
-                   "{{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}): "
-                   "the tokens accepted per step do not pay for the cost of drafting."),
-               dashboard_vars=("model_name", "instance")),
+                   "{{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), "
+                   f"with acceptance {look.acceptance} (threshold t = {look.threshold}) and "
+                   f"c = {look.cost}: the tokens accepted per step do not pay for drafting, so "
+                   "generation is slower than plain decoding by the model."),
+               dashboard_vars=("namespace", "pod", "model_name")),
         _alert(settings, "SpecDecodeNotDrafting", not_drafting,
                summary="Speculative decoding is configured but nothing is drafted.",
                description=(
                    "Model {{ $labels.model_name }} on {{ $labels.instance }} "
                    "({{ $labels.namespace }}) exposes the speculative-decoding families and "
                    f"generates tokens, but no verify step had a draft over the last "
-                   f"{settings.rate_window}: the drafter proposes nothing."),
-               dashboard_vars=("model_name", "instance")),
+                   f"{settings.windows.rate}: the drafter proposes nothing."),
+               dashboard_vars=("namespace", "pod", "model_name")),
         _alert(settings, "SpecDecodeTapCoverageLow", coverage,
                summary="The request tap sees too little of the drafted traffic.",
                description=(
@@ -252,34 +325,50 @@ def efficiency_alerts(settings: Settings) -> list[Rule]:
                    "vLLM counted for model {{ $labels.model_name }} on {{ $labels.instance }} "
                    f"({{{{ $labels.namespace }}}}), below {_pct(t.coverage_ratio)}: the "
                    "per-temperature figures describe only part of the traffic."),
-               dashboard_vars=("model_name", "instance")),
+               dashboard_vars=("namespace", "pod", "model_name")),
     ]
 
 
 def health_alerts(settings: Settings) -> list[Rule]:
-    sel = settings.sidecar_selector
+    sel = settings.selectors.sidecar
+    grace = settings.policy("SpecDecodeVLLMNeverUp").for_
     return [
-        _alert(settings, "SpecDecodeSidecarDown", f"up{{{sel}}} == 0",
+        _alert(settings, "SpecDecodeSidecarDown", f"{selector('up', sel)} == 0",
                summary="Prometheus cannot scrape the speculative-decoding sidecar.",
                description=(
                    "The sidecar target {{ $labels.instance }} ({{ $labels.namespace }}/"
                    "{{ $labels.pod }}) has been down. The tap is on the request path, so "
                    "requests to this pod are probably failing too."),
-               dashboard_vars=("instance",)),
-        _alert(settings, "SpecDecodeSidecarAbsent", f"absent(up{{{sel}}})",
+               dashboard_vars=("namespace", "pod")),
+        _alert(settings, "SpecDecodeSidecarAbsent", f"absent({selector('up', sel)})",
                summary="No speculative-decoding sidecar target is discovered.",
                description=(
                    f"Prometheus has no target matching {{{sel}}}: the PodMonitor is not "
                    "selected, or no pod runs the sidecar. No speculative-decoding alert can fire."),
                dashboard_vars=()),
-        _alert(settings, "SpecDecodeVLLMUnreachable", f"specdec_up{{{sel}}} == 0",
-               summary="The sidecar cannot scrape vLLM's /metrics.",
+        _alert(settings, "SpecDecodeVLLMUnreachable",
+               f"{selector('specdec_up', sel)} == 0\n"
+               f"and\n{selector('specdec_vllm_ever_up', sel)} == 1",
+               summary="vLLM went down: the sidecar can no longer scrape its /metrics.",
                description=(
                    "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
-                   " fails to scrape vLLM in its pod (see specdec_scrape_failures_total by "
-                   "reason). vLLM is down, overloaded or not serving /metrics."),
-               dashboard_vars=("instance",)),
+                   " reached vLLM in its pod before and now fails to scrape it (see "
+                   "specdec_scrape_failures_total by reason). vLLM is down, overloaded or not "
+                   "serving /metrics."),
+               dashboard_vars=("namespace", "pod")),
+        _alert(settings, "SpecDecodeVLLMNeverUp", f"{selector('specdec_vllm_ever_up', sel)} == 0",
+               summary="vLLM has not come up since the sidecar started.",
+               description=(
+                   "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
+                   f" has not reached vLLM once in {grace}, longer than vLLM's startup budget: "
+                   "vLLM is stuck loading, crash-looping or misconfigured."),
+               dashboard_vars=("namespace", "pod")),
     ]
+
+
+def startup_grace_seconds(settings: Settings) -> float:
+    """How long a never-up vLLM is treated as still starting (the never-up alert's `for`)."""
+    return duration_seconds(settings.policy("SpecDecodeVLLMNeverUp").for_)
 
 
 def record_names(groups: list[RuleGroup]) -> frozenset[str]:
@@ -296,30 +385,33 @@ def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> Rule:
 
 def _alert(settings: Settings, name: str, expr: str, *, summary: str, description: str,
            dashboard_vars: tuple[str, ...]) -> Rule:
+    if not name.startswith(ALERT_PREFIX):
+        raise ValueError(f"alert {name} must start with {ALERT_PREFIX}: the routes match on it")
     policy = settings.policy(name)
-    return {
-        "alert": name,
-        "expr": expr,
-        "for": policy.for_,
-        "labels": {"severity": policy.severity},
-        "annotations": {
-            "summary": summary,
-            "description": description,
-            "runbook_url": f"{settings.links.runbook}#{name.lower()}",
-            "dashboard_url": _dashboard_url(settings, dashboard_vars),
-        },
+    rule: Rule = {"alert": name, "expr": expr, "for": policy.for_}
+    if policy.keep_firing_for is not None:
+        rule["keep_firing_for"] = policy.keep_firing_for
+    rule["labels"] = {"severity": policy.severity}
+    rule["annotations"] = {
+        "summary": summary,
+        "description": description,
+        "runbook_url": f"{settings.links.runbook}#{name.lower()}",
+        "dashboard_url": _dashboard_url(settings, (*settings.cluster, *dashboard_vars)),
     }
+    return rule
 
 
-_DASHBOARD_VARIABLE = {"model_name": "model", "instance": "instance",
+_DASHBOARD_VARIABLE = {"model_name": "model", "namespace": "namespace", "pod": "pod",
                        "temperature_bucket": "bucket"}
+"""Alert label -> dashboard variable; the cluster label maps to `cluster`."""
 
 
 def _dashboard_url(settings: Settings, labels: tuple[str, ...]) -> str:
     links = settings.links
     url = f"{links.grafana}/d/{links.dashboard_uid}/{links.dashboard_slug}"
-    query = "&".join(f"var-{_DASHBOARD_VARIABLE[label]}={{{{ $labels.{label} | urlquery }}}}"
-                     for label in labels)
+    query = "&".join(
+        f"var-{_DASHBOARD_VARIABLE.get(label, 'cluster')}={{{{ $labels.{label} | urlquery }}}}"
+        for label in labels)
     return f"{url}?{query}" if query else url
 
 
@@ -330,3 +422,8 @@ def _num(value: float) -> str:
 
 def _pct(value: float) -> str:
     return f"{value * 100:g}%"
+
+
+def _quoted(value: str) -> str:
+    """A PromQL string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

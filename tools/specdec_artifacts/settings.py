@@ -1,66 +1,119 @@
-"""The alerting settings: alerts/config.toml read into frozen dataclasses, with test overrides."""
+"""The alerting settings: alerts/config.toml read into frozen pydantic models, with test overrides.
+
+Each model mirrors one table of the file; every value comes from the file, every check is here.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_PATH = REPO_ROOT / "alerts" / "config.toml"
 
 Severity = Literal["critical", "warning"]
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
 class SettingsError(ValueError):
     """alerts/config.toml is missing a key or holds a bad value."""
 
 
-@dataclass(frozen=True)
-class AlertPolicy:
-    severity: Severity
-    for_: str
+def _check_duration(value: str) -> str:
+    if not _DURATION.match(value):
+        raise ValueError(f"not a Prometheus duration: {value!r}")
+    return value
 
 
-@dataclass(frozen=True)
-class SecretRef:
-    name: str
-    key: str
+def duration_seconds(value: str) -> float:
+    """`1h30m` -> 5400.0."""
+    return sum(int(n) * _SECONDS[unit] for n, unit in _DURATION_PART.findall(value))
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    acceptance_rate: float
-    tail_quantile: float
-    tail_acceptance_rate: float
-    speedup: float
-    acceptance_drop: float
-    coverage_ratio: float
-    min_draft_tokens_per_second: float
-    min_bucket_draft_tokens_per_second: float
-    min_bucket_requests_per_second: float
-    min_generation_tokens_per_second: float
+Duration = Annotated[str, AfterValidator(_check_duration)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+PerSecond = Annotated[float, Field(ge=0)]
+LabelName = Annotated[str, Field(pattern=r"^([a-zA-Z_][a-zA-Z0-9_]*)?$")]
 
 
-@dataclass(frozen=True)
-class Links:
+class _Table(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Selectors(_Table):
+    sidecar: str = Field(min_length=1)
+    """Matchers of the sidecar's series (the PodMonitor's job)."""
+    vllm: str = Field(min_length=1)
+    """Matchers of vLLM's own series, scraped by Prometheus straight from vLLM."""
+    cluster_label: LabelName
+    """The label naming the cluster (Thanos, Mimir); empty: one cluster, no such label."""
+
+
+class Windows(_Table):
+    rate: Duration
+    comparison: Duration
+    comparison_offset: Duration
+
+
+class Thresholds(_Table):
+    acceptance_rate: Fraction
+    acceptance_rate_by_method: dict[str, Fraction]
+    """t per --speculative-method (the sidecar's specdec_speculative_info)."""
+    acceptance_rate_by_model: dict[str, Fraction]
+    """t per model_name; wins over the method's."""
+    tail_quantile: Fraction
+    tail_acceptance_rate: Fraction
+    acceptance_drop: Fraction
+    coverage_ratio: Fraction
+    min_draft_tokens_per_second: PerSecond
+    min_bucket_draft_tokens_per_second: PerSecond
+    min_bucket_requests_per_second: PerSecond
+    min_generation_tokens_per_second: PerSecond
+
+    @field_validator("acceptance_rate")
+    @classmethod
+    def _same_as_the_core(cls, value: float) -> float:
+        if value != ACCEPTANCE_THRESHOLD:
+            raise ValueError(
+                f"must equal the verdict's threshold {ACCEPTANCE_THRESHOLD:g} (the default of "
+                "`check --threshold`); set acceptance_rate_by_method or _by_model instead")
+        return value
+
+
+class Links(_Table):
     runbook: str
     grafana: str
     dashboard_uid: str
     dashboard_slug: str
 
 
-@dataclass(frozen=True)
-class Routing:
+class AlertPolicy(_Table):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    severity: Severity
+    for_: Duration = Field(alias="for")
+    keep_firing_for: Duration | None = None
+    """Hysteresis: keeps a page open through a short recovery, so a wobble is one incident."""
+
+
+class SecretRef(_Table):
+    name: str
+    key: str
+
+
+class Routing(_Table):
     group_by: tuple[str, ...]
-    group_wait: str
-    group_interval: str
-    repeat_interval: str
+    group_wait: Duration
+    group_interval: Duration
+    repeat_interval: Duration
     pagerduty_receiver: str
     chat_receiver: str
     pagerduty_url: str
@@ -70,17 +123,39 @@ class Routing:
     slack_secret: SecretRef
     slack_channel: str
 
+    @field_validator("group_by")
+    @classmethod
+    def _no_pod(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if "pod" in value:
+            raise ValueError("must not contain pod: one page per model")
+        return value
 
-@dataclass(frozen=True)
-class Settings:
-    sidecar_selector: str
-    rate_window: str
-    comparison_window: str
-    comparison_offset: str
+
+class ExampleDeployment(_Table):
+    speculative_config: dict[str, Any]
+    """vLLM's --speculative-config in deploy/; its method is also the sidecar's."""
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _has_a_method(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("method"), str):
+            raise ValueError("needs a string `method`")
+        return value
+
+    @property
+    def method(self) -> str:
+        method: str = self.speculative_config["method"]
+        return method
+
+
+class Settings(_Table):
+    selectors: Selectors
+    windows: Windows
     thresholds: Thresholds
     links: Links
-    alerts: Mapping[str, AlertPolicy]
-    routing: Routing
+    alerts: dict[str, AlertPolicy]
+    alertmanager: Routing
+    example_deployment: ExampleDeployment
 
     def policy(self, alertname: str) -> AlertPolicy:
         try:
@@ -88,71 +163,54 @@ class Settings:
         except KeyError:
             raise SettingsError(f"alerts/config.toml has no [alerts.{alertname}] table") from None
 
+    @property
+    def cluster(self) -> tuple[str, ...]:
+        """The cluster label as a tuple of label names: empty when not configured."""
+        return (self.selectors.cluster_label,) if self.selectors.cluster_label else ()
+
 
 def load(path: Path = CONFIG_PATH) -> Settings:
-    """Read and validate the config file."""
+    """Read and validate the config file; any problem is one SettingsError line."""
     with path.open("rb") as handle:
-        raw = tomllib.load(handle)
-    try:
-        return _from_mapping(raw)
-    except KeyError as exc:
-        raise SettingsError(f"{path.name}: missing key {exc}") from None
+        try:
+            raw = tomllib.load(handle)
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"{path.name}: {exc}") from None
+    return _validated(raw, path.name)
 
 
 def with_test_overrides(settings: Settings, *, for_: str | None = None,
-                        rate_window: str | None = None, group_timing: str | None = None,
-                        sidecar_selector: str | None = None) -> Settings:
-    """Shorten `for`, windows and Alertmanager timings so a test sees alerts within seconds."""
-    alerts = settings.alerts
+                        rate_window: str | None = None,
+                        group_timing: str | None = None) -> Settings:
+    """Shorten `for`, hysteresis, windows and Alertmanager timings so a test sees alerts within
+    seconds. The result is validated like the file."""
+    data = settings.model_dump(by_alias=True)
     if for_ is not None:
-        alerts = {name: dataclasses.replace(p, for_=_duration(for_)) for name, p in alerts.items()}
-    routing = settings.routing
+        for policy in data["alerts"].values():
+            policy["for"] = for_
+            policy["keep_firing_for"] = for_ if policy["keep_firing_for"] else None
+    if rate_window is not None:
+        data["windows"]["rate"] = data["windows"]["comparison"] = rate_window
     if group_timing is not None:
-        timing = _duration(group_timing)
-        routing = dataclasses.replace(routing, group_wait=timing, group_interval=timing,
-                                      repeat_interval="1h")
-    return dataclasses.replace(
-        settings,
-        alerts=alerts,
-        routing=routing,
-        rate_window=_duration(rate_window) if rate_window else settings.rate_window,
-        comparison_window=_duration(rate_window) if rate_window else settings.comparison_window,
-        sidecar_selector=sidecar_selector or settings.sidecar_selector,
-    )
+        routing = data["alertmanager"]
+        routing["group_wait"] = routing["group_interval"] = group_timing
+        routing["repeat_interval"] = "1h"
+    return _validated(data, "test overrides")
 
 
-def _from_mapping(raw: Mapping[str, Any]) -> Settings:
-    windows = raw["windows"]
-    return Settings(
-        sidecar_selector=str(raw["selectors"]["sidecar"]),
-        rate_window=_duration(windows["rate"]),
-        comparison_window=_duration(windows["comparison"]),
-        comparison_offset=_duration(windows["comparison_offset"]),
-        thresholds=Thresholds(**{k: float(v) for k, v in raw["thresholds"].items()}),
-        links=Links(**raw["links"]),
-        alerts={name: _policy(name, table) for name, table in raw["alerts"].items()},
-        routing=_routing(raw["alertmanager"]),
-    )
+def _validated(raw: dict[str, Any], where: str) -> Settings:
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise SettingsError(f"{where}: {_describe(exc)}") from None
 
 
-def _policy(name: str, table: Mapping[str, Any]) -> AlertPolicy:
-    severity = table["severity"]
-    if severity not in ("critical", "warning"):
-        raise SettingsError(f"[alerts.{name}] severity must be critical or warning: {severity!r}")
-    return AlertPolicy(severity=severity, for_=_duration(table["for"]))
-
-
-def _routing(table: Mapping[str, Any]) -> Routing:
-    fields = dict(table)
-    fields["group_by"] = tuple(fields["group_by"])
-    if "pod" in fields["group_by"]:
-        raise SettingsError("[alertmanager] group_by must not contain pod: one page per model")
-    fields["pagerduty_secret"] = SecretRef(**fields["pagerduty_secret"])
-    fields["slack_secret"] = SecretRef(**fields["slack_secret"])
-    return Routing(**fields)
-
-
-def _duration(value: str) -> str:
-    if not _DURATION.match(value):
-        raise SettingsError(f"not a Prometheus duration: {value!r}")
-    return value
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(item) for item in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "missing":
+            message = "missing key"
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)

@@ -13,24 +13,22 @@ import httpx
 from pydantic import Field
 
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
-from specdec_exporter.core.acceptance import Verdict, draft_cost_ratio_for, verdict
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
-from specdec_exporter.core.report import Entry, build_report, overall_verdict, snapshot_totals
+from specdec_exporter.core.report import (
+    ALL_ENGINES,
+    Entry,
+    build_report,
+    overall_verdict,
+    snapshot_totals,
+)
 from specdec_exporter.core.timeline import Timeline
+from specdec_exporter.core.verdict import Verdict, explain, verdict
 from specdec_exporter.sidecar.config import HttpUrl, VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_deltas, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_UNREACHABLE = 3
-ADVICE = {
-    Verdict.HEALTHY: "acceptance above 0.65: speculation is a real win here",
-    Verdict.BORDERLINE: "acceptance 0.5-0.65: borderline; measure P99 latency under load",
-    Verdict.DISABLE: "acceptance below 0.5: speculation costs more than it saves; disable it "
-                     "or change the draft model",
-    Verdict.NOT_DRAFTING: "no drafts in the window: no traffic, or the drafter proposes nothing",
-    Verdict.NOT_ENABLED: "vLLM exposes no speculative-decoding metrics (no --speculative-config)",
-}
 
 
 class CheckSettings(FlagsOnly):
@@ -57,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         _print_unreachable(settings.vllm_url, outcome["error"], options.as_json)
         return EXIT_UNREACHABLE
     entries, snapshot, seconds = outcome["entries"], outcome["snapshot"], outcome["seconds"]
-    final = _legacy_verdict(snapshot) or overall_verdict(entries)
+    final = _legacy_verdict(snapshot, settings) or overall_verdict(entries)
     buckets = outcome.get("buckets")
     if options.as_json:
         result = _as_json(settings, entries, snapshot, seconds, final)
@@ -94,28 +92,36 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
     outcome["buckets"] = bucket_deltas(tap_before, tap_after) if tap else None
     timeline.observe(time.monotonic(), snapshot_totals(second.snapshot))
     measured = timeline.window()
-    cost = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
-    outcome.update(entries=build_report(second.snapshot, measured, cost),
+    outcome.update(entries=build_report(second.snapshot, measured, settings.draft_cost,
+                                        settings.criteria),
                    snapshot=second.snapshot, seconds=measured.seconds)
 
 
-def _legacy_verdict(snapshot: Snapshot) -> Verdict | None:
-    """V0 servers: only vLLM's own cumulative-since-start gauge is honest."""
+def _legacy_verdict(snapshot: Snapshot, settings: VllmTarget) -> Verdict | None:
+    """V0 servers: only vLLM's own cumulative-since-start gauge is honest (no L, so no speedup)."""
     rates = [g.acceptance_rate for g in snapshot.legacy_v0.values()
              if g.acceptance_rate is not None]
     if not snapshot.legacy_v0:
         return None
-    return verdict(True, 1.0 if rates else 0.0, min(rates) if rates else None)
+    return verdict(True, 1.0 if rates else 0.0, min(rates) if rates else None,
+                   criteria=settings.criteria)
 
 
 def _as_json(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, seconds: float,
              final: Verdict) -> dict[str, Any]:
+    cost = settings.draft_cost
     result: dict[str, Any] = {
         "vllm_url": settings.vllm_url,
         "window_seconds": round(seconds, 3),
         "spec_decode_enabled": snapshot.spec_decode_enabled,
         "verdict": final.value,
         "exit_code": final.exit_code,
+        "explanation": _explanation(settings, entries, final),
+        "threshold": settings.threshold,
+        "healthy_above": settings.healthy_above,
+        "draft_cost_ratio": cost.ratio,
+        "draft_cost_ratio_source": cost.source,
+        "speculative_method": settings.speculative_method,
         "entries": [e.as_json() for e in entries],
     }
     if snapshot.legacy_v0:
@@ -130,19 +136,33 @@ def _as_json(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, sec
 def _as_text(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, seconds: float,
              final: Verdict) -> str:
     headers = ("model", "engine", "acceptance", "mean len", "per position", "draft share",
-               "drafts/s", "speedup*", "verdict")
+               "drafts/s", "speedup*", "break-even", "verdict")
     rows = [
         (e.model_name, e.engine, e.acceptance_rate, e.mean_acceptance_length,
          " ".join("-" if r is None else f"{r:.2f}" for r in e.per_position_acceptance_rate),
-         e.draft_share, e.drafts_per_second, e.estimated_speedup, e.verdict)
+         e.draft_share, e.drafts_per_second, e.estimated_speedup, e.break_even_acceptance_rate,
+         e.verdict)
         for e in entries
     ]
-    lines = [f"vLLM {settings.vllm_url}, window {seconds:.1f} s", "", render_table(headers, rows)]
+    lines = [f"vLLM {settings.vllm_url}, window {seconds:.1f} s, threshold t = "
+             f"{settings.threshold:g}, {settings.draft_cost.describe()}", "",
+             render_table(headers, rows)]
     for model, gauges in sorted(snapshot.legacy_v0.items()):
         lines.append(f"legacy V0 engine ({model}): vLLM's own acceptance rate since start "
                      f"{gauges.acceptance_rate}; V0 counters are inflated, not windowed")
-    lines += ["", "* modelled: L / (1 + k*c)", f"verdict: {final.value}: {ADVICE[final]}"]
+    lines += ["", "* modelled: L / (1 + k*c); break-even: the acceptance at which it is 1",
+              f"verdict: {final.value}: {_explanation(settings, entries, final)}"]
     return "\n".join(lines)
+
+
+def _explanation(settings: VllmTarget, entries: list[Entry], final: Verdict) -> str:
+    """The verdict's reason, with the figures of the (first) model that gave it."""
+    aggregates = [e for e in entries if e.engine == ALL_ENGINES and e.verdict == final.value]
+    worst = aggregates[0] if aggregates else None
+    return explain(final, acceptance_rate=worst.acceptance_rate if worst else None,
+                   speedup=worst.estimated_speedup if worst else None,
+                   break_even=worst.break_even_acceptance_rate if worst else None,
+                   cost=settings.draft_cost, criteria=settings.criteria)
 
 
 def _print_unreachable(url: str, error: str, as_json: bool) -> None:

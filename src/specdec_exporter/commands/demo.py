@@ -208,7 +208,7 @@ def render_screen(report: dict[str, Any], *, elapsed: float, duration: float,
                                "drafts/s", "verdict"), rows))
     for table in report.get("tables", [])[1:]:
         lines += ["", table["title"], render_table(table["headers"], table["rows"])]
-    lines += ["", "* modelled: L / (1 + k*c); acceptance below 0.5 means disable speculation"]
+    lines += ["", "* modelled: L / (1 + k*c); below 1, speculation is a net loss (disable)"]
     return "\n".join(lines)
 
 

@@ -1,44 +1,15 @@
-"""Pure maths of speculative decoding: counter deltas with resets, ratios, speedup model, verdict.
+"""Pure counting of speculative decoding: counter deltas with resets, sums and ratios.
 
 Definitions follow vLLM's own (``SpecDecodingProm`` docstring, its log line, ``vllm bench``):
 acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
 per-position rate[i] = accepted_per_position[i] / drafts; draft share = accepted / generated.
+The speedup model is in ``model.py``, the verdict in ``verdict.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
-
-DISABLE_BELOW = 0.5
-HEALTHY_ABOVE = 0.65
-"""The published rule of thumb: < 0.5 a net loss, 0.5-0.65 borderline, > 0.65 a real win."""
-
-DEFAULT_DRAFT_COST_RATIO = 0.1
-DRAFT_COST_RATIO_BY_METHOD: dict[str, float] = {
-    "draft_model": 0.1,
-    "eagle": 0.05,
-    "eagle3": 0.05,
-    "mtp": 0.05,
-    "dflash": 0.05,
-    "dspark": 0.05,
-    "ngram": 0.01,
-    "ngram_gpu": 0.01,
-    "suffix": 0.01,
-}
-"""Modelling assumptions (cost of one drafted token relative to one target step), see README."""
-
-
-def draft_cost_ratio_for(method: str | None, configured: float | None) -> float:
-    """The configured ratio, else the default of the speculative method, else 0.1."""
-    if configured is not None:
-        return configured
-    if method is None:
-        return DEFAULT_DRAFT_COST_RATIO
-    if method.endswith("_mtp"):
-        method = "mtp"
-    return DRAFT_COST_RATIO_BY_METHOD.get(method, DEFAULT_DRAFT_COST_RATIO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +94,8 @@ class Figures:
     mean_acceptance_length: float | None
     per_position_acceptance_rate: tuple[float | None, ...]
     draft_share: float | None
+    mean_draft_length: float | None
+    """Draft tokens / drafts: k when every draft is k tokens long, less with ngram."""
 
 
 def figures(totals: Totals) -> Figures:
@@ -134,64 +107,5 @@ def figures(totals: Totals) -> Figures:
             ratio(accepted, totals.drafts) for accepted in totals.accepted_per_position
         ),
         draft_share=ratio(totals.accepted_tokens, totals.generation_tokens),
+        mean_draft_length=ratio(totals.draft_tokens, totals.drafts),
     )
-
-
-def estimated_speedup(mean_acceptance_length: float, k: int, cost_ratio: float) -> float:
-    """Modelled speedup over plain decoding: L / (1 + k·c) (Leviathan et al. 2023)."""
-    return mean_acceptance_length / (1.0 + k * cost_ratio)
-
-
-def iid_mean_acceptance_length(alpha: float, k: int) -> float:
-    """L for i.i.d. per-token acceptance alpha: (1 - alpha^(k+1)) / (1 - alpha)."""
-    return float(sum(alpha**index for index in range(k + 1)))
-
-
-def break_even_acceptance_rate(k: int, cost_ratio: float) -> float | None:
-    """The alpha at which L(alpha) = 1 + k·c, i.e. modelled speedup 1; None if never reached."""
-    target = 1.0 + k * cost_ratio
-    if k <= 0 or target >= k + 1:
-        return None
-    if target <= 1.0:
-        return 0.0
-    low, high = 0.0, 1.0
-    for _ in range(60):  # L is increasing in alpha; bisection to below 1e-15
-        middle = (low + high) / 2
-        if iid_mean_acceptance_length(middle, k) < target:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
-
-
-class Verdict(StrEnum):
-    HEALTHY = "healthy"
-    BORDERLINE = "borderline"
-    DISABLE = "disable"
-    NOT_DRAFTING = "not drafting"
-    NOT_ENABLED = "not enabled"
-
-    @property
-    def exit_code(self) -> int:
-        return _EXIT_CODES[self]
-
-
-_EXIT_CODES = {
-    Verdict.HEALTHY: 0,
-    Verdict.BORDERLINE: 1,
-    Verdict.NOT_DRAFTING: 1,
-    Verdict.DISABLE: 2,
-    Verdict.NOT_ENABLED: 2,
-}
-
-
-def verdict(enabled: bool, drafts: float, acceptance_rate: float | None) -> Verdict:
-    if not enabled:
-        return Verdict.NOT_ENABLED
-    if drafts <= 0 or acceptance_rate is None:
-        return Verdict.NOT_DRAFTING
-    if acceptance_rate < DISABLE_BELOW:
-        return Verdict.DISABLE
-    if acceptance_rate <= HEALTHY_ABOVE:
-        return Verdict.BORDERLINE
-    return Verdict.HEALTHY

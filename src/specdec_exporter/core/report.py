@@ -1,5 +1,5 @@
-"""Window counts -> per-engine and per-model report entries (the figures `check`, `/` and the
-collector show). Pure: no I/O.
+"""Window counts -> per-engine and per-model report entries (the figures and verdicts `check`, `/`,
+`/api/report` and the collector show). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -7,16 +7,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from specdec_exporter.core.acceptance import (
-    Totals,
-    Verdict,
-    estimated_speedup,
-    figures,
-    sum_totals,
-    verdict,
-)
+from specdec_exporter.core.acceptance import Totals, figures, sum_totals
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
+from specdec_exporter.core.model import DraftCost, break_even_acceptance_rate, modelled_speedup
 from specdec_exporter.core.timeline import Window
+from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria, Verdict, verdict, worst
 
 ALL_ENGINES = "all"
 LEGACY_V0 = "legacy V0: see its own gauges"
@@ -58,6 +53,11 @@ class Entry:
     generation_tokens: float
     drafts_per_second: float | None
     estimated_speedup: float | None
+    """Modelled: L / (1 + k·c), c from `draft_cost_ratio_source`."""
+    break_even_acceptance_rate: float | None
+    threshold: float
+    draft_cost_ratio: float
+    draft_cost_ratio_source: str
     verdict: str
 
     def as_json(self) -> dict[str, Any]:
@@ -72,19 +72,19 @@ def entry(
     seconds: float,
     enabled: bool,
     k: int | None,
-    cost_ratio: float,
+    cost: DraftCost,
+    criteria: Criteria,
 ) -> Entry:
     derived = figures(counts)
-    speedup = (
-        None
-        if derived.mean_acceptance_length is None or k is None
-        else estimated_speedup(derived.mean_acceptance_length, k, cost_ratio)
-    )
+    length, rate = derived.mean_acceptance_length, derived.acceptance_rate
+    speedup = None if length is None or k is None else modelled_speedup(length, k, cost.ratio)
+    break_even = (None if k is None
+                  else break_even_acceptance_rate(k, cost.ratio, derived.mean_draft_length))
     return Entry(
         model_name=model_name,
         engine=engine,
-        acceptance_rate=derived.acceptance_rate,
-        mean_acceptance_length=derived.mean_acceptance_length,
+        acceptance_rate=rate,
+        mean_acceptance_length=length,
         per_position_acceptance_rate=list(derived.per_position_acceptance_rate),
         draft_share=derived.draft_share,
         drafts=counts.drafts,
@@ -93,27 +93,32 @@ def entry(
         generation_tokens=counts.generation_tokens,
         drafts_per_second=counts.drafts / seconds if seconds > 0 else None,
         estimated_speedup=speedup,
-        verdict=verdict(enabled, counts.drafts, derived.acceptance_rate).value,
+        break_even_acceptance_rate=break_even,
+        threshold=criteria.threshold,
+        draft_cost_ratio=cost.ratio,
+        draft_cost_ratio_source=cost.source,
+        verdict=verdict(enabled, counts.drafts, rate, speedup=speedup, break_even=break_even,
+                        criteria=criteria).value,
     )
 
 
-def build_report(snapshot: Snapshot, window: Window[SeriesKey], cost_ratio: float) -> list[Entry]:
+def build_report(snapshot: Snapshot, window: Window[SeriesKey], cost: DraftCost,
+                 criteria: Criteria = DEFAULT_CRITERIA) -> list[Entry]:
     """One entry per (model, engine), then one ``engine="all"`` entry per model (summed first)."""
     entries: list[Entry] = []
     for model in sorted(snapshot.models):
-        entries.extend(_model_entries(model, snapshot, window, cost_ratio))
+        entries.extend(_model_entries(model, snapshot, window, cost, criteria))
     return entries
 
 
-def _model_entries(
-    model: str, snapshot: Snapshot, window: Window[SeriesKey], cost_ratio: float
-) -> list[Entry]:
+def _model_entries(model: str, snapshot: Snapshot, window: Window[SeriesKey], cost: DraftCost,
+                   criteria: Criteria) -> list[Entry]:
     k = snapshot.num_speculative_tokens(model)
     per_engine = {engine: counts for (m, engine), counts in window.deltas.items() if m == model}
 
     def make(engine: str, counts: Totals) -> Entry:
         return entry(model, engine, counts, seconds=window.seconds,
-                     enabled=snapshot.spec_decode_enabled, k=k, cost_ratio=cost_ratio)
+                     enabled=snapshot.spec_decode_enabled, k=k, cost=cost, criteria=criteria)
 
     rows = [make(engine, per_engine[engine]) for engine in sorted(per_engine, key=_engine_order)]
     rows.append(make(ALL_ENGINES, sum_totals(per_engine.values())))
@@ -126,9 +131,7 @@ def overall_verdict(entries: list[Entry]) -> Verdict:
     """The worst verdict among the per-model aggregates."""
     aggregates = [Verdict(e.verdict) for e in entries
                   if e.engine == ALL_ENGINES and e.verdict != LEGACY_V0]
-    if not aggregates:
-        return Verdict.NOT_ENABLED
-    return max(aggregates, key=lambda v: (v.exit_code, v != Verdict.NOT_DRAFTING))
+    return worst(aggregates) or Verdict.NOT_ENABLED
 
 
 def _engine_order(engine: str) -> tuple[int, str]:

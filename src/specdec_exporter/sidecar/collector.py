@@ -8,8 +8,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from specdec_exporter import __version__
-from specdec_exporter.core.acceptance import break_even_acceptance_rate
 from specdec_exporter.core.exposition import Snapshot
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import ALL_ENGINES
 from specdec_exporter.sidecar.poller import MAX_MODEL_NAME_CHARS, PollState
 
@@ -19,10 +19,11 @@ MODEL_ENGINE = ["model_name", "engine"]
 class SpecDecodeCollector(Collector):
     """Self-health always; vLLM's figures only while the last poll of vLLM succeeded."""
 
-    def __init__(self, state: PollState, *, cost_ratio: float, interval: float,
-                 window: float, coverage_enabled: bool = False) -> None:
+    def __init__(self, state: PollState, *, cost: DraftCost, method: str | None,
+                 interval: float, window: float, coverage_enabled: bool = False) -> None:
         self._state = state
-        self._cost_ratio = cost_ratio
+        self._cost = cost
+        self._method = method or ""
         self._window_help = (
             f"over the sidecar's own window (vLLM polled every {interval:g} s, window {window:g} s)"
         )
@@ -42,6 +43,18 @@ class SpecDecodeCollector(Collector):
         state = self._state
         yield GaugeMetricFamily("specdec_up", "1 if the last scrape of vLLM succeeded, else 0.",
                                 value=1.0 if state.up else 0.0)
+        yield GaugeMetricFamily(
+            "specdec_vllm_ever_up",
+            "1 once a scrape of vLLM has succeeded since the sidecar started, else 0 (with "
+            "specdec_up 0: vLLM still starting, not gone down).",
+            value=1.0 if state.ever_up else 0.0)
+        cost = GaugeMetricFamily(
+            "specdec_draft_cost_ratio",
+            "c: cost of one drafted token relative to one target step, the modelled speedup's "
+            "assumption; source: flag, calibration, method (its default) or default.",
+            labels=["source"])
+        cost.add_metric([self._cost.source], self._cost.ratio)
+        yield cost
         if state.scrape_duration is not None:
             yield GaugeMetricFamily(
                 "specdec_scrape_duration_seconds",
@@ -110,33 +123,39 @@ class SpecDecodeCollector(Collector):
         enabled = GaugeMetricFamily("specdec_spec_decode_enabled",
                                     "1 if vLLM exposes speculative-decoding families, else 0.",
                                     labels=["model_name"])
+        info = GaugeMetricFamily("specdec_speculative_info",
+                                 "The sidecar's --speculative-method per model (empty if unset); "
+                                 "always 1.", labels=["model_name", "method"])
         k_family = GaugeMetricFamily("specdec_num_speculative_tokens",
                                      "k: draft tokens per step, from vLLM's per-position series.",
                                      labels=["model_name"])
         speedup = GaugeMetricFamily(
             "specdec_estimated_speedup",
             f"Modelled speedup over plain decoding, L/(1+k*c), L = mean acceptance length "
-            f"{self._window_help}, c = draft cost ratio {self._cost_ratio:g}; absent without "
+            f"{self._window_help}, c = draft cost ratio {self._cost.ratio:g}; absent without "
             f"drafts in the window.", labels=["model_name"])
         break_even = GaugeMetricFamily(
             "specdec_break_even_acceptance_rate",
-            f"Modelled acceptance rate at which speedup is 1 for this k and draft cost ratio "
-            f"{self._cost_ratio:g} (i.i.d. acceptance).", labels=["model_name"])
-        speedups = {e.model_name: e.estimated_speedup
-                    for e in self._state.report if e.engine == ALL_ENGINES}
+            f"Modelled acceptance rate (accepted / draft tokens) at which the modelled speedup is "
+            f"1: k*c / (draft tokens / drafts) {self._window_help}, c when every draft is k "
+            f"tokens long; c = {self._cost.ratio:g}. Above 1, no acceptance pays.",
+            labels=["model_name"])
+        aggregates = {e.model_name: e for e in self._state.report if e.engine == ALL_ENGINES}
         for model in sorted(snapshot.models):
             enabled.add_metric([model], 1.0 if snapshot.spec_decode_enabled else 0.0)
+            info.add_metric([model, self._method], 1.0)
             k = snapshot.num_speculative_tokens(model)
             if k is None:
                 continue
             k_family.add_metric([model], k)
-            modelled = speedups.get(model)
-            if modelled is not None:
-                speedup.add_metric([model], modelled)
-            threshold = break_even_acceptance_rate(k, self._cost_ratio)
-            if threshold is not None:
-                break_even.add_metric([model], threshold)
-        yield from (enabled, k_family, speedup, break_even)
+            row = aggregates.get(model)
+            if row is None:
+                continue
+            if row.estimated_speedup is not None:
+                speedup.add_metric([model], row.estimated_speedup)
+            if row.break_even_acceptance_rate is not None:
+                break_even.add_metric([model], row.break_even_acceptance_rate)
+        yield from (enabled, info, k_family, speedup, break_even)
 
     def _legacy_v0(self, snapshot: Snapshot) -> Iterator[Metric]:
         if not snapshot.legacy_v0:

@@ -14,6 +14,8 @@ from specdec_exporter.core.buckets import (
     TemperatureBuckets,
     is_valid_temperature,
 )
+from specdec_exporter.core.model import DraftCost, resolve_draft_cost
+from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
 
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
@@ -86,6 +88,24 @@ class VllmTarget(BaseSettings):
                                        "step; unset: a default by --speculative-method")
     speculative_method: str | None = Field(
         None, description="vLLM's speculative method (eagle3, ngram, ...); picks the default c")
+    threshold: float = Field(ACCEPTANCE_THRESHOLD, gt=0, le=1,
+                             description="acceptance below which the verdict is not healthy (t)")
+    healthy_above: float = Field(HEALTHY_ABOVE, gt=0, le=1,
+                                 description="top of the borderline band t..healthy-above")
+
+    @model_validator(mode="after")
+    def _check_criteria(self) -> Self:
+        Criteria(self.threshold, self.healthy_above)  # ValueError if threshold > healthy_above
+        return self
+
+    @property
+    def draft_cost(self) -> DraftCost:
+        """c and where it came from: the one place a calibration's c would plug in."""
+        return resolve_draft_cost(self.draft_cost_ratio, self.speculative_method, None)
+
+    @property
+    def criteria(self) -> Criteria:
+        return Criteria(self.threshold, self.healthy_above)
 
 
 class Settings(VllmTarget):

@@ -22,8 +22,10 @@ from specdec_exporter.core.exposition import (
     SeriesKey,
     Snapshot,
 )
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import ALL_ENGINES, Entry, build_report, entry, snapshot_totals
 from specdec_exporter.core.timeline import Timeline, Window
+from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EXPIRY
 from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
@@ -55,6 +57,9 @@ class PollState:
     """What the last polls found. `snapshot` is the last successful one, None while vLLM is down."""
 
     up: bool = False
+    ever_up: bool = False
+    """A poll of vLLM has succeeded since the sidecar started: tells "still starting" from
+    "went down" while `up` is False."""
     attempts: int = 0
     scrape_duration: float | None = None
     failures: dict[FailureReason, int] = field(
@@ -125,8 +130,9 @@ class Poller:
         *,
         interval: float,
         window: float,
-        cost_ratio: float,
+        cost: DraftCost,
         log_interval: float,
+        criteria: Criteria = DEFAULT_CRITERIA,
         tap_counts: TapCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_models: int = DEFAULT_MAX_MODELS,
@@ -136,7 +142,8 @@ class Poller:
         self._roster = ModelRoster(max_models, max(1, math.ceil(model_expiry / interval)))
         self._scraper = scraper
         self._interval = interval
-        self._cost_ratio = cost_ratio
+        self._cost = cost
+        self._criteria = criteria
         self._tap_counts = tap_counts
         self._clock = clock
         self._timeline: Timeline[SeriesKey] = Timeline(window)
@@ -174,7 +181,8 @@ class Poller:
             log.info("vLLM scrape recovered", extra={"failed_polls": self._failed_in_a_row})
             self._limiter.reset("scrape")
         self._failed_in_a_row = 0
-        state.up, state.scrape_duration, state.snapshot = True, duration, snapshot
+        state.up, state.ever_up = True, True
+        state.scrape_duration, state.snapshot = duration, snapshot
         for reason, count in self._roster.update(snapshot.models).items():
             state.models_dropped[reason] += count
         state.models_seen = self._roster.models
@@ -183,7 +191,7 @@ class Poller:
         totals = snapshot_totals(snapshot)
         self._timeline.observe(now, totals)
         window = self._timeline.window()
-        state.report = build_report(snapshot, window, self._cost_ratio)
+        state.report = build_report(snapshot, window, self._cost, self._criteria)
         state.window_seconds = window.seconds
         if self._tap_counts is not None:
             self._observe_tap(now, snapshot, window.deltas)
@@ -203,7 +211,7 @@ class Poller:
             (model, bucket): entry(model, ALL_ENGINES, counts, seconds=window.seconds,
                                    enabled=snapshot.spec_decode_enabled,
                                    k=snapshot.num_speculative_tokens(model),
-                                   cost_ratio=self._cost_ratio)
+                                   cost=self._cost, criteria=self._criteria)
             for (model, bucket), counts in window.deltas.items()
         }
         attributed: dict[str, float] = {}

@@ -16,7 +16,7 @@ import uvicorn
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from specdec_exporter.core.acceptance import Totals, draft_cost_ratio_for
+from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.sidecar.app import LandingRows, bucket_window_rows, create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
@@ -36,7 +36,7 @@ async def serve(settings: Settings) -> int:
     """Serve until a signal or a task's failure; returns the exit code (see ``Supervisor``)."""
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
-    cost_ratio = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
+    cost = settings.draft_cost
     supervisor = Supervisor()
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
     async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
@@ -53,10 +53,11 @@ async def serve(settings: Settings) -> int:
             return tap.attributed(poller.state.models_seen)
 
         poller = Poller(scraper, interval=settings.interval, window=settings.window,
-                        cost_ratio=cost_ratio, log_interval=settings.log_interval,
+                        cost=cost, criteria=settings.criteria, log_interval=settings.log_interval,
                         tap_counts=tap_counts if tap else None, max_models=settings.max_models,
                         model_expiry=settings.model_expiry)
-        registry.register(SpecDecodeCollector(poller.state, cost_ratio=cost_ratio,
+        registry.register(SpecDecodeCollector(poller.state, cost=cost,
+                                              method=settings.speculative_method,
                                               interval=settings.interval, window=settings.window,
                                               coverage_enabled=tap is not None))
         tap_listening = asyncio.Event()
@@ -86,7 +87,8 @@ async def serve(settings: Settings) -> int:
             supervisor.start("tap", tap.run(settings, poller, lambda address: listening(
                 "tap", address), supervisor.draining), drains=True)
         log.info("starting", extra={"vllm_url": settings.vllm_url, "interval": settings.interval,
-                                    "draft_cost_ratio": cost_ratio})
+                                    "draft_cost_ratio": cost.ratio,
+                                    "draft_cost_ratio_source": cost.source})
         return await supervisor.run()
 
 

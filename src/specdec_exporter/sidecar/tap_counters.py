@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec_exporter.core.acceptance import Verdict, counter_delta, ratio, verdict
+from specdec_exporter.core.acceptance import counter_delta, ratio
+from specdec_exporter.core.verdict import Verdict, verdict
 from specdec_exporter.term import render_table
 
 BucketKey = tuple[str, str]

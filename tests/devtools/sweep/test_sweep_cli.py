@@ -41,7 +41,7 @@ def test_table_by_default_and_the_key_stays_secret(
     assert lines[0].startswith(f"model fake-llama at {url}: 2 temperatures x 5 requests")
     rows = [line.split() for line in lines if line.startswith(("0.0 ", "1.0 "))]
     assert [(row[0], row[1], row[4], row[-1]) for row in rows] == [
-        ("0.0", "per-request", "0.80", "healthy"), ("1.0", "per-request", "0.30", "disable")]
+        ("0.0", "per-request", "0.80", "healthy"), ("1.0", "per-request", "0.30", "threshold")]
     assert SECRET not in captured.out
     assert {served.authorization for served in fake.served} == {f"Bearer {SECRET}"}
 

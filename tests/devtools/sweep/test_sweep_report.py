@@ -63,7 +63,7 @@ def test_csv_has_one_line_per_phase_and_empty_cells_for_no_data() -> None:
     assert (hot["source"], hot["acceptance_rate"], hot["acceptance_rate_p10"]) == (
         "counters", "0.3", "")
     assert (hot["drafts"], hot["errors"], hot["succeeded"], hot["verdict"]) == (
-        "10", "1", "1", "disable")
+        "10", "1", "1", "below threshold")  # no c for the sweep: no speedup
     assert hot["counters_settled"] == "false"
 
 
@@ -83,7 +83,7 @@ def test_json_keeps_nulls_and_the_run_settings() -> None:
     assert greedy["mean_acceptance_length"] == 1 + 38 / 15
     assert hot["per_request_acceptance_rate"] == {"p10": None, "p50": None, "p90": None}
     assert hot["errors_by_kind"] == {"http_500": 1}
-    assert (hot["verdict"], hot["counters_settled"]) == ("disable", False)
+    assert (hot["verdict"], hot["counters_settled"]) == ("below threshold", False)
     assert "sk-secret" not in json.dumps(document)
 
 
@@ -100,7 +100,7 @@ def test_table_shows_dashes_and_explains_what_is_missing() -> None:
                                 "3.53", "100.00", "198.00", "18.18", "22.14", "31.50",
                                 "borderline"]
     assert lines[6].split() == ["1.0", "counters", "2", "1", "0.30", "-", "-", "-", "2.20",
-                                "-", "-", "-", "-", "10.00", "disable"]
+                                "-", "-", "-", "-", "10.00", "below", "threshold"]
     assert lines[8:] == [
         "TTFT and TPOT are measured on streamed requests only (add --stream).",
         "T=0.0: 1 of 3 successful requests carried no per-request metrics (not counted).",

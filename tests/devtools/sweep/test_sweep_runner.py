@@ -9,7 +9,7 @@ import httpx
 import pytest
 from sweep_fake_vllm import BASE_ACCEPTED, DRAFTED, MODEL, STEPS, FakeSpecVllm
 
-from specdec_exporter.core.acceptance import Verdict
+from specdec_exporter.core.verdict import Verdict
 from specdec_exporter.devtools.sweep.config import SweepConfig
 from specdec_exporter.devtools.sweep.phase import PhaseAcceptance, PhaseRow
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
@@ -70,7 +70,7 @@ async def test_per_request_source_gives_exact_figures_and_spread() -> None:
         assert (row.load.requests, row.load.errors, row.counters_settled) == (5, 0, None)
         assert row.load.output_tokens == REQUESTS * STEPS + REQUESTS * base
     assert [acceptance(row).verdict for row in result.rows] == [
-        Verdict.HEALTHY, Verdict.HEALTHY, Verdict.BORDERLINE, Verdict.DISABLE]
+        Verdict.HEALTHY, Verdict.HEALTHY, Verdict.BORDERLINE, Verdict.BELOW_THRESHOLD]
     assert fake.scrapes == 1  # auto reads the counters once, in case it needs them
 
 

@@ -9,15 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specdec_exporter.core.acceptance import (
-    Totals,
-    Verdict,
-    ratio,
-    sum_totals,
-    totals_delta,
-    verdict,
-)
+from specdec_exporter.core.acceptance import Totals, ratio, sum_totals, totals_delta
 from specdec_exporter.core.exposition import SeriesKey
+from specdec_exporter.core.verdict import Verdict, verdict
 from specdec_exporter.devtools.load.results import RequestResult, SpecDecoding
 from specdec_exporter.devtools.load.stats import TemperatureRow, percentile, summarise_bucket
 from specdec_exporter.devtools.sweep.config import Source, SourceChoice
