@@ -16,6 +16,7 @@ from specdec_exporter.buckets import UNKNOWN_LABEL
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.http1 import Framing, Headers
 from specdec_exporter.tap.request import RequestPlan, plan_request, uninspected_plan
+from specdec_exporter.tap.routes import is_inspected, upstream_target
 from specdec_exporter.tap.spec import (
     SpecDecodeSummary,
     completion_tokens_of,
@@ -29,7 +30,6 @@ from specdec_exporter.tap.upstream import UpstreamConnection
 if TYPE_CHECKING:
     from specdec_exporter.tap.proxy import ClientConnection, Tap
 
-INSPECTED_PATHS = frozenset({b"/v1/chat/completions", b"/v1/completions"})
 MAX_HEAD_BYTES = 64 * 1024
 
 
@@ -56,7 +56,7 @@ class Exchange:
         self.tunnel_open = False
         self.stage = Stage.RECEIVING
         self.last_activity = time.monotonic()
-        self.inspected = method == b"POST" and target.split(b"?", 1)[0] in INSPECTED_PATHS
+        self.inspected = is_inspected(method, target)
         self.plan: RequestPlan | None = None
         self.label = ""
         # request side
@@ -163,7 +163,7 @@ class Exchange:
         self._send_upstream(http1.chunk(data) if self._declared_length is None else data)
 
     def _upstream_target(self) -> bytes:
-        return self.tap.origin.path_prefix + self.target
+        return upstream_target(self.tap.origin.path_prefix, self.target)
 
     def _send_upstream(self, data: bytes, fresh: bool = False) -> None:
         if self.upstream is not None:
