@@ -5,14 +5,19 @@ Each test drives the real tap over raw sockets; docs/reliability.md lists what e
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from tapfakes import (
     MODEL,
     json_reply,
+    post_request,
+    raw_upstream,
     read_all,
+    replay_vllm,
     running_tap,
+    split_response,
 )
 
 pytestmark = pytest.mark.anyio
@@ -27,6 +32,74 @@ OK_2 = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"
 
 def requests_counted(tap: object) -> int:
     return sum(row.requests for row in tap.stats.bucket_summary())  # type: ignore[attr-defined]
+
+
+# 1. a refused pipelined request never changes the in-flight exchange
+
+
+async def test_pipelined_upgrade_does_not_turn_the_first_exchange_into_a_tunnel() -> None:
+    async with running_tap(replay_vllm) as tap:
+        first = post_request(CHAT, GREEDY, close=False)
+        later = post_request(CHAT, GREEDY, close=False) * 4
+        raw = await read_all(tap.address, first + UPGRADE_HEAD + later)
+        assert raw.startswith(b"HTTP/1.1 200") and raw.count(b"HTTP/1.1 ") == 1
+        assert b"connection: close" in raw.lower()
+        assert len(tap.upstream.received) == 1  # nothing after the first request went upstream
+        assert requests_counted(tap) == 1
+
+
+# 2. a tunnel only on the upstream's 101
+
+
+async def test_upgrade_refused_by_upstream_forwards_no_held_bytes() -> None:
+    async with raw_upstream(lambda _: OK_2) as upstream, \
+            running_tap(upstream_url=upstream.url) as tap:
+        raw = await read_all(tap.address, UPGRADE_HEAD + SMUGGLED + b"frame bytes")
+        assert raw.startswith(b"HTTP/1.1 200") and raw.count(b"HTTP/1.1 ") == 1
+        assert split_response(raw)[1] == b"no"
+        assert upstream.received.count(b"HTTP/1.1") == 1  # only the Upgrade head itself
+        assert b"smuggled" not in upstream.received and b"frame" not in upstream.received
+
+
+async def test_bytes_after_upgrade_wait_for_the_101() -> None:
+    gate = asyncio.Event()
+    seen: list[bytes] = []
+
+    def answer(head: bytes) -> bytes:
+        seen.append(head)
+        gate.set()
+        return b""  # answered below, once the test has looked at what arrived
+
+    async with raw_upstream(answer) as upstream, running_tap(upstream_url=upstream.url) as tap:
+        _reader, writer = await asyncio.open_connection(*tap.address)
+        writer.write(UPGRADE_HEAD + b"early")
+        await asyncio.wait_for(gate.wait(), 5)
+        await asyncio.sleep(0.1)
+        assert bytes(upstream.connections[0].data) == seen[0]  # "early" is held by the tap
+        writer.close()
+
+
+async def test_upgrade_101_opens_the_tunnel_and_keeps_its_head() -> None:
+    switching = (b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
+                 b"connection: Upgrade\r\nsec-websocket-accept: x\r\n\r\n")
+    async with raw_upstream(lambda _: switching) as upstream, \
+            running_tap(upstream_url=upstream.url) as tap:
+        reader, writer = await asyncio.open_connection(*tap.address)
+        writer.write(UPGRADE_HEAD + b"hello")
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == switching
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"HELLO"
+        writer.write(b"again")
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"AGAIN"
+        writer.close()
+
+
+async def test_101_to_a_request_without_upgrade_is_a_502() -> None:
+    switching = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"
+    async with raw_upstream(lambda _: switching) as upstream, \
+            running_tap(upstream_url=upstream.url) as tap:
+        raw = await read_all(tap.address, b"GET /a HTTP/1.1\r\nhost: tap\r\n\r\n" + SMUGGLED)
+        assert raw.startswith(b"HTTP/1.1 502")
+        assert b"smuggled" not in upstream.received
 
 
 # 7. Host

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from specdec_exporter.tap.proxy import ClientConnection, Tap
 
 MAX_HEAD_BYTES = 64 * 1024
+MAX_HELD_BYTES = 64 * 1024
+"""Client bytes held after an Upgrade head while vLLM decides; past this, reading pauses."""
 
 
 class Stage(Enum):
@@ -53,7 +55,12 @@ class Exchange:
         self.client_http10 = client_http10
         self.client_keep_alive = keep_alive and not client_http10
         self.upgrade = upgrade
+        self.tunneling = False
+        """Client bytes after the head are not HTTP: held, then tunnelled or dropped."""
         self.tunnel_open = False
+        """vLLM answered 101: a byte pipe both ways."""
+        self._held: list[bytes] | None = None
+        self._held_size = 0
         self.stage = Stage.RECEIVING
         self.last_activity = time.monotonic()
         self.inspected = is_inspected(method, target)
@@ -205,24 +212,46 @@ class Exchange:
         if self._streaming_body:
             self.client.pause_reading(False)
 
-    # tunnel (Upgrade: the request's connection becomes a byte pipe both ways)
+    # Upgrade: client bytes after the head wait for vLLM's answer; only a 101 opens a pipe
 
-    def open_tunnel(self, early: bytes) -> None:
-        self.tunnel_open = True
-        self._request_bytes = None
-        if early:
-            self._send_upstream(early)
+    def hold_for_upgrade(self, early: bytes) -> None:
+        """The request asked for an Upgrade: what follows its head is held until vLLM answers."""
+        self.tunneling = True
+        self._held = []
+        self.tunnel_from_client(early)
 
     def tunnel_from_client(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
-        self._send_upstream(data)
+        if self.tunnel_open:
+            self._send_upstream(data)
+        elif self._held is not None and data:  # None: vLLM declined, the bytes are dropped
+            self._held.append(data)
+            self._held_size += len(data)
+            if self._held_size > MAX_HELD_BYTES:
+                self.client.pause_reading(True)
+
+    def _switch_protocols(self) -> None:
+        """vLLM answered 101: only valid for a request that asked for an Upgrade."""
+        if not self.upgrade:
+            raise ValueError("101 to a request without Upgrade")  # a parser error: 502
+        self._status = 101
+        self._head_done = self.tunnel_open = True
+        self.stage = Stage.RESPONDING
+
+    def _open_tunnel(self) -> None:
+        """Relay the 101 head as vLLM sent it, then release what the client sent meanwhile."""
+        self._head_written = True
+        self._out.append(self._head_buffer)
+        held, self._held = self._held or [], None
+        if held:
+            self._send_upstream(b"".join(held))
+        self.client.pause_reading(False)
 
     # response side: fed by the upstream connection
 
     def feed_response(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
         if self.tunnel_open:
-            self._response_started = self._head_written = True
             self.client.write(data)
             return
         head_pending = not self._head_done
@@ -231,7 +260,7 @@ class Exchange:
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            pass  # a 101 answer to an Upgrade request: from now on a byte pipe
+            pass  # the 101 answering an Upgrade request: what follows is the tunnel's
         except httptools.HttpParserError:
             self._fail(502, "vLLM sent an invalid HTTP response")
             return
@@ -239,7 +268,9 @@ class Exchange:
             self._fail(502, "vLLM sent a response head over 64 KiB")
             return
         if head_pending and self._head_done:
-            if self._framing is Framing.RAW:
+            if self.tunnel_open:
+                self._open_tunnel()
+            elif self._framing is Framing.RAW:
                 body_start = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
                 self._write_head()
                 self._write_body(self._head_buffer[body_start:])
@@ -265,16 +296,20 @@ class Exchange:
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
-        if status < 200 and status != 101:
+        if status == 101:
+            self._switch_protocols()
+            return
+        if status < 200:
             self._interim = True  # 1xx: not passed on (the tap answered Expect itself)
             return
         self._status = status
         self._head_done = True
+        self._held = None  # vLLM declined an Upgrade: held client bytes are never sent
         self.stage = Stage.RESPONDING
         self._upstream_keep_alive = self.parser.should_keep_alive()
         headers = self._response_headers
         chunked = http1.is_chunked(headers)
-        no_body = self.method == b"HEAD" or status in (204, 304) or status == 101
+        no_body = self.method == b"HEAD" or status in (204, 304)
         self._until_close = not no_body and not chunked and http1.content_length(headers) is None
         self._set_up_inspection(status, headers)
         self._framing = self._choose_framing(chunked, no_body)
@@ -339,6 +374,8 @@ class Exchange:
         self._tail = None
 
     def on_message_complete(self) -> None:
+        if self.tunnel_open:
+            return
         if self._interim:
             self._interim = False
             end = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)

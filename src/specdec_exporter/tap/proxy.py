@@ -125,7 +125,7 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
-        if exchange is not None and exchange.tunnel_open:
+        if exchange is not None and exchange.tunneling:
             exchange.tunnel_from_client(data)
             return
         if self.refused:
@@ -133,10 +133,23 @@ class ClientConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
-            if self.exchange is not None:
-                self.exchange.open_tunnel(data[upgrade.args[0]:])
+            self._upgrade(data[upgrade.args[0]:])
         except httptools.HttpParserError:
             self.reject(400, "malformed HTTP request")
+
+    def _upgrade(self, rest: bytes) -> None:
+        """The request just parsed asked for an Upgrade: what follows is not HTTP.
+
+        Only the in-flight request's own Upgrade counts; a refused (pipelined) request never
+        changes the state of the in-flight one.
+        """
+        exchange = self.exchange
+        if self.refused or exchange is None:
+            return
+        if not exchange.upgrade:
+            self.refused = True
+            return
+        exchange.hold_for_upgrade(rest)
 
     def eof_received(self) -> bool:
         return False
