@@ -18,6 +18,7 @@ from tapfakes import (
     replay_vllm,
     running_tap,
     split_response,
+    wait_until,
 )
 
 pytestmark = pytest.mark.anyio
@@ -46,6 +47,18 @@ async def test_pipelined_upgrade_does_not_turn_the_first_exchange_into_a_tunnel(
         assert b"connection: close" in raw.lower()
         assert len(tap.upstream.received) == 1  # nothing after the first request went upstream
         assert requests_counted(tap) == 1
+
+
+async def test_garbage_after_a_request_does_not_change_its_response() -> None:
+    async with running_tap(lambda _: SMALL) as tap:
+        reader, writer = await asyncio.open_connection(*tap.address)
+        writer.write(b"GET /a HTTP/1.1\r\nhost: tap\r\n\r\n\x00\x01 not http\r\n\r\n")
+        raw = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        head, body = split_response(raw)
+        assert head.startswith(b"HTTP/1.1 200") and body == b'{"ok": true}'
+        assert b"connection: close" in head.lower()
+        assert len(tap.upstream.received) == 1
 
 
 # 2. a tunnel only on the upstream's 101
@@ -100,6 +113,58 @@ async def test_101_to_a_request_without_upgrade_is_a_502() -> None:
         raw = await read_all(tap.address, b"GET /a HTTP/1.1\r\nhost: tap\r\n\r\n" + SMUGGLED)
         assert raw.startswith(b"HTTP/1.1 502")
         assert b"smuggled" not in upstream.received
+
+
+# 5. malformed request bodies
+
+CHUNKED_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
+                b"transfer-encoding: chunked\r\n\r\n")
+MALFORMED_CHUNKS = {
+    "size-overflow": b"ffffffffffffffffff1\r\nab\r\n0\r\n\r\n",
+    "0x-prefix": b"0x2\r\nab\r\n0\r\n\r\n",
+    "bare-lf": b"2\nab\n0\n\n",
+    "no-crlf-after-data": b"2\r\nabXX0\r\n\r\n",
+    "crlf-in-quoted-extension": b'2;a="x\r\ny"\r\nab\r\n0\r\n\r\n',
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED_CHUNKS.values(), ids=MALFORMED_CHUNKS.keys())
+async def test_malformed_chunked_body_gets_400_and_nothing_upstream(body: bytes) -> None:
+    async with running_tap(lambda _: SMALL) as tap:
+        raw = await read_all(tap.address, CHUNKED_HEAD + body)
+        head, error = split_response(raw)
+        assert head.startswith(b"HTTP/1.1 400") and b"connection: close" in head.lower()
+        assert json.loads(error)["error"]["code"] == 400
+        assert tap.upstream.connections == 0
+
+
+async def test_malformed_body_after_the_head_went_upstream_aborts_it() -> None:
+    async with raw_upstream(lambda _: b"") as upstream, \
+            running_tap(upstream_url=upstream.url, proxy_inspect_max_bytes=16) as tap:
+        reader, writer = await asyncio.open_connection(*tap.address)
+        writer.write(CHUNKED_HEAD + b"40\r\n" + b"x" * 64 + b"\r\n")  # over the cap: streamed
+        await wait_until(lambda: bool(upstream.connections)
+                         and b"x" * 64 in upstream.connections[0].data)
+        writer.write(b"0x2\r\nab\r\n")
+        raw = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert raw.startswith(b"HTTP/1.1 400")
+        await asyncio.wait_for(upstream.connections[0].closed.wait(), 5)
+        assert not upstream.connections[0].data.endswith(b"0\r\n\r\n")  # never completed
+
+
+async def test_malformed_body_after_the_response_started_only_closes() -> None:
+    early = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
+    async with raw_upstream(lambda _: early) as upstream, \
+            running_tap(upstream_url=upstream.url, proxy_inspect_max_bytes=16) as tap:
+        reader, writer = await asyncio.open_connection(*tap.address)
+        writer.write(CHUNKED_HEAD + b"40\r\n" + b"x" * 64 + b"\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"hello\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200")
+        writer.write(b"0x2\r\nab\r\n")
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # no 400 inside the response
+        writer.close()
+        await asyncio.wait_for(upstream.connections[0].closed.wait(), 5)
 
 
 # 7. Host

@@ -470,6 +470,16 @@ class Exchange:
         return (connection is not None and connection.reused and not self._retried
                 and not self._response_started and self._request_bytes is not None)
 
+    @property
+    def request_received(self) -> bool:
+        """The client's request is complete: bytes after it belong to a (refused) next one."""
+        return self._request_complete
+
+    @property
+    def answered(self) -> bool:
+        """A response head (or tunnel bytes) has gone to the client."""
+        return self._head_written
+
     def client_lost(self) -> None:
         """The client went away: drop the upstream connection so vLLM aborts the request."""
         if self.stage is Stage.DONE:

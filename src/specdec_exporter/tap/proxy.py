@@ -135,7 +135,7 @@ class ClientConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade as upgrade:
             self._upgrade(data[upgrade.args[0]:])
         except httptools.HttpParserError:
-            self.reject(400, "malformed HTTP request")
+            self._parse_error()
 
     def _upgrade(self, rest: bytes) -> None:
         """The request just parsed asked for an Upgrade: what follows is not HTTP.
@@ -150,6 +150,16 @@ class ClientConnection(asyncio.Protocol):
             self.refused = True
             return
         exchange.hold_for_upgrade(rest)
+
+    def _parse_error(self) -> None:
+        """Unparsable bytes: a 400, unless they follow a complete request."""
+        exchange = self.exchange
+        if self.refused:
+            return
+        if exchange is not None and exchange.request_received:
+            self.refused = True  # a broken pipelined request: closed after this response
+            return
+        self.reject(400, "malformed HTTP request")
 
     def eof_received(self) -> bool:
         return False
@@ -218,15 +228,17 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def reject(self, status: int, message: str) -> None:
-        """Answer bytes the tap cannot parse with an error, and close.
+        """Answer a request the tap will not serve with an error, and close.
 
-        Mid-exchange (a broken body, or garbage while a response streams) no error can be
-        written without corrupting that response: the connection is only closed.
+        A broken body drops its request upstream (aborting vLLM's connection if the head went
+        out). The error is written only while no response byte has reached the client: after
+        that it would corrupt the response under way, so the connection is only closed.
         """
         exchange, self.exchange = self.exchange, None
+        answered = exchange is not None and exchange.answered
         if exchange is not None:
             exchange.client_lost()
-        else:
+        if not answered:
             self.write(http1.error_response(status, message))
         self.close()
 
