@@ -115,6 +115,28 @@ async def test_101_to_a_request_without_upgrade_is_a_502() -> None:
         assert b"smuggled" not in upstream.received
 
 
+# 3. CONNECT
+
+
+async def test_connect_is_refused_and_nothing_goes_upstream() -> None:
+    async with raw_upstream(lambda _: OK_2) as upstream, \
+            running_tap(upstream_url=upstream.url) as tap:
+        raw = await read_all(tap.address, b"CONNECT vllm:8000 HTTP/1.1\r\nhost: vllm:8000\r\n\r\n"
+                             + SMUGGLED)
+        assert raw.startswith(b"HTTP/1.1 501") and raw.count(b"HTTP/1.1 ") == 1
+        assert b"connection: close" in raw.lower()
+        assert upstream.connections == []
+
+
+async def test_transfer_coding_other_than_chunked_is_refused() -> None:
+    async with raw_upstream(lambda _: OK_2) as upstream, \
+            running_tap(upstream_url=upstream.url) as tap:
+        raw = await read_all(tap.address, b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
+                             b"transfer-encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n")
+        assert raw.startswith(b"HTTP/1.1 501") and b"connection: close" in raw.lower()
+        assert upstream.connections == []
+
+
 # 5. malformed request bodies
 
 CHUNKED_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
@@ -184,3 +206,24 @@ async def test_host_is_always_sent_upstream(request_bytes: bytes, host: str | No
         assert raw.startswith(b"HTTP/1.1 200")
         expected = host or "{}:{}".format(*tap.upstream_address)
         assert tap.upstream.received[0].headers.get("host") == expected
+
+
+# 8. protocol versions
+
+VERSIONS = {
+    "h2c-preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+    "http2-line": (b"GET /a HTTP/2.0\r\nhost: tap\r\n\r\n", 505),
+    "http09-simple": (b"GET /a\r\n\r\n", 505),
+    "http09-explicit": (b"GET /a HTTP/0.9\r\nhost: tap\r\n\r\n", 505),
+    "http12": (b"GET /a HTTP/1.2\r\nhost: tap\r\n\r\n", 505),
+    "no-version": (b"GET /a HTTP/x.y\r\nhost: tap\r\n\r\n", 400),
+}
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), VERSIONS.values(), ids=VERSIONS.keys())
+async def test_unsupported_versions_are_refused(request_bytes: bytes, status: int) -> None:
+    async with running_tap(lambda _: SMALL) as tap:
+        raw = await read_all(tap.address, request_bytes)
+        assert raw.startswith(b"HTTP/1.1 %d" % status) and raw.count(b"HTTP/1.1 ") == 1
+        assert b"connection: close" in raw.lower()
+        assert tap.upstream.connections == 0

@@ -31,6 +31,8 @@ CLIENT_IDLE_TIMEOUT = 75.0
 """Seconds a keep-alive client connection may sit idle (nginx's default)."""
 SWEEP_INTERVAL = 1.0
 ERROR_LOG_INTERVAL = 60.0
+VERSIONS = frozenset({"1.0", "1.1"})
+"""Request versions the tap serves; others (HTTP/2 prior knowledge, 0.9) get a 505."""
 
 
 class Tap:
@@ -141,7 +143,7 @@ class ClientConnection(asyncio.Protocol):
         """The request just parsed asked for an Upgrade: what follows is not HTTP.
 
         Only the in-flight request's own Upgrade counts; a refused (pipelined) request never
-        changes the state of the in-flight one.
+        changes the state of the in-flight one (a CONNECT was answered and closed already).
         """
         exchange = self.exchange
         if self.refused or exchange is None:
@@ -152,14 +154,17 @@ class ClientConnection(asyncio.Protocol):
         exchange.hold_for_upgrade(rest)
 
     def _parse_error(self) -> None:
-        """Unparsable bytes: a 400, unless they follow a complete request."""
+        """Unparsable bytes: a 400 (505 for a version), unless they follow a complete request."""
         exchange = self.exchange
         if self.refused:
             return
         if exchange is not None and exchange.request_received:
             self.refused = True  # a broken pipelined request: closed after this response
             return
-        self.reject(400, "malformed HTTP request")
+        if self.parser.get_http_version() in VERSIONS | {"0.0"}:
+            self.reject(400, "malformed HTTP request")
+        else:
+            self.reject(505, "the tap serves HTTP/1.0 and 1.1 only")
 
     def eof_received(self) -> bool:
         return False
@@ -198,12 +203,28 @@ class ClientConnection(asyncio.Protocol):
         if self.refused:
             return
         parser = self.parser
+        method = parser.get_method()
+        refusal = self._refusal(method)
+        if refusal is not None:
+            self.reject(*refusal)
+            return
         self.exchange = Exchange(
-            self.tap, self, parser.get_method(), self._url, headers=self._headers,
+            self.tap, self, method, self._url, headers=self._headers,
             client_http10=parser.get_http_version() == "1.0",
             keep_alive=parser.should_keep_alive(), upgrade=parser.should_upgrade(),
         )
         self.exchange.start()
+
+    def _refusal(self, method: bytes) -> tuple[int, str] | None:
+        """A request the tap answers itself and never forwards: HTTP/2 or 0.9, CONNECT (vLLM
+        serves none; a tunnel would carry unparsed bytes), a transfer coding but chunked."""
+        if self.parser.get_http_version() not in VERSIONS:
+            return 505, "the tap serves HTTP/1.0 and 1.1 only"
+        if method == b"CONNECT":
+            return 501, "the tap does not tunnel CONNECT"
+        if http1.header_tokens(self._headers, b"transfer-encoding") - {b"chunked"}:
+            return 501, "only the chunked transfer coding is supported"
+        return None
 
     def on_body(self, body: bytes) -> None:
         if self.exchange is not None and not self.refused:
