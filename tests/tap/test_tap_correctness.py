@@ -11,6 +11,7 @@ import json
 import pytest
 from tapfakes import (
     MODEL,
+    dechunk,
     json_reply,
     post_request,
     raw_upstream,
@@ -187,6 +188,53 @@ async def test_malformed_body_after_the_response_started_only_closes() -> None:
         assert await asyncio.wait_for(reader.read(), 5) == b""  # no 400 inside the response
         writer.close()
         await asyncio.wait_for(upstream.connections[0].closed.wait(), 5)
+
+
+# 6. upstream framing
+
+FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
+SECOND = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond"
+FIRST_CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\n"
+
+
+async def two_gets(address: tuple[str, int]) -> list[bytes]:
+    reader, writer = await asyncio.open_connection(*address)
+    answers = []
+    try:
+        for _ in range(2):
+            writer.write(b"GET /a HTTP/1.1\r\nhost: tap\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            if b"chunked" in head.lower():
+                body = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5)
+            else:
+                body = await asyncio.wait_for(reader.readexactly(5), 5)
+            answers.append(head + body)
+    finally:
+        writer.close()
+    return answers
+
+
+@pytest.mark.parametrize("first", [FIRST, FIRST_CHUNKED], ids=["length", "chunked"])
+async def test_two_upstream_responses_in_one_write_give_one_clean_response(first: bytes) -> None:
+    async with raw_upstream(lambda _: first + SECOND) as upstream, \
+            running_tap(upstream_url=upstream.url) as tap:
+        answers = await two_gets(tap.address)
+        for answer in answers:
+            head, body = split_response(answer)
+            framing = [line for line in head.lower().split(b"\r\n")
+                       if line.startswith((b"content-length", b"transfer-encoding"))]
+            assert len(framing) == 1
+            assert (dechunk(body) if b"chunked" in framing[0] else body) == b"first"
+        assert len(upstream.connections) == 2  # the out-of-step connection was not reused
+
+
+async def test_surplus_in_a_later_upstream_read_cuts_instead_of_forwarding_it() -> None:
+    pieces = [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfi", b"rst" + SECOND]
+    async with raw_upstream(lambda _: pieces) as upstream, \
+            running_tap(upstream_url=upstream.url) as tap:
+        raw = await read_all(tap.address, b"GET /a HTTP/1.1\r\nhost: tap\r\n\r\n")
+        assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b"\r\n\r\nfi")
+        assert b"second" not in raw
 
 
 # 7. Host

@@ -6,6 +6,7 @@ The response parser's callbacks are the exchange's methods; bytes go to the clie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HELD_BYTES = 64 * 1024
 """Client bytes held after an Upgrade head while vLLM decides; past this, reading pauses."""
+
+
+class SurplusResponseError(Exception):
+    """vLLM sent bytes past the end of the response: raised to stop the response parser."""
 
 
 class Stage(Enum):
@@ -95,6 +100,8 @@ class Exchange:
         self._out: list[bytes] = []
         self._response_started = False
         self._response_done = False
+        self._no_body = False
+        self._surplus = False
         self._watcher: UsageWatcher | None = None
         self._undo: IncludeUsageUndo | None = None
         self._tail: bytearray | None = None
@@ -262,26 +269,54 @@ class Exchange:
         except httptools.HttpParserUpgrade:
             pass  # the 101 answering an Upgrade request: what follows is the tunnel's
         except httptools.HttpParserError:
-            self._fail(502, "vLLM sent an invalid HTTP response")
-            return
+            if not self._response_done:
+                self._fail(502, "vLLM sent an invalid HTTP response")
+                return
+            if not head_pending and self._framing is Framing.RAW:
+                self._cut_surplus()  # its end is somewhere in this read: cannot be placed
+                return
+            self._surplus = True  # bytes after the end of the response: dropped
         if head_pending and not self._head_done and len(self._head_buffer) > MAX_HEAD_BYTES:
             self._fail(502, "vLLM sent a response head over 64 KiB")
             return
         if head_pending and self._head_done:
-            if self.tunnel_open:
-                self._open_tunnel()
-            elif self._framing is Framing.RAW:
-                body_start = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
-                self._write_head()
-                self._write_body(self._head_buffer[body_start:])
-            self._head_buffer = b""
+            self._head_read_done()
         elif self._framing is Framing.RAW and self._head_done:
             self._write_body(data)
         self._flush()
         if self._response_done:
             self._finish()
 
+    def _head_read_done(self) -> None:
+        """The read that completed the response head: relay it and the body bytes it carried."""
+        if self.tunnel_open:
+            self._open_tunnel()
+        elif self._framing is Framing.RAW:
+            body_start = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
+            self._write_head()
+            self._write_body(self._raw_body(self._head_buffer[body_start:]))
+        self._head_buffer = b""
+
+    def _raw_body(self, after_head: bytes) -> bytes:
+        """The body bytes of the first read, without anything past the end of the response."""
+        if self._no_body:
+            self._surplus = self._surplus or bool(after_head)
+            return b""
+        if not self._surplus:
+            return after_head
+        body = body_of(self._head_buffer)  # rare: re-read the response alone, then re-frame
+        if http1.is_chunked(self._response_headers):
+            return (http1.chunk(body) if body else b"") + http1.LAST_CHUNK
+        return body
+
+    def _cut_surplus(self) -> None:
+        """Surplus in a later read of a verbatim body: the client connection is cut."""
+        self.tap.warn("surplus", "vLLM sent bytes past the end of a response; connection cut")
+        self._end(close_client=True)
+
     def on_message_begin(self) -> None:
+        if self._response_done:
+            raise SurplusResponseError  # a second response in the same read: stop parsing here
         self._response_started = True
         self._request_bytes = None  # an answer has begun: no retry from here on
 
@@ -309,7 +344,7 @@ class Exchange:
         self._upstream_keep_alive = self.parser.should_keep_alive()
         headers = self._response_headers
         chunked = http1.is_chunked(headers)
-        no_body = self.method == b"HEAD" or status in (204, 304)
+        no_body = self._no_body = self.method == b"HEAD" or status in (204, 304)
         self._until_close = not no_body and not chunked and http1.content_length(headers) is None
         self._set_up_inspection(status, headers)
         self._framing = self._choose_framing(chunked, no_body)
@@ -444,7 +479,8 @@ class Exchange:
             self.tap.record(record)
         connection, self.upstream = self.upstream, None
         if connection is not None:
-            reusable = self._upstream_keep_alive and self._request_complete and not self.upgrade
+            reusable = (self._upstream_keep_alive and self._request_complete and not self.upgrade
+                        and not self._surplus)
             connection.done(reusable)
         self.client.exchange_done(close=self._close_client)
 
@@ -550,3 +586,29 @@ class Exchange:
             if tokens is not None and tokens > 1 and self._final_chunk_at is not None:
                 tpot = (self._final_chunk_at - self._first_body_at) / (tokens - 1)
         return RequestRecord(self.label, plan.temperature_bucket, spec, ttft, tpot)
+
+
+class _BodyReader:
+    """Collects the body of the first response in some bytes, ignoring what follows it."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.done = False
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            raise SurplusResponseError
+
+    def on_body(self, data: bytes) -> None:
+        self.pieces.append(data)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
+def body_of(response: bytes) -> bytes:
+    """The (de-chunked) body of the response at the start of ``response``."""
+    reader = _BodyReader()
+    with contextlib.suppress(httptools.HttpParserError):
+        httptools.HttpResponseParser(reader).feed_data(response)
+    return b"".join(reader.pieces)
