@@ -11,6 +11,7 @@ import json
 import pytest
 from tapfakes import (
     MODEL,
+    Reply,
     dechunk,
     json_reply,
     post_request,
@@ -275,3 +276,40 @@ async def test_unsupported_versions_are_refused(request_bytes: bytes, status: in
         assert raw.startswith(b"HTTP/1.1 %d" % status) and raw.count(b"HTTP/1.1 ") == 1
         assert b"connection: close" in raw.lower()
         assert tap.upstream.connections == 0
+
+
+# 9. include_usage as a byte insertion
+
+INSERTIONS = [
+    (b'{ "model" : "tiny-llama", "stream":true, "x":"\\u00e9\\/\\"}", "stream_options" : '
+     b'{ "foo" : [1, "}"] } , "x": 2}', b'"}"] }', b'"}"] ,"include_usage":true}'),
+    (b'{"stream":true,"stream_options":{}}', b"{}", b'{"include_usage":true}'),
+    (b'{"stream":true,"stream_options":{"include_usage":false}}', b"false}",
+     b'false,"include_usage":true}'),
+    (b'{"stream":true,"stream_options":null ,"n":1}', b"null",
+     b'null,"stream_options":{"include_usage":true}'),
+    (b'{"stream_options":{"include_usage":1},"stream":true,"stream_options":{"a":1}}',
+     b'{"a":1}', b'{"a":1,"include_usage":true}'),
+    (b'{"stream":true,"stream\\u005foptions":{}}', b"{}", b'{"include_usage":true}'),
+    (b'\n {"stream" :true}', b"{", b'{"stream_options":{"include_usage":true},'),
+]
+
+
+@pytest.mark.parametrize(("body", "old", "new"), INSERTIONS)
+async def test_include_usage_is_a_pure_byte_insertion(body: bytes, old: bytes,
+                                                      new: bytes) -> None:
+    async with running_tap(replay_vllm) as tap:
+        raw = await read_all(tap.address, post_request(CHAT, body))
+        assert raw.startswith(b"HTTP/1.1 200")
+        sent = tap.upstream.received[0].body
+        at = body.rindex(old)
+        assert sent == body[:at] + new + body[at + len(old):]
+        assert json.loads(sent)["stream_options"]["include_usage"] is True
+        assert b'"usage"' not in dechunk(split_response(raw)[1])  # undone for the client
+
+
+async def test_include_usage_not_insertable_passes_the_body_unchanged() -> None:
+    body = b'{"stream":true,"stream_options":{"continuous_usage_stats":true}}'
+    async with running_tap(lambda _: Reply(200, [], [b"{}"])) as tap:
+        await read_all(tap.address, post_request(CHAT, body))
+        assert tap.upstream.received[0].body == body
