@@ -257,6 +257,12 @@ async def test_host_is_always_sent_upstream(request_bytes: bytes, host: str | No
         assert tap.upstream.received[0].headers.get("host") == expected
 
 
+async def test_two_host_headers_are_refused() -> None:
+    async with running_tap(lambda _: SMALL) as tap:
+        raw = await read_all(tap.address, b"GET /a HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n")
+        assert raw.startswith(b"HTTP/1.1 400") and tap.upstream.connections == 0
+
+
 # 8. protocol versions
 
 VERSIONS = {

@@ -217,13 +217,16 @@ class ClientConnection(asyncio.Protocol):
 
     def _refusal(self, method: bytes) -> tuple[int, str] | None:
         """A request the tap answers itself and never forwards: HTTP/2 or 0.9, CONNECT (vLLM
-        serves none; a tunnel would carry unparsed bytes), a transfer coding but chunked."""
+        serves none; a tunnel would carry unparsed bytes), a transfer coding but chunked, and
+        two Host headers (RFC 9112 section 3.2: a 400)."""
         if self.parser.get_http_version() not in VERSIONS:
             return 505, "the tap serves HTTP/1.0 and 1.1 only"
         if method == b"CONNECT":
             return 501, "the tap does not tunnel CONNECT"
         if http1.header_tokens(self._headers, b"transfer-encoding") - {b"chunked"}:
             return 501, "only the chunked transfer coding is supported"
+        if sum(name.lower() == b"host" for name, _ in self._headers) > 1:
+            return 400, "more than one Host header"
         return None
 
     def on_body(self, body: bytes) -> None:
