@@ -319,3 +319,18 @@ async def test_include_usage_not_insertable_passes_the_body_unchanged() -> None:
     async with running_tap(lambda _: Reply(200, [], [b"{}"])) as tap:
         await read_all(tap.address, post_request(CHAT, body))
         assert tap.upstream.received[0].body == body
+
+
+async def test_the_400_survives_a_client_that_keeps_sending() -> None:
+    """Lingering close: closing with unread bytes would reset the connection, and the reset
+    can destroy the 400 before the client reads it."""
+    async with running_tap(lambda _: SMALL) as tap:
+        reader, writer = await asyncio.open_connection(*tap.address)
+        writer.write(CHUNKED_HEAD + b"0x2\r\nab\r\n")
+        await asyncio.sleep(0.05)  # the tap has answered and closed its side
+        for _ in range(64):
+            writer.write(b"z" * 65536)  # the rest of a large upload, still on its way
+        await asyncio.sleep(0.05)
+        raw = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert raw.startswith(b"HTTP/1.1 400")

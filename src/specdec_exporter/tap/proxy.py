@@ -31,6 +31,10 @@ CLIENT_IDLE_TIMEOUT = 75.0
 """Seconds a keep-alive client connection may sit idle (nginx's default)."""
 SWEEP_INTERVAL = 1.0
 ERROR_LOG_INTERVAL = 60.0
+LINGER = 2.0
+"""Seconds a closing client connection, half-closed, still reads and drops what the client sends,
+so the client reads the last response first (nginx's lingering close): a close with unread
+bytes resets the connection, and the reset can destroy that response before it is read."""
 VERSIONS = frozenset({"1.0", "1.1"})
 """Request versions the tap serves; others (HTTP/2 prior knowledge, 0.9) get a 505."""
 
@@ -115,6 +119,7 @@ class ClientConnection(asyncio.Protocol):
         self.exchange: Exchange | None = None
         self.idle_since = time.monotonic()
         self.refused = False
+        self._linger: asyncio.TimerHandle | None = None
         self._url = b""
         self._headers: Headers = []
         self._head_bytes = 0
@@ -171,6 +176,8 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.tap.clients.discard(self)
+        if self._linger is not None:
+            self._linger.cancel()
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
             exchange.client_lost()
@@ -240,7 +247,7 @@ class ClientConnection(asyncio.Protocol):
     # used by the exchange
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing() and self._linger is None:
             self.transport.write(data)
 
     def exchange_done(self, close: bool) -> None:
@@ -275,9 +282,17 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def close(self) -> None:
+        """Half-close after what was written, then close once the client does (or LINGER)."""
         self.refused = True
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._linger is not None:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.resume_reading()
+        transport.write_eof()
+        self._linger = asyncio.get_running_loop().call_later(LINGER, transport.close)
 
     def abort(self) -> None:
         if self.transport is not None:
