@@ -334,3 +334,14 @@ async def test_the_400_survives_a_client_that_keeps_sending() -> None:
         raw = await asyncio.wait_for(reader.read(), 5)
         writer.close()
         assert raw.startswith(b"HTTP/1.1 400")
+
+
+async def test_errors_answering_head_have_no_body() -> None:
+    head = b"HEAD /a HTTP/1.1\r\nhost: tap\r\ntransfer-encoding: chunked\r\n\r\n0x2\r\n"
+    async with running_tap(lambda _: SMALL) as tap:
+        raw = await read_all(tap.address, head)
+        assert raw.startswith(b"HTTP/1.1 400") and raw.endswith(b"\r\n\r\n")
+    async with running_tap(lambda _: Reply(drop=True)) as tap:
+        raw = await read_all(tap.address, b"HEAD /a HTTP/1.1\r\nhost: tap\r\n\r\n")
+        assert raw.startswith(b"HTTP/1.1 502") and raw.endswith(b"\r\n\r\n")
+        assert b"content-length: " in raw.lower()

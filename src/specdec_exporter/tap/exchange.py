@@ -544,7 +544,8 @@ class Exchange:
         self._flush()
         if not self._head_written:
             self._head_written = True
-            self.client.write(http1.error_response(status, message))
+            self.client.write(http1.error_response(status, message,
+                                                   head=self.method == b"HEAD"))
         self._end(close_client=True)
 
     def _end(self, close_client: bool) -> None:

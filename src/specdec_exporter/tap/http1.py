@@ -120,12 +120,15 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-def error_response(status: int, message: str, close: bool = True) -> bytes:
-    """A complete response with an OpenAI-shaped error body, as vLLM writes its own."""
+def error_response(status: int, message: str, close: bool = True, head: bool = False) -> bytes:
+    """A complete response with an OpenAI-shaped error body, as vLLM writes its own.
+
+    ``head``: the answer to a HEAD request, whose body is never sent (its length still is).
+    """
     phrase = HTTPStatus(status).phrase
     body = json.dumps({"error": {"message": message, "type": phrase.replace(" ", ""),
                                  "param": None, "code": status}}).encode()
     headers = [(b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(body))]
     if close:
         headers.append((b"Connection", b"close"))
-    return render(b"HTTP/1.1 %d %b" % (status, phrase.encode()), headers) + body
+    return render(b"HTTP/1.1 %d %b" % (status, phrase.encode()), headers) + (b"" if head else body)

@@ -141,8 +141,8 @@ class ClientConnection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
             self._upgrade(data[upgrade.args[0]:])
-        except httptools.HttpParserError:
-            self._parse_error()
+        except httptools.HttpParserError as error:
+            self._parse_error(error)
 
     def _upgrade(self, rest: bytes) -> None:
         """The request just parsed asked for an Upgrade: what follows is not HTTP.
@@ -158,7 +158,7 @@ class ClientConnection(asyncio.Protocol):
             return
         exchange.hold_for_upgrade(rest)
 
-    def _parse_error(self) -> None:
+    def _parse_error(self, error: httptools.HttpParserError) -> None:
         """Unparsable bytes: a 400 (505 for a version), unless they follow a complete request."""
         exchange = self.exchange
         if self.refused:
@@ -166,10 +166,13 @@ class ClientConnection(asyncio.Protocol):
         if exchange is not None and exchange.request_received:
             self.refused = True  # a broken pipelined request: closed after this response
             return
+        # a bad method leaves the parser's method that of the previous request
+        method = b"" if isinstance(error, httptools.HttpParserInvalidMethodError) \
+            else self.parser.get_method()
         if self.parser.get_http_version() in VERSIONS | {"0.0"}:
-            self.reject(400, "malformed HTTP request")
+            self.reject(400, "malformed HTTP request", method)
         else:
-            self.reject(505, "the tap serves HTTP/1.0 and 1.1 only")
+            self.reject(505, "the tap serves HTTP/1.0 and 1.1 only", method)
 
     def eof_received(self) -> bool:
         return False
@@ -213,7 +216,7 @@ class ClientConnection(asyncio.Protocol):
         method = parser.get_method()
         refusal = self._refusal(method)
         if refusal is not None:
-            self.reject(*refusal)
+            self.reject(*refusal, method)
             return
         self.exchange = Exchange(
             self.tap, self, method, self._url, headers=self._headers,
@@ -258,7 +261,7 @@ class ClientConnection(asyncio.Protocol):
         elif self.transport is not None:
             self.transport.resume_reading()
 
-    def reject(self, status: int, message: str) -> None:
+    def reject(self, status: int, message: str, method: bytes) -> None:
         """Answer a request the tap will not serve with an error, and close.
 
         A broken body drops its request upstream (aborting vLLM's connection if the head went
@@ -269,8 +272,8 @@ class ClientConnection(asyncio.Protocol):
         answered = exchange is not None and exchange.answered
         if exchange is not None:
             exchange.client_lost()
-        if not answered:
-            self.write(http1.error_response(status, message))
+        if not answered:  # no body in the answer to a HEAD
+            self.write(http1.error_response(status, message, head=method == b"HEAD"))
         self.close()
 
     def pause_reading(self, paused: bool) -> None:
