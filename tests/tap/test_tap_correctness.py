@@ -37,7 +37,7 @@ def requests_counted(tap: object) -> int:
     return sum(row.requests for row in tap.stats.bucket_summary())  # type: ignore[attr-defined]
 
 
-# 1. a refused pipelined request never changes the in-flight exchange
+# Pipelining: a refused request never changes the in-flight exchange
 
 
 async def test_pipelined_upgrade_does_not_turn_the_first_exchange_into_a_tunnel() -> None:
@@ -63,7 +63,7 @@ async def test_garbage_after_a_request_does_not_change_its_response() -> None:
         assert len(tap.upstream.received) == 1
 
 
-# 2. a tunnel only on the upstream's 101
+# Upgrade: a tunnel only on the upstream's 101
 
 
 async def test_upgrade_refused_by_upstream_forwards_no_held_bytes() -> None:
@@ -117,7 +117,7 @@ async def test_101_to_a_request_without_upgrade_is_a_502() -> None:
         assert b"smuggled" not in upstream.received
 
 
-# 3. CONNECT
+# CONNECT and transfer codings: answered by the tap, nothing upstream
 
 
 async def test_connect_is_refused_and_nothing_goes_upstream() -> None:
@@ -139,7 +139,7 @@ async def test_transfer_coding_other_than_chunked_is_refused() -> None:
         assert upstream.connections == []
 
 
-# 5. malformed request bodies
+# Malformed request bodies: 400 while nothing was answered, upstream dropped
 
 CHUNKED_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
                 b"transfer-encoding: chunked\r\n\r\n")
@@ -191,7 +191,33 @@ async def test_malformed_body_after_the_response_started_only_closes() -> None:
         await asyncio.wait_for(upstream.connections[0].closed.wait(), 5)
 
 
-# 6. upstream framing
+async def test_the_400_survives_a_client_that_keeps_sending() -> None:
+    """Lingering close: closing with unread bytes would reset the connection, and the reset
+    can destroy the 400 before the client reads it."""
+    async with running_tap(lambda _: SMALL) as tap:
+        reader, writer = await asyncio.open_connection(*tap.address)
+        writer.write(CHUNKED_HEAD + b"0x2\r\nab\r\n")
+        await asyncio.sleep(0.05)  # the tap has answered and closed its side
+        for _ in range(64):
+            writer.write(b"z" * 65536)  # the rest of a large upload, still on its way
+        await asyncio.sleep(0.05)
+        raw = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert raw.startswith(b"HTTP/1.1 400")
+
+
+async def test_errors_answering_head_have_no_body() -> None:
+    head = b"HEAD /a HTTP/1.1\r\nhost: tap\r\ntransfer-encoding: chunked\r\n\r\n0x2\r\n"
+    async with running_tap(lambda _: SMALL) as tap:
+        raw = await read_all(tap.address, head)
+        assert raw.startswith(b"HTTP/1.1 400") and raw.endswith(b"\r\n\r\n")
+    async with running_tap(lambda _: Reply(drop=True)) as tap:
+        raw = await read_all(tap.address, b"HEAD /a HTTP/1.1\r\nhost: tap\r\n\r\n")
+        assert raw.startswith(b"HTTP/1.1 502") and raw.endswith(b"\r\n\r\n")
+        assert b"content-length: " in raw.lower()
+
+
+# Upstream framing: nothing past the end of a response
 
 FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
 SECOND = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond"
@@ -238,7 +264,7 @@ async def test_surplus_in_a_later_upstream_read_cuts_instead_of_forwarding_it() 
         assert b"second" not in raw
 
 
-# 7. Host
+# Host
 
 
 @pytest.mark.parametrize(
@@ -263,7 +289,7 @@ async def test_two_host_headers_are_refused() -> None:
         assert raw.startswith(b"HTTP/1.1 400") and tap.upstream.connections == 0
 
 
-# 8. protocol versions
+# Protocol versions
 
 VERSIONS = {
     "h2c-preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
@@ -284,7 +310,7 @@ async def test_unsupported_versions_are_refused(request_bytes: bytes, status: in
         assert tap.upstream.connections == 0
 
 
-# 9. include_usage as a byte insertion
+# include_usage: a pure byte insertion
 
 INSERTIONS = [
     (b'{ "model" : "tiny-llama", "stream":true, "x":"\\u00e9\\/\\"}", "stream_options" : '
@@ -319,29 +345,3 @@ async def test_include_usage_not_insertable_passes_the_body_unchanged() -> None:
     async with running_tap(lambda _: Reply(200, [], [b"{}"])) as tap:
         await read_all(tap.address, post_request(CHAT, body))
         assert tap.upstream.received[0].body == body
-
-
-async def test_the_400_survives_a_client_that_keeps_sending() -> None:
-    """Lingering close: closing with unread bytes would reset the connection, and the reset
-    can destroy the 400 before the client reads it."""
-    async with running_tap(lambda _: SMALL) as tap:
-        reader, writer = await asyncio.open_connection(*tap.address)
-        writer.write(CHUNKED_HEAD + b"0x2\r\nab\r\n")
-        await asyncio.sleep(0.05)  # the tap has answered and closed its side
-        for _ in range(64):
-            writer.write(b"z" * 65536)  # the rest of a large upload, still on its way
-        await asyncio.sleep(0.05)
-        raw = await asyncio.wait_for(reader.read(), 5)
-        writer.close()
-        assert raw.startswith(b"HTTP/1.1 400")
-
-
-async def test_errors_answering_head_have_no_body() -> None:
-    head = b"HEAD /a HTTP/1.1\r\nhost: tap\r\ntransfer-encoding: chunked\r\n\r\n0x2\r\n"
-    async with running_tap(lambda _: SMALL) as tap:
-        raw = await read_all(tap.address, head)
-        assert raw.startswith(b"HTTP/1.1 400") and raw.endswith(b"\r\n\r\n")
-    async with running_tap(lambda _: Reply(drop=True)) as tap:
-        raw = await read_all(tap.address, b"HEAD /a HTTP/1.1\r\nhost: tap\r\n\r\n")
-        assert raw.startswith(b"HTTP/1.1 502") and raw.endswith(b"\r\n\r\n")
-        assert b"content-length: " in raw.lower()
