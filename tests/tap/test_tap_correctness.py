@@ -241,9 +241,12 @@ async def two_gets(address: tuple[str, int]) -> list[bytes]:
     return answers
 
 
-@pytest.mark.parametrize("first", [FIRST, FIRST_CHUNKED], ids=["length", "chunked"])
-async def test_two_upstream_responses_in_one_write_give_one_clean_response(first: bytes) -> None:
-    async with raw_upstream(lambda _: first + SECOND) as upstream, \
+@pytest.mark.parametrize(("first", "surplus"),
+                         [(FIRST, SECOND), (FIRST_CHUNKED, SECOND), (FIRST, b"\r\n")],
+                         ids=["length", "chunked", "stray-crlf"])
+async def test_two_upstream_responses_in_one_write_give_one_clean_response(
+        first: bytes, surplus: bytes) -> None:
+    async with raw_upstream(lambda _: first + surplus) as upstream, \
             running_tap(upstream_url=upstream.url) as tap:
         answers = await two_gets(tap.address)
         for answer in answers:

@@ -302,12 +302,16 @@ class Exchange:
         if self._no_body:
             self._surplus = self._surplus or bool(after_head)
             return b""
+        if not http1.is_chunked(self._response_headers):  # the end is at Content-Length
+            length = http1.content_length(self._response_headers) or 0
+            if len(after_head) > length:  # also a stray CRLF, which the parser skips silently
+                self._surplus = True
+                return after_head[:length]
+            return after_head
         if not self._surplus:
             return after_head
         body = body_of(self._head_buffer)  # rare: re-read the response alone, then re-frame
-        if http1.is_chunked(self._response_headers):
-            return (http1.chunk(body) if body else b"") + http1.LAST_CHUNK
-        return body
+        return (http1.chunk(body) if body else b"") + http1.LAST_CHUNK
 
     def _cut_surplus(self) -> None:
         """Surplus in a later read of a verbatim body: the client connection is cut."""
