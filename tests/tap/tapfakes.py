@@ -297,3 +297,97 @@ def consistent_vllm(request: Received) -> Reply:
     stream = fixture_stream("chat_T0p0_stream_0.sse" if greedy else "chat_T0p8_stream_0.sse")
     with_usage = (body.get("stream_options") or {}).get("include_usage")
     return sse_reply(stream if with_usage else without_usage(stream))
+
+
+@dataclass
+class RawConnection:
+    """Every byte one upstream connection received, and whether the tap has closed it."""
+
+    data: bytearray = field(default_factory=bytearray)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RawUpstream:
+    """A raw upstream: answers each request head with scripted bytes, records every byte.
+
+    An answer given as a list is written piece by piece, 50 ms apart (separate reads for the
+    tap). After an answer that starts with a 101, it echoes what it reads in upper case.
+    """
+
+    def __init__(self, answer: Callable[[bytes], bytes | list[bytes]]) -> None:
+        self.answer = answer
+        self.connections: list[RawConnection] = []
+        self.url = ""
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+
+    @property
+    def received(self) -> bytes:
+        return b"".join(bytes(connection.data) for connection in self.connections)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        connection = RawConnection()
+        self.connections.append(connection)
+        try:
+            await self._exchange(reader, writer, connection)
+        except ConnectionError:
+            pass
+        finally:
+            self._tasks.discard(task)
+            connection.closed.set()
+            writer.close()
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        connection: RawConnection) -> None:
+        pending, tunnel = b"", False
+        while data := await reader.read(65536):
+            connection.data += data
+            if tunnel:
+                writer.write(data.upper())
+                continue
+            pending += data
+            while not tunnel and (end := pending.find(b"\r\n\r\n")) >= 0:
+                head, pending = pending[:end + 4], pending[end + 4:]
+                answer = self.answer(head)
+                for index, piece in enumerate([answer] if isinstance(answer, bytes) else answer):
+                    if index:
+                        await writer.drain()
+                        await asyncio.sleep(0.05)
+                    writer.write(piece)
+                tunnel = (answer if isinstance(answer, bytes) else b"".join(answer)) \
+                    .startswith(b"HTTP/1.1 101")
+            if tunnel and pending:
+                writer.write(pending.upper())
+
+
+@asynccontextmanager
+async def raw_upstream(answer: Callable[[bytes], bytes | list[bytes]]
+                       ) -> AsyncIterator[RawUpstream]:
+    upstream = RawUpstream(answer)
+    await upstream.start()
+    try:
+        yield upstream
+    finally:
+        await upstream.stop()
+
+
+async def read_all(address: tuple[str, int], request: bytes, timeout: float = 5.0) -> bytes:
+    """``raw_exchange`` with a shorter deadline, for tests where a hang is the bug."""
+    return await asyncio.wait_for(raw_exchange(address, request), timeout)

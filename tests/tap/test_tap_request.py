@@ -7,6 +7,7 @@ import json
 import pytest
 
 from specdec_exporter.core.buckets import TemperatureBuckets
+from specdec_exporter.tap.jsonscan import object_members
 from specdec_exporter.tap.request import model_label, plan_request, uninspected_plan
 
 BUCKETS = TemperatureBuckets()
@@ -110,3 +111,19 @@ def test_uninspected_plan() -> None:
     result = uninspected_plan(b"{}")
     assert (result.model, result.temperature_bucket, result.undo_include_usage) == (
         None, "unknown", False)
+
+
+def test_object_members_finds_top_level_values_byte_exactly() -> None:
+    body = b' {"a" : "}\\"{" , "b\\u0062":[{"c":"]"}], "a":null,"d":-1.5e3 }'
+    members = object_members(body)
+    assert members is not None
+    assert [(m.key, body[m.start:m.end]) for m in members] == [
+        ("a", b'"}\\"{"'), ("bb", b'[{"c":"]"}]'), ("a", b"null"), ("d", b"-1.5e3")]
+    assert object_members(b"[1]") is None and object_members(b'{"a":"open') is None
+
+
+def test_include_usage_insertion_keeps_every_other_byte() -> None:
+    body = b'{"stream": true, "stream_options": {"continuous_usage_stats": false}, "x": "\\u00e9"}'
+    result = plan(None, raw=body)
+    assert result.undo_include_usage
+    assert result.body == body.replace(b'false}', b'false,"include_usage":true}')

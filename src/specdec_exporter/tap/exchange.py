@@ -6,6 +6,7 @@ The response parser's callbacks are the exchange's methods; bytes go to the clie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from specdec_exporter.core.buckets import UNKNOWN_LABEL
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.http1 import Framing, Headers
 from specdec_exporter.tap.request import RequestPlan, plan_request, uninspected_plan
+from specdec_exporter.tap.routes import is_inspected, upstream_target
 from specdec_exporter.tap.spec import (
     SpecDecodeSummary,
     completion_tokens_of,
@@ -29,8 +31,13 @@ from specdec_exporter.tap.upstream import UpstreamConnection
 if TYPE_CHECKING:
     from specdec_exporter.tap.proxy import ClientConnection, Tap
 
-INSPECTED_PATHS = frozenset({b"/v1/chat/completions", b"/v1/completions"})
 MAX_HEAD_BYTES = 64 * 1024
+MAX_HELD_BYTES = 64 * 1024
+"""Client bytes held after an Upgrade head while vLLM decides; past this, reading pauses."""
+
+
+class SurplusResponseError(Exception):
+    """vLLM sent bytes past the end of the response: raised to stop the response parser."""
 
 
 class Stage(Enum):
@@ -53,10 +60,15 @@ class Exchange:
         self.client_http10 = client_http10
         self.client_keep_alive = keep_alive and not client_http10
         self.upgrade = upgrade
+        self.tunneling = False
+        """Client bytes after the head are not HTTP: held, then tunnelled or dropped."""
         self.tunnel_open = False
+        """vLLM answered 101: a byte pipe both ways."""
+        self._held: list[bytes] | None = None
+        self._held_size = 0
         self.stage = Stage.RECEIVING
         self.last_activity = time.monotonic()
-        self.inspected = method == b"POST" and target.split(b"?", 1)[0] in INSPECTED_PATHS
+        self.inspected = is_inspected(method, target)
         self.plan: RequestPlan | None = None
         self.label = ""
         # request side
@@ -88,6 +100,8 @@ class Exchange:
         self._out: list[bytes] = []
         self._response_started = False
         self._response_done = False
+        self._no_body = False
+        self._surplus = False
         self._watcher: UsageWatcher | None = None
         self._undo: IncludeUsageUndo | None = None
         self._tail: bytearray | None = None
@@ -163,7 +177,7 @@ class Exchange:
         self._send_upstream(http1.chunk(data) if self._declared_length is None else data)
 
     def _upstream_target(self) -> bytes:
-        return self.tap.origin.path_prefix + self.target
+        return upstream_target(self.tap.origin.path_prefix, self.target)
 
     def _send_upstream(self, data: bytes, fresh: bool = False) -> None:
         if self.upstream is not None:
@@ -205,24 +219,46 @@ class Exchange:
         if self._streaming_body:
             self.client.pause_reading(False)
 
-    # tunnel (Upgrade: the request's connection becomes a byte pipe both ways)
+    # Upgrade: client bytes after the head wait for vLLM's answer; only a 101 opens a pipe
 
-    def open_tunnel(self, early: bytes) -> None:
-        self.tunnel_open = True
-        self._request_bytes = None
-        if early:
-            self._send_upstream(early)
+    def hold_for_upgrade(self, early: bytes) -> None:
+        """The request asked for an Upgrade: what follows its head is held until vLLM answers."""
+        self.tunneling = True
+        self._held = []
+        self.tunnel_from_client(early)
 
     def tunnel_from_client(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
-        self._send_upstream(data)
+        if self.tunnel_open:
+            self._send_upstream(data)
+        elif self._held is not None and data:  # None: vLLM declined, the bytes are dropped
+            self._held.append(data)
+            self._held_size += len(data)
+            if self._held_size > MAX_HELD_BYTES:
+                self.client.pause_reading(True)
+
+    def _switch_protocols(self) -> None:
+        """vLLM answered 101: only valid for a request that asked for an Upgrade."""
+        if not self.upgrade:
+            raise ValueError("101 to a request without Upgrade")  # a parser error: 502
+        self._status = 101
+        self._head_done = self.tunnel_open = True
+        self.stage = Stage.RESPONDING
+
+    def _open_tunnel(self) -> None:
+        """Relay the 101 head as vLLM sent it, then release what the client sent meanwhile."""
+        self._head_written = True
+        self._out.append(self._head_buffer)
+        held, self._held = self._held or [], None
+        if held:
+            self._send_upstream(b"".join(held))
+        self.client.pause_reading(False)
 
     # response side: fed by the upstream connection
 
     def feed_response(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
         if self.tunnel_open:
-            self._response_started = self._head_written = True
             self.client.write(data)
             return
         head_pending = not self._head_done
@@ -231,26 +267,60 @@ class Exchange:
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            pass  # a 101 answer to an Upgrade request: from now on a byte pipe
+            pass  # the 101 answering an Upgrade request: what follows is the tunnel's
         except httptools.HttpParserError:
-            self._fail(502, "vLLM sent an invalid HTTP response")
-            return
+            if not self._response_done:
+                self._fail(502, "vLLM sent an invalid HTTP response")
+                return
+            if not head_pending and self._framing is Framing.RAW:
+                self._cut_surplus()  # its end is somewhere in this read: cannot be placed
+                return
+            self._surplus = True  # bytes after the end of the response: dropped
         if head_pending and not self._head_done and len(self._head_buffer) > MAX_HEAD_BYTES:
             self._fail(502, "vLLM sent a response head over 64 KiB")
             return
         if head_pending and self._head_done:
-            if self._framing is Framing.RAW:
-                body_start = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
-                self._write_head()
-                self._write_body(self._head_buffer[body_start:])
-            self._head_buffer = b""
+            self._head_read_done()
         elif self._framing is Framing.RAW and self._head_done:
             self._write_body(data)
         self._flush()
         if self._response_done:
             self._finish()
 
+    def _head_read_done(self) -> None:
+        """The read that completed the response head: relay it and the body bytes it carried."""
+        if self.tunnel_open:
+            self._open_tunnel()
+        elif self._framing is Framing.RAW:
+            body_start = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
+            self._write_head()
+            self._write_body(self._raw_body(self._head_buffer[body_start:]))
+        self._head_buffer = b""
+
+    def _raw_body(self, after_head: bytes) -> bytes:
+        """The body bytes of the first read, without anything past the end of the response."""
+        if self._no_body:
+            self._surplus = self._surplus or bool(after_head)
+            return b""
+        if not http1.is_chunked(self._response_headers):  # the end is at Content-Length
+            length = http1.content_length(self._response_headers) or 0
+            if len(after_head) > length:  # also a stray CRLF, which the parser skips silently
+                self._surplus = True
+                return after_head[:length]
+            return after_head
+        if not self._surplus:
+            return after_head
+        body = body_of(self._head_buffer)  # rare: re-read the response alone, then re-frame
+        return (http1.chunk(body) if body else b"") + http1.LAST_CHUNK
+
+    def _cut_surplus(self) -> None:
+        """Surplus in a later read of a verbatim body: the client connection is cut."""
+        self.tap.warn("surplus", "vLLM sent bytes past the end of a response; connection cut")
+        self._end(close_client=True)
+
     def on_message_begin(self) -> None:
+        if self._response_done:
+            raise SurplusResponseError  # a second response in the same read: stop parsing here
         self._response_started = True
         self._request_bytes = None  # an answer has begun: no retry from here on
 
@@ -265,16 +335,20 @@ class Exchange:
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
-        if status < 200 and status != 101:
+        if status == 101:
+            self._switch_protocols()
+            return
+        if status < 200:
             self._interim = True  # 1xx: not passed on (the tap answered Expect itself)
             return
         self._status = status
         self._head_done = True
+        self._held = None  # vLLM declined an Upgrade: held client bytes are never sent
         self.stage = Stage.RESPONDING
         self._upstream_keep_alive = self.parser.should_keep_alive()
         headers = self._response_headers
         chunked = http1.is_chunked(headers)
-        no_body = self.method == b"HEAD" or status in (204, 304) or status == 101
+        no_body = self._no_body = self.method == b"HEAD" or status in (204, 304)
         self._until_close = not no_body and not chunked and http1.content_length(headers) is None
         self._set_up_inspection(status, headers)
         self._framing = self._choose_framing(chunked, no_body)
@@ -339,6 +413,8 @@ class Exchange:
         self._tail = None
 
     def on_message_complete(self) -> None:
+        if self.tunnel_open:
+            return
         if self._interim:
             self._interim = False
             end = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
@@ -407,7 +483,8 @@ class Exchange:
             self.tap.record(record)
         connection, self.upstream = self.upstream, None
         if connection is not None:
-            reusable = self._upstream_keep_alive and self._request_complete and not self.upgrade
+            reusable = (self._upstream_keep_alive and self._request_complete and not self.upgrade
+                        and not self._surplus)
             connection.done(reusable)
         self.client.exchange_done(close=self._close_client)
 
@@ -432,6 +509,16 @@ class Exchange:
         """A reused idle connection that closed before any answer: send once more on a new one."""
         return (connection is not None and connection.reused and not self._retried
                 and not self._response_started and self._request_bytes is not None)
+
+    @property
+    def request_received(self) -> bool:
+        """The client's request is complete: bytes after it belong to a (refused) next one."""
+        return self._request_complete
+
+    @property
+    def answered(self) -> bool:
+        """A response head (or tunnel bytes) has gone to the client."""
+        return self._head_written
 
     def client_lost(self) -> None:
         """The client went away: drop the upstream connection so vLLM aborts the request."""
@@ -461,7 +548,8 @@ class Exchange:
         self._flush()
         if not self._head_written:
             self._head_written = True
-            self.client.write(http1.error_response(status, message))
+            self.client.write(http1.error_response(status, message,
+                                                   head=self.method == b"HEAD"))
         self._end(close_client=True)
 
     def _end(self, close_client: bool) -> None:
@@ -503,3 +591,29 @@ class Exchange:
             if tokens is not None and tokens > 1 and self._final_chunk_at is not None:
                 tpot = (self._final_chunk_at - self._first_body_at) / (tokens - 1)
         return RequestRecord(self.label, plan.temperature_bucket, spec, ttft, tpot)
+
+
+class _BodyReader:
+    """Collects the body of the first response in some bytes, ignoring what follows it."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.done = False
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            raise SurplusResponseError
+
+    def on_body(self, data: bytes) -> None:
+        self.pieces.append(data)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
+def body_of(response: bytes) -> bytes:
+    """The (de-chunked) body of the response at the start of ``response``."""
+    reader = _BodyReader()
+    with contextlib.suppress(httptools.HttpParserError):
+        httptools.HttpResponseParser(reader).feed_data(response)
+    return b"".join(reader.pieces)

@@ -81,14 +81,16 @@ def request_head(method: bytes, target: bytes, headers: Headers, body_length: in
                  default_host: bytes = b"") -> bytes:
     """The head sent upstream (HTTP/1.1, keep-alive); the body framing is the tap's own.
 
-    HTTP/1.1 requires ``Host``: a request without one (HTTP/1.0) gets ``default_host``.
+    HTTP/1.1 requires ``Host``: always sent, the client's value (even when its ``Connection``
+    header names ``Host``), else ``default_host`` (a request without one, as HTTP/1.0 allows).
     """
     if upgrade:
         kept = [(k, v) for k, v in headers if k.lower() not in FRAMING | {b"expect"}]
     else:
         kept = end_to_end(headers, FRAMING | {b"expect"})
-    if default_host and header_value(headers, b"host") is None:
-        kept.insert(0, (b"Host", default_host))
+    if header_value(kept, b"host") is None:
+        host = header_value(headers, b"host")
+        kept.insert(0, (b"Host", default_host if host is None else host))
     if body_length is not None:
         kept.append((b"Content-Length", b"%d" % body_length))
     elif chunked_body:
@@ -118,12 +120,15 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-def error_response(status: int, message: str, close: bool = True) -> bytes:
-    """A complete response with an OpenAI-shaped error body, as vLLM writes its own."""
+def error_response(status: int, message: str, close: bool = True, head: bool = False) -> bytes:
+    """A complete response with an OpenAI-shaped error body, as vLLM writes its own.
+
+    ``head``: the answer to a HEAD request, whose body is never sent (its length still is).
+    """
     phrase = HTTPStatus(status).phrase
     body = json.dumps({"error": {"message": message, "type": phrase.replace(" ", ""),
                                  "param": None, "code": status}}).encode()
     headers = [(b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(body))]
     if close:
         headers.append((b"Connection", b"close"))
-    return render(b"HTTP/1.1 %d %b" % (status, phrase.encode()), headers) + body
+    return render(b"HTTP/1.1 %d %b" % (status, phrase.encode()), headers) + (b"" if head else body)

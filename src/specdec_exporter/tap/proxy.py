@@ -31,6 +31,12 @@ CLIENT_IDLE_TIMEOUT = 75.0
 SWEEP_INTERVAL = 1.0
 ERROR_LOG_INTERVAL = 60.0
 DRAIN_POLL_INTERVAL = 0.05
+LINGER = 2.0
+"""Seconds a closing client connection, half-closed, still reads and drops what the client sends,
+so the client reads the last response first (nginx's lingering close): a close with unread
+bytes resets the connection, and the reset can destroy that response before it is read."""
+VERSIONS = frozenset({"1.0", "1.1"})
+"""Request versions the tap serves; others (HTTP/2 prior knowledge, 0.9) get a 505."""
 
 
 class Tap:
@@ -103,6 +109,7 @@ class ClientConnection(asyncio.Protocol):
         self.exchange: Exchange | None = None
         self.idle_since = time.monotonic()
         self.refused = False
+        self._linger: asyncio.TimerHandle | None = None
         self._url = b""
         self._headers: Headers = []
         self._head_bytes = 0
@@ -115,7 +122,7 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
-        if exchange is not None and exchange.tunnel_open:
+        if exchange is not None and exchange.tunneling:
             exchange.tunnel_from_client(data)
             return
         if self.refused:
@@ -123,16 +130,47 @@ class ClientConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
-            if self.exchange is not None:
-                self.exchange.open_tunnel(data[upgrade.args[0]:])
-        except httptools.HttpParserError:
-            self.reject(400, "malformed HTTP request")
+            self._upgrade(data[upgrade.args[0]:])
+        except httptools.HttpParserError as error:
+            self._parse_error(error)
+
+    def _upgrade(self, rest: bytes) -> None:
+        """The request just parsed asked for an Upgrade: what follows is not HTTP.
+
+        Only the in-flight request's own Upgrade counts; a refused (pipelined) request never
+        changes the state of the in-flight one (a CONNECT was answered and closed already).
+        """
+        exchange = self.exchange
+        if self.refused or exchange is None:
+            return
+        if not exchange.upgrade:
+            self.refused = True
+            return
+        exchange.hold_for_upgrade(rest)
+
+    def _parse_error(self, error: httptools.HttpParserError) -> None:
+        """Unparsable bytes: a 400 (505 for a version), unless they follow a complete request."""
+        exchange = self.exchange
+        if self.refused:
+            return
+        if exchange is not None and exchange.request_received:
+            self.refused = True  # a broken pipelined request: closed after this response
+            return
+        # a bad method leaves the parser's method that of the previous request
+        method = b"" if isinstance(error, httptools.HttpParserInvalidMethodError) \
+            else self.parser.get_method()
+        if self.parser.get_http_version() in VERSIONS | {"0.0"}:
+            self.reject(400, "malformed HTTP request", method)
+        else:
+            self.reject(505, "the tap serves HTTP/1.0 and 1.1 only", method)
 
     def eof_received(self) -> bool:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.tap.clients.discard(self)
+        if self._linger is not None:
+            self._linger.cancel()
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
             exchange.client_lost()
@@ -165,12 +203,31 @@ class ClientConnection(asyncio.Protocol):
         if self.refused:
             return
         parser = self.parser
+        method = parser.get_method()
+        refusal = self._refusal(method)
+        if refusal is not None:
+            self.reject(*refusal, method)
+            return
         self.exchange = Exchange(
-            self.tap, self, parser.get_method(), self._url, headers=self._headers,
+            self.tap, self, method, self._url, headers=self._headers,
             client_http10=parser.get_http_version() == "1.0",
             keep_alive=parser.should_keep_alive(), upgrade=parser.should_upgrade(),
         )
         self.exchange.start()
+
+    def _refusal(self, method: bytes) -> tuple[int, str] | None:
+        """A request the tap answers itself and never forwards: HTTP/2 or 0.9, CONNECT (vLLM
+        serves none; a tunnel would carry unparsed bytes), a transfer coding but chunked, and
+        two Host headers (RFC 9112 section 3.2: a 400)."""
+        if self.parser.get_http_version() not in VERSIONS:
+            return 505, "the tap serves HTTP/1.0 and 1.1 only"
+        if method == b"CONNECT":
+            return 501, "the tap does not tunnel CONNECT"
+        if http1.header_tokens(self._headers, b"transfer-encoding") - {b"chunked"}:
+            return 501, "only the chunked transfer coding is supported"
+        if sum(name.lower() == b"host" for name, _ in self._headers) > 1:
+            return 400, "more than one Host header"
+        return None
 
     def on_body(self, body: bytes) -> None:
         if self.exchange is not None and not self.refused:
@@ -183,7 +240,7 @@ class ClientConnection(asyncio.Protocol):
     # used by the exchange
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing() and self._linger is None:
             self.transport.write(data)
 
     def exchange_done(self, close: bool) -> None:
@@ -194,17 +251,19 @@ class ClientConnection(asyncio.Protocol):
         elif self.transport is not None:
             self.transport.resume_reading()
 
-    def reject(self, status: int, message: str) -> None:
-        """Answer bytes the tap cannot parse with an error, and close.
+    def reject(self, status: int, message: str, method: bytes) -> None:
+        """Answer a request the tap will not serve with an error, and close.
 
-        Mid-exchange (a broken body, or garbage while a response streams) no error can be
-        written without corrupting that response: the connection is only closed.
+        A broken body drops its request upstream (aborting vLLM's connection if the head went
+        out). The error is written only while no response byte has reached the client: after
+        that it would corrupt the response under way, so the connection is only closed.
         """
         exchange, self.exchange = self.exchange, None
+        answered = exchange is not None and exchange.answered
         if exchange is not None:
             exchange.client_lost()
-        else:
-            self.write(http1.error_response(status, message))
+        if not answered:  # no body in the answer to a HEAD
+            self.write(http1.error_response(status, message, head=method == b"HEAD"))
         self.close()
 
     def pause_reading(self, paused: bool) -> None:
@@ -216,9 +275,17 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def close(self) -> None:
+        """Half-close after what was written, then close once the client does (or LINGER)."""
         self.refused = True
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._linger is not None:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.resume_reading()
+        transport.write_eof()
+        self._linger = asyncio.get_running_loop().call_later(LINGER, transport.close)
 
     def abort(self) -> None:
         if self.transport is not None:

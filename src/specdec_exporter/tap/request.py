@@ -16,6 +16,7 @@ from specdec_exporter.core.buckets import (
     TemperatureBuckets,
     effective_temperature,
 )
+from specdec_exporter.tap.jsonscan import object_members
 
 OTHER_MODEL = "other"
 """``model_name`` of requests naming a model the vLLM server does not serve (bounded labels)."""
@@ -90,15 +91,26 @@ def _wants_usage_rewrite(document: dict[str, Any]) -> bool:
 
 
 def _with_include_usage(body: bytes, document: dict[str, Any]) -> bytes | None:
-    """The body with ``stream_options.include_usage`` on, keeping the original bytes if possible."""
+    """The body with ``stream_options.include_usage`` on: the original bytes plus one insertion.
+
+    ``json.loads`` (what vLLM's FastAPI app parses bodies with) keeps the last of duplicate
+    keys, so the member is added after whatever the client wrote: before the closing brace of
+    the last top-level ``stream_options`` object, or after a ``"stream_options": null``.
+    None (the body goes as it is, not rewritten) where that cannot be done safely.
+    """
     if "stream_options" not in document:
         opening = body.find(b"{")
         return body[: opening + 1] + INCLUDE_USAGE_MEMBER + body[opening + 1 :]
-    options = dict(document["stream_options"] or {})
-    options["include_usage"] = True
-    try:
-        text = json.dumps({**document, "stream_options": options}, ensure_ascii=False,
-                          separators=(",", ":"))
-    except (TypeError, ValueError):
+    members = object_members(body)
+    options = [member for member in members or () if member.key == "stream_options"]
+    if not options:
         return None
-    return text.encode("utf-8")
+    value = options[-1]
+    if body[value.start : value.end] == b"null":
+        return body[: value.end] + b',"stream_options":{"include_usage":true}' + body[value.end :]
+    if body[value.start : value.start + 1] != b"{" or body[value.end - 1 : value.end] != b"}":
+        return None
+    close = value.end - 1
+    empty = not body[value.start + 1 : close].strip()
+    member = b'"include_usage":true' if empty else b',"include_usage":true'
+    return body[:close] + member + body[close:]

@@ -1,0 +1,110 @@
+"""Where the members of a JSON object sit in its bytes, found without decoding the document.
+
+For byte-exact edits of request bodies (the ``include_usage`` insertion in ``request.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+_SPACE = re.compile(rb"[ \t\n\r]*")
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_SCALAR = re.compile(rb"[^ \t\n\r,\]}]+")
+_NESTED = re.compile(rb'["{}\[\]]')
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One member of an object: its decoded key and where its value's bytes start and end."""
+
+    key: str
+    start: int
+    end: int
+
+
+def object_members(body: bytes, start: int = 0) -> list[Member] | None:
+    """The members of the object at ``start`` (after whitespace), in order, duplicates kept.
+
+    Meant for bodies ``json.loads`` accepted; None for anything it does not recognise.
+    """
+    try:
+        return _members(body, _skip_space(body, start))
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def _members(body: bytes, at: int) -> list[Member] | None:
+    if body[at : at + 1] != b"{":
+        return None
+    members: list[Member] = []
+    at = _skip_space(body, at + 1)
+    if body[at : at + 1] == b"}":
+        return members
+    while True:
+        if body[at : at + 1] != b'"':
+            return None
+        key_end = _string_end(body, at)
+        key = _decode_key(body[at:key_end])
+        at = _skip_space(body, key_end)
+        if body[at : at + 1] != b":":
+            return None
+        start = _skip_space(body, at + 1)
+        end = _value_end(body, start)
+        members.append(Member(key, start, end))
+        at = _skip_space(body, end)
+        if body[at : at + 1] == b"}":
+            return members
+        if body[at : at + 1] != b",":
+            return None
+        at = _skip_space(body, at + 1)
+
+
+def _skip_space(body: bytes, at: int) -> int:
+    match = _SPACE.match(body, at)
+    return match.end() if match else at
+
+
+def _string_end(body: bytes, at: int) -> int:
+    """One past the closing quote of the string whose opening quote is at ``at``."""
+    match = _STRING_REST.match(body, at + 1)
+    if match is None:
+        raise ValueError("unterminated string")
+    return match.end()
+
+
+def _decode_key(raw: bytes) -> str:
+    if b"\\" not in raw:
+        return raw[1:-1].decode("utf-8")
+    key = json.loads(raw)
+    if not isinstance(key, str):
+        raise ValueError("not a key")
+    return key
+
+
+def _value_end(body: bytes, at: int) -> int:
+    first = body[at : at + 1]
+    if first == b'"':
+        return _string_end(body, at)
+    if first in (b"{", b"["):
+        return _nested_end(body, at)
+    match = _SCALAR.match(body, at)
+    if match is None:
+        raise ValueError("no value")
+    return match.end()
+
+
+def _nested_end(body: bytes, at: int) -> int:
+    """One past the bracket that closes the object or array opened at ``at``."""
+    depth = 0
+    while (match := _NESTED.search(body, at)) is not None:
+        mark = match.group()
+        if mark == b'"':
+            at = _string_end(body, match.start())
+            continue
+        depth += 1 if mark in (b"{", b"[") else -1
+        at = match.end()
+        if depth == 0:
+            return at
+    raise ValueError("unterminated value")
