@@ -8,10 +8,9 @@ import json
 import pytest
 from tapfakes import raw_exchange, running_tap, split_response
 
+from specdec_exporter.devtools.sim import server as sim_server
+from specdec_exporter.devtools.sim import settings as sim_settings
 from specdec_exporter.tap.routes import route_path, upstream_target
-
-sim_server = pytest.importorskip("specdec_exporter.sim.server")
-sim_settings = pytest.importorskip("specdec_exporter.sim.settings")
 
 pytestmark = pytest.mark.anyio
 TARGETS = [

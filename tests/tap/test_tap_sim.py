@@ -12,9 +12,8 @@ import pytest
 from tapfakes import running_tap
 
 from specdec_exporter.core.buckets import TemperatureBuckets
-
-sim_server = pytest.importorskip("specdec_exporter.devtools.sim.server")
-sim_settings = pytest.importorskip("specdec_exporter.devtools.sim.settings")
+from specdec_exporter.devtools.sim import server as sim_server
+from specdec_exporter.devtools.sim import settings as sim_settings
 
 pytestmark = pytest.mark.anyio
 DEFAULT_TEMPERATURE = 0.6

@@ -10,12 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from specdec_exporter.devtools.sim import server as sim_server
+from specdec_exporter.devtools.sim import settings as sim_settings
 from specdec_exporter.devtools.sweep.config import SweepConfig
 from specdec_exporter.devtools.sweep.phase import PhaseAcceptance, PhaseRow, per_request_acceptance
 from specdec_exporter.devtools.sweep.runner import run_sweep
-
-sim_server = pytest.importorskip("specdec_exporter.devtools.sim.server")
-sim_settings = pytest.importorskip("specdec_exporter.devtools.sim.settings")
 
 pytestmark = pytest.mark.anyio
 
