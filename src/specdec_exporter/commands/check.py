@@ -16,7 +16,7 @@ from specdec_exporter.core.acceptance import Verdict, draft_cost_ratio_for, verd
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.report import Entry, build_report, overall_verdict, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
-from specdec_exporter.sidecar.config import Settings, load_settings
+from specdec_exporter.sidecar.config import Settings, load_calibration, load_settings
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_deltas, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
@@ -26,13 +26,14 @@ CHECK_FLAGS = {
     "--vllm-url": "base URL of the vLLM server (default http://127.0.0.1:8000)",
     "--draft-cost-ratio": "cost of one drafted token relative to a target step (c)",
     "--speculative-method": "vLLM speculative method, picks the default draft cost ratio",
+    "--calibration": "calibrate's JSON file: c comes from it instead of being assumed",
     "--scrape-timeout": "timeout of one scrape, seconds (default 4)",
 }
 ADVICE = {
     Verdict.HEALTHY: "acceptance above 0.65: speculation is a real win here",
     Verdict.BORDERLINE: "acceptance 0.5-0.65: borderline; measure P99 latency under load",
-    Verdict.DISABLE: "acceptance below 0.5: speculation costs more than it saves; disable it "
-                     "or change the draft model",
+    Verdict.DISABLE: "acceptance below 0.5 or modelled speedup below 1: speculation costs more "
+                     "than it saves; disable it or change the draft model",
     Verdict.NOT_DRAFTING: "no drafts in the window: no traffic, or the drafter proposes nothing",
     Verdict.NOT_ENABLED: "vLLM exposes no speculative-decoding metrics (no --speculative-config)",
 }
@@ -96,6 +97,10 @@ async def _measure(settings: Settings, window: float, outcome: dict[str, Any],
     timeline.observe(time.monotonic(), snapshot_totals(second.snapshot))
     measured = timeline.window()
     cost = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
+    if settings.calibration is not None:  # measured c wins; vLLM serves one model
+        served = sorted(second.snapshot.models)
+        cost = load_calibration(settings.calibration).cost_ratio_for(
+            served[0] if len(served) == 1 else None)
     outcome.update(entries=build_report(second.snapshot, measured, cost),
                    snapshot=second.snapshot, seconds=measured.seconds)
 

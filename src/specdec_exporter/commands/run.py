@@ -19,6 +19,7 @@ SETTING_FLAGS: dict[str, str] = {
     "--max-body-bytes": "cap on a /metrics body (default 16 MiB)",
     "--draft-cost-ratio": "cost of one drafted token relative to a target step (c)",
     "--speculative-method": "vLLM speculative method, picks the default draft cost ratio",
+    "--calibration": "calibrate's JSON file: c comes from it instead of being assumed",
     "--log-level": "debug, info, warning or error (default info)",
     "--log-interval": "minimum seconds between repeated error log lines (default 60)",
     "--proxy-listen": "HOST:PORT of the OpenAI-compatible request tap (off by default)",

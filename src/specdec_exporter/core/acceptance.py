@@ -185,12 +185,14 @@ _EXIT_CODES = {
 }
 
 
-def verdict(enabled: bool, drafts: float, acceptance_rate: float | None) -> Verdict:
+def verdict(enabled: bool, drafts: float, acceptance_rate: float | None,
+            speedup: float | None = None) -> Verdict:
+    """The rule of thumb, overruled by a speedup below 1 (with a calibrated c, a measured loss)."""
     if not enabled:
         return Verdict.NOT_ENABLED
     if drafts <= 0 or acceptance_rate is None:
         return Verdict.NOT_DRAFTING
-    if acceptance_rate < DISABLE_BELOW:
+    if acceptance_rate < DISABLE_BELOW or (speedup is not None and speedup < 1.0):
         return Verdict.DISABLE
     if acceptance_rate <= HEALTHY_ABOVE:
         return Verdict.BORDERLINE

@@ -93,7 +93,7 @@ def entry(
         generation_tokens=counts.generation_tokens,
         drafts_per_second=counts.drafts / seconds if seconds > 0 else None,
         estimated_speedup=speedup,
-        verdict=verdict(enabled, counts.drafts, derived.acceptance_rate).value,
+        verdict=verdict(enabled, counts.drafts, derived.acceptance_rate, speedup).value,
     )
 
 

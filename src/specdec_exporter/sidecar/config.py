@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from specdec_exporter.core.calibration import Calibration
+
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
 
@@ -36,8 +38,26 @@ def _check_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def load_calibration(path: Path) -> Calibration:
+    """Read `calibrate --json`'s file; a bad file is one readable line (ValueError)."""
+    try:
+        return Calibration.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(item) for item in first["loc"]) or "file"
+        raise ValueError(f"{path} is not a calibration: {where}: {first['msg']}") from None
+
+
+def _check_calibration(path: Path) -> Path:
+    load_calibration(path)
+    return path
+
+
 ListenAddress = Annotated[str, AfterValidator(_check_listen)]
 HttpUrl = Annotated[str, AfterValidator(_check_url)]
+CalibrationFile = Annotated[Path, AfterValidator(_check_calibration)]
 
 
 class Settings(BaseSettings):
@@ -53,6 +73,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="cap on a /metrics body")
     draft_cost_ratio: float | None = Field(None, ge=0, le=10)
     speculative_method: str | None = None
+    calibration: CalibrationFile | None = None
+    """`calibrate --json`'s file: c comes from it (measured), before the flag or method default."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_interval: float = Field(60.0, ge=0, description="min seconds between repeated error logs")
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 from specdec_exporter.core.acceptance import draft_cost_ratio_for
 from specdec_exporter.sidecar.app import LandingRows, create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
-from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.config import Settings, load_calibration
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scraper
 from specdec_exporter.term import Cell
@@ -29,6 +29,8 @@ async def serve(settings: Settings,
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     cost_ratio = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
+    if settings.calibration is not None:  # measured c wins over the flag and method default
+        cost_ratio = load_calibration(settings.calibration).cost_ratio_for()
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
     async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
         scraper = Scraper(client, settings.vllm_url, timeout=settings.scrape_timeout,

@@ -79,6 +79,9 @@ class SimConfig:
     mean_output_tokens: int = 200
     merge_chunks: bool = True
     step_time: StepTimeModel | None = None
+    modelled_clock: bool = False
+    """Request timestamps (per-request timing metrics, latency histograms) count modelled step
+    time, not wall time: server-side figures that the host's load cannot skew."""
 
     def __post_init__(self) -> None:
         check_sim_config(self)
