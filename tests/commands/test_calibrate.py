@@ -114,15 +114,22 @@ def test_acceptance_is_what_the_spec_server_counted(measured: Any) -> None:
         "0.0": 12, "1.0": 12}
 
 
-def test_the_table_says_the_same(measured: Any) -> None:
-    document, _, _, table = measured
-    assert "TPOT spec ms" in table and "measured speedup" in table and "fitted c" in table
-    assert "break-even acceptance" in table and "running spec" in table
+def test_the_table_shows_every_point_and_fit(measured: Any) -> None:
+    table = measured[3]
+    lines = table.splitlines()
+    points_at = next(i for i, line in enumerate(lines) if line.startswith("k  concurrency"))
+    assert "TPOT spec ms" in lines[points_at] and "measured speedup" in lines[points_at]
+    assert "fitted c" in lines[points_at] and "running spec" in lines[points_at]
+    rows = [line.split() for line in lines[points_at + 2:points_at + 6]]
+    assert [(row[0], row[1], row[2]) for row in rows] == [
+        ("4", "1", "0.0"), ("4", "1", "1.0"), ("4", "4", "0.0"), ("4", "4", "1.0")]
+    fits_at = next(i for i, line in enumerate(lines) if line.startswith("concurrency  "))
+    assert "break-even acceptance" in lines[fits_at]
+    assert [line.split()[0] for line in lines[fits_at + 2:fits_at + 4]] == ["1", "4"]
     assert "the sidecar assumed 0.1" in table
-    snippet = table.split("0: plain decoding):\n")[1].splitlines()[0]
-    assert json.loads(snippet)["num_speculative_tokens"] == 4
-    assert "num_speculative_tokens_per_batch_size" in json.loads(snippet)
-    del document
+    snippet = json.loads(table.split("0: plain decoding):\n")[1].splitlines()[0])
+    assert snippet["num_speculative_tokens"] == 4
+    assert snippet["num_speculative_tokens_per_batch_size"][0][0] == 1
 
 
 NGRAM = spec_config(4, method="ngram", **FAST)
