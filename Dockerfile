@@ -1,13 +1,22 @@
 # syntax=docker/dockerfile:1
 # vllm-specdec-exporter: the sidecar image. Every RUN command below is run in fresh virtual
 # environments by scripts/check_dockerfile.py in CI (no Docker engine there).
+# Reproducible: every dependency is pinned with its hashes in requirements.lock (build stage:
+# requirements-build.lock), both written by `python scripts/lock.py`; the project itself is
+# installed --no-deps. A release also pins the base image by digest, see docs/deploy.md.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
+COPY requirements-build.lock ./
+RUN python -m pip install --no-cache-dir --require-hashes -r requirements-build.lock
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
+# The image leaves out the dev tools the sidecar never runs: the vLLM simulator and the sweep
+# (`simulate`, `sweep` and the simulated `demo` say so in one line). The load generator stays:
+# `calibrate` drives it.
+RUN rm -r src/specdec_exporter/devtools/sim src/specdec_exporter/devtools/sweep \
+    && python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
@@ -18,10 +27,18 @@ LABEL org.opencontainers.image.title="vllm-specdec-exporter" \
       org.opencontainers.image.source="https://github.com/vllm-specdec-exporter/vllm-specdec-exporter"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+# Dependencies first, from the lock alone, so that a code change does not rebuild this layer.
+COPY requirements.lock /deps/
+RUN python -m pip install --no-cache-dir --require-hashes -r /deps/requirements.lock \
+    && rm -rf /deps
 COPY --from=build /wheels /wheels
-RUN python -m pip install --no-cache-dir --no-index --find-links /wheels vllm-specdec-exporter \
-    && rm -rf /wheels
+# pip check: the locked versions satisfy the project's requirements. Then pip, setuptools and
+# wheel go: nothing at run time needs them.
+RUN python -m pip install --no-cache-dir --no-deps --no-index /wheels/*.whl \
+    && python -m pip check \
+    && rm -rf /wheels \
+    && python -m pip uninstall --yes --quiet setuptools wheel pip
 USER 10001:10001
-EXPOSE 10088 8080
+EXPOSE 10088 10089
 ENTRYPOINT ["specdec-exporter"]
 CMD ["run", "--listen", "0.0.0.0:10088"]

@@ -1,9 +1,11 @@
 """Run every command of the Dockerfile in fresh virtual environments (no Docker engine here).
 
 Checks the Dockerfile's shape (multi-stage, numeric non-root USER, exec-form ENTRYPOINT, EXPOSE,
-OCI labels), then replays each stage: COPY into a scratch root, each RUN with `python` bound to a
-fresh venv of that stage and absolute paths moved under the scratch root, and finally runs the
-ENTRYPOINT + CMD until /healthz answers.
+OCI labels, dependencies installed from the lock with hashes before the code is copied), then
+replays each stage: COPY into a scratch root, each RUN with `python` bound to a fresh venv of that
+stage and absolute paths moved under the scratch root. Then, in the final stage's venv, every
+command answers --help or, where the image leaves its dev tools out, says so in one line; and the
+ENTRYPOINT + CMD runs until /healthz answers.
 Run: python scripts/check_dockerfile.py
 """
 
@@ -45,10 +47,17 @@ def check_shape(steps: list[tuple[str, str]]) -> None:
     labels = " ".join(rest for keyword, rest in steps if keyword == "LABEL")
     for key in ("title", "description", "version", "licenses", "source"):
         assert f"org.opencontainers.image.{key}=" in labels, f"missing OCI label {key}"
+    final = steps[len(steps) - 1 - [k for k, _ in reversed(steps)].index("FROM"):]
+    runs = [rest for keyword, rest in final if keyword == "RUN"]
+    assert "--require-hashes -r /deps/requirements.lock" in runs[0], "deps not from the lock"
+    assert all("--no-deps" in run for run in runs[1:] if "pip install" in run)
+    copies = [rest for keyword, rest in final if keyword == "COPY"]
+    assert copies[0].startswith("requirements.lock"), "code copied before the dependency layer"
 
 
 def run(command: str, venv: Path, scratch: Path, cwd: Path) -> None:
-    moved = re.sub(r"(?<![\w.])/(wheels|src)\b", lambda m: str(scratch / m.group(1)), command)
+    moved = re.sub(r"(?<![\w.])/(wheels|src|deps)\b", lambda m: str(scratch / m.group(1)),
+                   command)
     moved = re.sub(r"\bpython\b", str(venv / "bin" / "python"), moved)
     print(f"+ {moved}", flush=True)
     subprocess.run(moved, shell=True, check=True, cwd=cwd)
@@ -113,11 +122,32 @@ def start_entrypoint(steps: list[tuple[str, str]], venv: Path) -> None:
         process.wait(timeout=15)
 
 
+SIDECAR_COMMANDS = ("run", "check", "calibrate")
+"""Commands the image must keep (calibrate where the CLI has it): nothing of theirs is left out."""
+
+
+def check_commands(venv: Path) -> None:
+    """Each command answers --help, or exits 2 with one line saying its dev tools are left out."""
+    from specdec_exporter.cli import COMMANDS  # noqa: PLC0415  (the checkout's own command list)
+
+    for name in COMMANDS:
+        result = subprocess.run([str(venv / "bin" / "specdec-exporter"), name, "--help"],
+                                capture_output=True, text=True, timeout=60, check=False)
+        if result.returncode == 0:
+            continue
+        assert name not in SIDECAR_COMMANDS, f"{name} fails in the image: {result.stderr}"
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "left out" in lines[0], (
+            f"{name}: exit {result.returncode}, stderr {result.stderr!r}")
+        print(f"{name}: {lines[0]}")
+
+
 def main() -> None:
     steps = instructions((ROOT / "Dockerfile").read_text())
     check_shape(steps)
     with tempfile.TemporaryDirectory(prefix="dockerfile-") as scratch:
         venv = replay(steps, Path(scratch))
+        check_commands(venv)
         start_entrypoint(steps, venv)
     print("Dockerfile commands OK")
 

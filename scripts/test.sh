@@ -13,6 +13,22 @@ for arg in "$@"; do
   esac
 done
 
+# The real tools the tests drive (promtool, amtool, Prometheus, Alertmanager, Chromium): installed
+# from Debian's packages when missing and this runs as root, so a fresh machine skips no test.
+apt_packages=()
+command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_packages+=(prometheus)
+command -v amtool >/dev/null || apt_packages+=(prometheus-alertmanager)
+command -v chromium >/dev/null || apt_packages+=(chromium)
+if [ "${#apt_packages[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  # Debian's packages would start their services on install; nothing here should hold ports.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
+  pkill -x prometheus || true
+  pkill -x prometheus-alertmanager || true
+fi
+
 python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
@@ -28,6 +44,7 @@ if [ -f tools/generate.py ]; then
 fi
 stage "Dockerfile commands in fresh venvs"; .venv/bin/python scripts/check_dockerfile.py >/dev/null
 stage "fast tests"; .venv/bin/pytest -m "not real_vllm"
+stage "fuzz (atheris, at most 60 s a target)"; scripts/fuzz.sh
 
 if [ "$skip_real" = "1" ]; then
   stage "real vLLM stage SKIPPED (--skip-real-vllm / SPECDEC_SKIP_REAL_VLLM=1)"

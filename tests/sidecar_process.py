@@ -8,11 +8,81 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
 SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
+Record = dict[str, object]
+
+
+class SidecarProcess:
+    """A running `specdec-exporter run` and the JSON log lines it has written so far."""
+
+    def __init__(self, vllm_url: str, *extra: str) -> None:
+        self.process = subprocess.Popen(
+            [*SPECDEC, "run", "--vllm-url", vllm_url, "--listen", "127.0.0.1:0", "--interval",
+             "0.2", "--scrape-timeout", "0.5", "--log-interval", "0", *extra],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert self.process.stderr is not None
+        self.records: list[Record] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,),
+                                        daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._changed:
+                self.records.append(json.loads(line))
+                self._changed.notify_all()
+
+    def wait_for_record(self, matches: Callable[[Record], bool], timeout: float = 30) -> Record:
+        """The first log record that ``matches``, waiting for it up to ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = next((record for record in self.records if matches(record)), None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                assert left > 0 and self.process.poll() is None, (
+                    f"no such log record; exit code {self.process.poll()}: {self.records[-5:]}")
+                self._changed.wait(min(left, 0.5))
+
+    def address(self, component: str) -> str:
+        """HOST:PORT announced by the ``listening`` line of ``component`` (metrics or tap)."""
+        record = self.wait_for_record(
+            lambda r: r.get("msg") == "listening" and r.get("component") == component)
+        return str(record["address"])
+
+    def stop(self, number: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Send ``number`` and wait for the exit code."""
+        self.process.send_signal(number)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 60) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+
+
+@contextmanager
+def sidecar_process(vllm_url: str, *extra: str) -> Iterator[SidecarProcess]:
+    """A `SidecarProcess`, killed on exit if the test left it running."""
+    process = SidecarProcess(vllm_url, *extra)
+    try:
+        yield process
+    finally:
+        process.close()
 
 
 @contextmanager
@@ -20,36 +90,13 @@ def sidecar(vllm_url: str, *extra: str) -> Iterator[tuple[str, list[dict[str, ob
     """Run `specdec-exporter run` as a subprocess; yields its URL and its parsed log lines.
 
     With ``--proxy-listen`` in ``extra``, the tap's address is in the log line whose
-    ``component`` is ``tap`` (see ``address_of``)."""
-    process = subprocess.Popen(
-        [*SPECDEC, "run", "--vllm-url", vllm_url, "--listen", "127.0.0.1:0", "--interval", "0.2",
-         "--scrape-timeout", "0.5", "--log-interval", "0", *extra],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert process.stderr is not None
-    records: list[dict[str, object]] = []
-    announced = threading.Event()
-    expected = 2 if "--proxy-listen" in extra else 1
-
-    def drain(stream: IO[str]) -> None:
-        for line in stream:
-            records.append(json.loads(line))
-            if sum(r.get("msg") == "listening" for r in records) == expected:
-                announced.set()
-
-    reader = threading.Thread(target=drain, args=(process.stderr,), daemon=True)
-    reader.start()
-    try:
-        assert announced.wait(30), f"the sidecar did not announce its address: {records}"
-        address = next(r["address"] for r in records if r.get("component") == "metrics")
-        yield f"http://{address}", records
-    finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=15)
-        reader.join(timeout=5)
-        process.stderr.close()
-        assert code == 0, records[-5:]
-
-
+    ``component`` is ``tap`` (see ``address_of``). Stopped with SIGTERM: must exit 0."""
+    with sidecar_process(vllm_url, *extra) as running:
+        if "--proxy-listen" in extra:
+            running.address("tap")
+        yield f"http://{running.address('metrics')}", running.records
+        code = running.stop(timeout=15)
+        assert code == 0, running.records[-5:]
 
 
 def address_of(records: list[dict[str, object]], component: str) -> str:

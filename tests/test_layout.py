@@ -6,6 +6,7 @@ Every import statement counts, including those under ``if TYPE_CHECKING:`` and i
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,12 +23,18 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imported(path: Path, own_name: str) -> Iterator[str]:
+@functools.cache
+def imported(path: Path, own_name: str) -> tuple[str, ...]:
     """Every module named by an import statement of the file, relative imports resolved."""
+    return tuple(_imported(path, own_name))
+
+
+def _imported(path: Path, own_name: str) -> Iterator[str]:
     package = own_name if path.name == "__init__.py" else own_name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -41,6 +48,7 @@ def imported(path: Path, own_name: str) -> Iterator[str]:
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
+@functools.cache
 def internal_graph() -> dict[str, set[str]]:
     """Module -> the package's modules it imports (``from pkg import mod`` names mod)."""
     known = modules()
@@ -48,6 +56,11 @@ def internal_graph() -> dict[str, set[str]]:
         name: {target for target in imported(path, name) if target in known and target != name}
         for name, path in known.items()
     }
+
+
+# Parsed once, at collection: CPython 3.11's ast.parse can fail with "AST constructor recursion
+# depth mismatch" after another test in the process has hit a RecursionError.
+internal_graph()
 
 
 def room_of(module: str) -> str:

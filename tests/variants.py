@@ -1,5 +1,5 @@
-"""Other real renderings of a vLLM /metrics page, built from a real capture by the rules in
-vllm-facts §2: several DP engines, the multiprocess rendering, underscore names, OpenMetrics.
+"""Other real renderings of a vLLM /metrics page, built from a real capture by vLLM's rendering
+rules: several DP engines, the multiprocess rendering, underscore names, OpenMetrics.
 """
 
 from __future__ import annotations
@@ -101,3 +101,18 @@ def _openmetrics_line(line: str, family: str) -> str:
         labels = f"{{{match['labels']}}}" if match["labels"] else ""
         return f"{match['name']}{labels} {match['value'][:-2]}{match['rest']}"
     return line
+
+
+def with_models(text: str, names: list[str]) -> str:
+    """The exposition plus one engine of every spec series and generation tokens for each name
+    (a hostile or broken front end: vLLM serves one model per server)."""
+    lines = []
+    for name in names:
+        labels = f'engine="0",model_name="{name}"'
+        lines += [f"vllm:spec_decode_num_drafts_total{{{labels}}} 10.0",
+                  f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} 40.0",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 20.0",
+                  *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}}'
+                    f" {8 - 2 * p}.0" for p in range(4)),
+                  f"vllm:generation_tokens_total{{{labels}}} 30.0"]
+    return text + "\n".join(lines) + "\n"

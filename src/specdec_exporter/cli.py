@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Protocol, cast
+from typing import NoReturn, Protocol, cast
 
 from specdec_exporter import __version__
 from specdec_exporter.sidecar.config import ConfigError
@@ -26,7 +26,14 @@ COMMANDS: dict[str, str] = {
 }
 """Each command is the module ``specdec_exporter.commands.<name>``."""
 
-EXIT_USAGE = 2
+EXIT_USAGE = 64
+"""A usage or config error (sysexits.h EX_USAGE). No verdict of `check` uses it, so a CI gate
+can tell "typo in a flag" from "disable speculation" (2)."""
+EXIT_INTERRUPTED = 130
+EXIT_UNAVAILABLE = 69
+"""The command needs a dev tool this installation leaves out (sysexits.h EX_UNAVAILABLE)."""
+DEVTOOLS = "specdec_exporter.devtools"
+"""The sidecar image leaves some of these out; a command that needs them says so in one line."""
 
 
 class CommandModule(Protocol):
@@ -35,8 +42,16 @@ class CommandModule(Protocol):
     def main(self, args: argparse.Namespace) -> int: ...
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, except that a usage error exits 64 instead of 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="specdec-exporter",
         description="Prometheus exporter and alerting sidecar for speculative decoding in vLLM.",
         epilog="Run 'specdec-exporter COMMAND --help' for a command's options.",
@@ -58,10 +73,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        _top_parser().parse_args([name])  # prints the usage error and exits 2
+        _top_parser().parse_args([name])  # prints the usage error and exits 64
+    try:
+        return _run(name, rest)
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith(DEVTOOLS):
+            raise
+        print(f"specdec-exporter {name}: {exc.name} is left out of this installation (the sidecar "
+              "image ships without the simulator and the sweep); pip install "
+              "vllm-specdec-exporter to use it", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+def _run(name: str, rest: list[str]) -> int:
     module = load_command(name)
-    parser = argparse.ArgumentParser(prog=f"specdec-exporter {name}",
-                                     description=COMMANDS[name])
+    parser = ArgumentParser(prog=f"specdec-exporter {name}", description=COMMANDS[name])
     module.configure(parser)
     args = parser.parse_args(rest)
     try:
@@ -70,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

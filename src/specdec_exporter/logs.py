@@ -6,24 +6,39 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 _RESERVED = frozenset(vars(logging.makeLogRecord({})))
+_DROPPED = frozenset({"color_message"})
+"""uvicorn's ANSI-coloured copy of its message: noise in a JSON line."""
+
+
+def rfc3339(created: float) -> str:
+    """``2026-11-22T20:15:00.123Z``: UTC, milliseconds."""
+    moment = datetime.fromtimestamp(created, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object a line: time, level, logger, message, and any `extra` fields."""
+    """One JSON object a line: time, level, logger, message, any `extra` fields, and the
+    exception with its traceback when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
-            "ts": round(record.created, 3),
+            "ts": rfc3339(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        payload.update({k: v for k, v in vars(record).items() if k not in _RESERVED})
+        payload.update({k: v for k, v in vars(record).items()
+                        if k not in _RESERVED and k not in _DROPPED})
         if record.exc_info and record.exc_info[0] is not None:
-            payload["error"] = record.exc_info[0].__name__
+            kind, error = record.exc_info[0], record.exc_info[1]
+            payload["error"] = f"{kind.__name__}: {error}" if str(error) else kind.__name__
+            payload["traceback"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            payload["stack"] = self.formatStack(record.stack_info)
         return json.dumps(payload, default=str)
 
 

@@ -160,11 +160,11 @@ def test_refusals_are_one_line_and_exit_3(capsys: pytest.CaptureFixture[str], sp
     (("--temperatures", "0,0"), "--temperatures"),
     (("--draft-cost-ratio", "-1"), "draft_cost_ratio"),
 ])
-def test_bad_flags_exit_2(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
+def test_bad_flags_exit_64(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
                           message: str) -> None:
     code, out, err = calibrate(capsys, "--spec-url", "http://127.0.0.1:9", "--base-url",
                                "http://127.0.0.1:9", *args)
-    assert code == 2 and out == "" and message in err
+    assert code == 64 and out == "" and message in err
 
 
 def test_unreachable_server_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

@@ -76,13 +76,13 @@ def test_the_served_models_own_entry_wins_over_the_top_level_figure(
     (None, "cannot read"), ("{}", "model_name"), ("[1]", "is not a calibration"),
     ('{"model_name": "m", "draft_cost_ratio": "x"}', "draft_cost_ratio"),
 ])
-def test_a_bad_calibration_file_is_one_line_and_exit_2(
+def test_a_bad_calibration_file_is_one_line_and_exit_64(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | None,
         message: str) -> None:
     path = tmp_path / "calibration.json"
     if content is not None:
         path.write_text(content)
-    assert main(["check", "--calibration", str(path)]) == 2
+    assert main(["check", "--calibration", str(path)]) == 64
     out, err = capsys.readouterr()
     assert out == "" and message in err and err.count("\n") == 1
 

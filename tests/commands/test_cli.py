@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,24 +16,62 @@ import pytest
 
 from fakevllm import FakeVllm, fake_vllm
 from sidecar_process import sidecar
-from specdec_exporter.cli import main
+from specdec_exporter.cli import COMMANDS, EXIT_USAGE, main
 from variants import FIXTURES, MODEL, capture
 
 SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
 
 
-def test_bad_setting_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--interval", "-1"]) == 2
-    error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1
-    assert "interval" in error and "greater than 0" in error
+def test_bad_setting_is_one_line_and_exit_64(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--interval", "-1"]) == EXIT_USAGE == 64
+    assert capsys.readouterr().err == (
+        "specdec-exporter run: invalid setting: interval: Input should be greater than 0 "
+        "(got '-1')\n")
 
 
-def test_bad_environment_value_is_one_line_and_exit_2(
+def test_bad_environment_value_is_one_line_and_exit_64(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECDEC_LISTEN", "nonsense")
-    assert main(["run"]) == 2
-    assert "HOST:PORT" in capsys.readouterr().err
+    assert main(["run"]) == 64
+    assert capsys.readouterr().err == (
+        "specdec-exporter run: invalid setting: listen: expected HOST:PORT, got 'nonsense'\n")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_exits_64_on_a_usage_error(
+        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--no-such-flag"])
+    assert exited.value.code == 64
+    assert capsys.readouterr().err.endswith(
+        f"specdec-exporter {command}: error: unrecognized arguments: --no-such-flag\n")
+
+
+def test_an_unknown_command_exits_64() -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve"])
+    assert exited.value.code == 64
+
+
+def test_run_never_imports_the_dev_tools() -> None:
+    """`python -X importtime` lists every module `run` imports, the tap's included."""
+    with fake_vllm(capture("t3")) as vllm:
+        process = subprocess.Popen(
+            [sys.executable, "-X", "importtime", *SPECDEC[1:], "run", "--vllm-url", vllm.url,
+             "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert process.stderr is not None
+        lines = []
+        with process.stderr:
+            for line in process.stderr:
+                lines.append(line)
+                if '"component": "tap"' in line:
+                    process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    imported = {line.rpartition("|")[2].strip() for line in lines
+                if line.startswith("import time:")}
+    assert {"specdec_exporter.sidecar.serve", "specdec_exporter.tap.proxy"} <= imported
+    assert sorted(name for name in imported if "devtools" in name) == []
 
 
 def run_check(vllm: FakeVllm, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -77,6 +117,20 @@ def test_check_exit_codes(bodies: tuple[str, str], code: int, verdict: str) -> N
         result = run_check(vllm)
     assert result.returncode == code, result.stderr
     assert f"verdict: {verdict}" in result.stdout
+
+
+def test_check_window_is_its_own_and_a_bad_one_is_a_usage_error() -> None:
+    """check reads SPECDEC_VLLM_URL (shared with run), never the sidecar's SPECDEC_WINDOW."""
+    with vllm_serving(capture("t1"), capture("t3")) as vllm:
+        env = {**os.environ, "SPECDEC_VLLM_URL": vllm.url, "SPECDEC_WINDOW": "nonsense"}
+        result = subprocess.run([*SPECDEC, "check", "--window", "0.3", "--json"], env=env,
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["vllm_url"] == vllm.url
+        bad = run_check(vllm, "--window", "0")
+    assert (bad.returncode, bad.stdout) == (64, "")
+    assert bad.stderr == ("specdec-exporter check: invalid setting: window: Input should be "
+                          "greater than 0 (got '0')\n")
 
 
 def test_check_spec_off_and_unreachable() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,7 +74,9 @@ def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
             process.kill()
     assert process.returncode == 0, stderr[-2000:]
     assert "sidecar: http://127.0.0.1:" in stdout
-    assert "drafter: DEGRADED at 3 s" in stdout
+    degraded = re.search(r"drafter: DEGRADED at (\d+) s", stdout)
+    assert degraded is not None, stdout[-2000:]
+    assert 3 <= int(degraded.group(1)) <= 6  # halfway, at the first refresh from then on
     assert "meta-llama/Llama-3.1-8B-Instruct  all" in stdout
     assert "load: " in stdout and " 0 errors" in stdout.splitlines()[-1]
     assert sidecar_pids, "the demo should run the sidecar as a child process"

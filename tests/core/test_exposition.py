@@ -1,4 +1,4 @@
-"""The parser against every real capture and every variant built from vllm-facts §2."""
+"""The parser against every real capture and every rendering variant vLLM produces."""
 
 from __future__ import annotations
 
@@ -127,8 +127,11 @@ def test_exemplars_and_timestamps_are_ignored() -> None:
         ('vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} abc\n', "unparsable"),
         ('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",'
          'position="x"} 1\n', "position"),
+        ('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",'
+         'position="\u00b2"} 1\n', "position"),
     ],
-    ids=["empty", "html", "garbage", "truncated", "bad-value", "bad-position"],
+    ids=["empty", "html", "garbage", "truncated", "bad-value", "bad-position",
+         "superscript-position"],
 )
 def test_bad_bodies_are_rejected_with_a_reason(body: str, message: str) -> None:
     with pytest.raises(ExpositionError, match=message):

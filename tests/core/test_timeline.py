@@ -40,8 +40,31 @@ def test_a_series_first_seen_later_starts_at_zero() -> None:
     assert timeline.window().deltas == {"a": counts(2), "b": counts(10)}
 
 
+def test_own_counters_first_seen_later_count_whole() -> None:
+    """The tap's series are created at zero: one born between two polls counts from zero, but
+    what a series held at the very first poll predates the window."""
+    timeline: Timeline[str] = Timeline(60, counts_from_zero=True)
+    timeline.observe(0, {"a": counts(1)})
+    timeline.observe(5, {"a": counts(2), "b": counts(7)})
+    timeline.observe(10, {"a": counts(3), "b": counts(9)})
+    assert timeline.window().deltas == {"a": counts(2), "b": counts(9)}
+
+
 def test_points_older_than_the_window_are_dropped() -> None:
     timeline: Timeline[str] = Timeline(10)
     for at in range(0, 1000, 5):
         timeline.observe(at, {"a": counts(at)})
     assert len(timeline) == 3
+
+
+def test_a_series_absent_for_a_whole_window_is_forgotten() -> None:
+    timeline: Timeline[str] = Timeline(10)
+    timeline.observe(0, {"a": counts(1), "gone": counts(7)})
+    timeline.observe(5, {"a": counts(2), "gone": counts(9)})
+    timeline.observe(10, {"a": counts(3)})
+    assert timeline.window().deltas == {"a": counts(2), "gone": counts(2)}
+    timeline.observe(15, {"a": counts(4)})  # last seen at 5: a whole window ago
+    assert timeline.window().deltas == {"a": counts(2)}
+    timeline.observe(20, {"a": counts(5), "gone": counts(100)})  # back: starts at zero
+    timeline.observe(25, {"a": counts(6), "gone": counts(103)})
+    assert timeline.window().deltas == {"a": counts(2), "gone": counts(3)}

@@ -1,5 +1,6 @@
 """The simulator against real vLLM, given the same command-line options: same `vllm:` family table,
-same response and stream shapes. Any difference fails with a readable diff.
+same response and stream shapes, same answers to every edge case. Any difference fails with a
+readable diff.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from real_vllm import edge_cases
 from real_vllm.server_script import load_server_module
 from real_vllm.shapes import (
     Family,
@@ -81,7 +83,7 @@ def sim_config_for(command: list[str], layout: Any) -> SimConfig:
     generation = ["--generation-config", str(layout.models / "target")]  # vLLM's "auto" default
     args, unknown = parser.parse_known_args([*flags, *generation])
     assert unknown == REAL_ONLY_FLAGS, f"flags the simulator does not know: {unknown}"
-    return replace(sim_cli.build_config(args), port=0)
+    return sim_cli.build_config(args).with_port(0)
 
 
 def simulator_for(layout: Any, spec: bool) -> Iterator[RunningSimulator]:
@@ -138,4 +140,35 @@ def test_same_shape(real_vllm: Any, simulator: RunningSimulator, name: str) -> N
     path, body = REQUESTS[name]
     real, simulated = shape_of(real_vllm.url, path, body), shape_of(simulator.url, path, body)
     diff = readable_diff(real, simulated, f"real vLLM {name}", f"simulator {name}")
+    assert not diff, f"{name}: shapes differ:\n{diff}"
+
+
+# The edge-case matrix (tests/real_vllm/edge_cases.py): the same requests to both servers.
+
+@pytest.fixture(scope="module")
+def answers(real_vllm: Any, simulator: RunningSimulator) -> dict[str, tuple[Any, Any]]:
+    """Every edge case sent once to each server (about 5 s against the tiny real model)."""
+    found = {}
+    with httpx.Client(base_url=real_vllm.url, timeout=120, trust_env=False) as real, \
+            httpx.Client(base_url=simulator.url, timeout=120, trust_env=False) as ours:
+        for name, case in edge_cases.CASES.items():
+            found[name] = (edge_cases.record(real, case), edge_cases.record(ours, case))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(edge_cases.CASES))
+def test_edge_case_answered_alike(answers: dict[str, tuple[Any, Any]], name: str) -> None:
+    """Status, error type and param, usage chunks, spec metrics, choices, finish_reason."""
+    real, simulated = answers[name]
+    assert edge_cases.essentials(simulated) == edge_cases.essentials(real)
+    if "error" in real.get("body", {}):
+        assert simulated["body"] == real["body"]
+
+
+@pytest.mark.parametrize("name", sorted(edge_cases.CASES))
+def test_edge_case_shapes_alike(answers: dict[str, tuple[Any, Any]], name: str) -> None:
+    real, simulated = answers[name]
+    assert sorted(simulated["headers"]) == sorted(real["headers"])
+    diff = readable_diff(edge_cases.shape_of(real), edge_cases.shape_of(simulated),
+                         f"real vLLM {name}", f"simulator {name}")
     assert not diff, f"{name}: shapes differ:\n{diff}"

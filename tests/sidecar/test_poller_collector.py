@@ -13,9 +13,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import parse
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
-from specdec_exporter.sidecar.poller import Poller
+from specdec_exporter.sidecar.poller import BucketKey, Poller
 from specdec_exporter.sidecar.scraper import Scrape, ScrapeError
 from variants import FIXTURES, MODEL, capture, with_engines
 
@@ -45,14 +46,15 @@ class Clock:
 
 
 async def poll_all(bodies: list[str | ScrapeError], *, window: float = 3600,
-                   attributed: dict[str, float] | None = None) -> tuple[Poller, CollectorRegistry]:
+                   tap_counts: dict[BucketKey, Totals] | None = None
+                   ) -> tuple[Poller, CollectorRegistry]:
     clock = Clock()
     poller = Poller(ScriptedSource(bodies), interval=5, window=window, cost_ratio=0.1,
                     log_interval=60, clock=clock,
-                    attributed=(lambda: dict(attributed)) if attributed is not None else None)
+                    tap_counts=(lambda: dict(tap_counts)) if tap_counts is not None else None)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecDecodeCollector(poller.state, cost_ratio=0.1, interval=5, window=window,
-                                          coverage_enabled=attributed is not None))
+                                          coverage_enabled=tap_counts is not None))
     for _ in bodies:
         await poller.poll_once()
         clock.now += 5
@@ -129,20 +131,69 @@ async def test_legacy_v0_exports_its_own_gauges_only() -> None:
 
 
 async def test_coverage_ratio_is_tap_share_of_vllm_draft_tokens() -> None:
-    attributed = {MODEL: 0.0}
+    tap: dict[BucketKey, Totals] = {(MODEL, "0"): Totals()}
     clock = Clock()
     poller = Poller(ScriptedSource([capture("t1"), capture("t2")]), interval=5, window=60,
-                    cost_ratio=0.1, log_interval=60, clock=clock, attributed=lambda: attributed)
+                    cost_ratio=0.1, log_interval=60, clock=clock, tap_counts=lambda: tap)
     await poller.poll_once()
     clock.now += 5
-    attributed[MODEL] = 4868.0  # interval t2 has 9736 draft tokens in vLLM
+    # interval t2 has 9736 draft tokens in vLLM; the tap attributed 4868 over two buckets, one of
+    # them born since the first poll (the tap's counters start at zero, so it counts whole)
+    tap.update({(MODEL, "0"): Totals(draft_tokens=3000.0),
+                (MODEL, "invalid"): Totals(draft_tokens=1868.0)})
     await poller.poll_once()
     assert poller.state.coverage == {MODEL: 0.5}
 
 
+async def test_bucket_figures_cover_the_sidecar_window_not_since_start() -> None:
+    """A bucket that was good for a long time and then degraded reads its window, not its past."""
+    tap: dict[BucketKey, Totals] = {}
+    clock = Clock()
+    poller = Poller(ScriptedSource([capture("t0"), capture("t1"), capture("t2"), capture("t3")]),
+                    interval=5, window=10, cost_ratio=0.1, log_interval=60, clock=clock,
+                    tap_counts=lambda: tap)
+    for drafts, draft_tokens, accepted in [(0, 0, 0), (1000, 4000, 3600), (1100, 4400, 3640),
+                                           (1200, 4800, 3680)]:
+        tap[(MODEL, "0")] = Totals(drafts, draft_tokens, accepted)
+        await poller.poll_once()
+        clock.now += 5
+    (key, bucket), = poller.state.buckets.items()
+    assert key == (MODEL, "0")
+    assert bucket.engine == "all"
+    # window = last two intervals: 200 drafts, 800 draft tokens, 80 accepted (since start: 0.767)
+    assert (bucket.drafts, bucket.draft_tokens, bucket.accepted_tokens) == (200, 800, 80)
+    assert bucket.acceptance_rate == 0.1
+    assert bucket.mean_acceptance_length == 1.4
+    assert bucket.drafts_per_second == 20.0
+    assert bucket.estimated_speedup == pytest.approx(1.4 / 1.4)
+    assert bucket.verdict == "disable"
+
+
+async def test_history_keeps_one_point_per_poll_and_a_gap_for_a_failed_poll() -> None:
+    tap: dict[BucketKey, Totals] = {}
+    clock = Clock()
+    failure = ScrapeError("connect", "refused")
+    poller = Poller(ScriptedSource([capture("t0"), capture("t1"), failure, capture("t2")]),
+                    interval=5, window=60, cost_ratio=0.1, log_interval=60, clock=clock,
+                    tap_counts=lambda: tap)
+    for counts in (Totals(), Totals(100, 400, 300), Totals(100, 400, 300),
+                   Totals(200, 800, 500)):
+        tap[(MODEL, "0")] = counts
+        await poller.poll_once()
+        clock.now += 5
+    lines = {(s.model_name, s.temperature_bucket): s.points
+             for s in poller.state.history.series()}
+    model = lines[(MODEL, None)]
+    assert [age for age, _ in model] == [15.0, 10.0, 5.0, 0.0]
+    assert [value is None for _, value in model] == [True, False, True, False]
+    assert model[1][1] == 7434 / 9448  # t0 -> t1 in vLLM's counters
+    # the tap's bucket: no window at the first poll, 300 / 400, a gap, then 500 / 800 (t0..t2)
+    assert [value for _, value in lines[(MODEL, "0")]] == [None, 0.75, None, 0.625]
+
+
 async def test_golden_exposition(update_golden: bool) -> None:
     _, registry = await poll_all([capture("t0"), with_engines(capture("t3"), 2)],
-                                 attributed={MODEL: 0.0})
+                                 tap_counts={(MODEL, "0"): Totals()})
     text = generate_latest(registry).decode()
     golden = GOLDEN / "exporter_two_engines.prom"
     if update_golden:
@@ -160,3 +211,52 @@ def test_golden_passes_promtool_check_metrics() -> None:
     result = subprocess.run([promtool, "check", "metrics"], input=golden, capture_output=True,
                             check=False)
     assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
+
+
+class BrokenSource:
+    """A scraper with a bug: every poll raises something that is not a ScrapeError."""
+
+    async def scrape(self) -> Scrape:
+        raise RuntimeError("bug")
+
+
+async def test_internal_errors_are_rate_limited_and_keep_their_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR)
+    poller = Poller(BrokenSource(), interval=5, window=60, cost_ratio=0.1, log_interval=60,
+                    clock=Clock())
+    for _ in range(5):
+        await poller.poll_once()
+    errors = [r for r in caplog.records if r.getMessage() == "unexpected error while polling vLLM"]
+    assert len(errors) == 1
+    assert errors[0].exc_info is not None and errors[0].exc_info[0] is RuntimeError
+    assert poller.state.failures["parse"] == 5
+
+
+def with_accepted(text: str, value: str) -> str:
+    line = f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{MODEL}"}} '
+    start = text.index(line) + len(line)
+    return text[:start] + value + text[text.index("\n", start):]
+
+
+@pytest.mark.parametrize("written", ["NaN", "+Inf", "-3.0", "4.2e13"])
+async def test_an_invalid_series_is_dropped_counted_and_logged_once(
+        written: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    bad = with_accepted(capture("t2"), written)
+    poller, registry = await poll_all([capture("t1"), bad, bad, bad])
+    reason = {"NaN": "nan", "+Inf": "infinite", "-3.0": "negative"}.get(
+        written, "accepted_over_drafted")
+    assert value(registry, "specdec_up") == 1.0
+    assert value(registry, "specdec_invalid_series_total", reason=reason) == 3.0
+    others = [r for r in ("nan", "infinite", "negative", "accepted_over_drafted") if r != reason]
+    assert [value(registry, "specdec_invalid_series_total", reason=r) for r in others] == [0.0] * 3
+    for family in ("specdec_drafts_total", "specdec_accepted_tokens_total"):
+        assert value(registry, family, model_name=MODEL, engine="0") is None
+    assert value(registry, "specdec_estimated_speedup", model_name=MODEL) is None
+    assert value(registry, "specdec_num_speculative_tokens", model_name=MODEL) is None
+    assert value(registry, "specdec_generation_tokens_total", model_name=MODEL,
+                 engine="0") == 20207.0
+    logged = [r for r in caplog.records if r.getMessage().startswith("vLLM exposed series")]
+    assert len(logged) == 1
+    assert poller.state.up

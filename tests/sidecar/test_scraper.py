@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
+import zlib
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
-from variants import capture
+from variants import MODEL, capture
 
 pytestmark = pytest.mark.anyio
 
@@ -19,9 +22,14 @@ def scraper_for(handler: httpx.MockTransport, timeout: float = 1.0,
     return Scraper(client, "http://vllm:8000/", timeout=timeout, max_body_bytes=max_body_bytes)
 
 
+def streamed(status: int, body: bytes, **headers: str) -> httpx.Response:
+    """A response whose body streams as a server's does (``content=`` would preload it)."""
+    headers.setdefault("content-length", str(len(body)))
+    return httpx.Response(status, stream=httpx.ByteStream(body), headers=headers)
+
+
 def answer(status: int = 200, body: bytes = b"", **headers: str) -> httpx.MockTransport:
-    return httpx.MockTransport(lambda request: httpx.Response(status, content=body,
-                                                              headers=headers))
+    return httpx.MockTransport(lambda request: streamed(status, body, **headers))
 
 
 async def test_success_parses_the_snapshot() -> None:
@@ -29,7 +37,7 @@ async def test_success_parses_the_snapshot() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, text=capture("t3"))
+        return streamed(200, capture("t3").encode())
 
     scrape = await scraper_for(httpx.MockTransport(handler)).scrape()
     assert scrape.snapshot.counters[("meta-llama/Llama-3.1-8B-Instruct", "0")].drafts == 7380.0
@@ -73,3 +81,70 @@ async def test_slow_vllm_is_timeout() -> None:
     with pytest.raises(ScrapeError) as caught:
         await scraper_for(httpx.MockTransport(slow), timeout=0.05).scrape()
     assert caught.value.reason == "timeout"
+
+
+class Pieces(httpx.AsyncByteStream):
+    """A body that arrives `size` bytes a read, as over a slow network."""
+
+    def __init__(self, body: bytes, size: int) -> None:
+        self._body, self._size = body, size
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for start in range(0, len(self._body), self._size):
+            yield self._body[start:start + self._size]
+
+
+T3 = capture("t3").encode()
+T3_DRAFTS = 7380.0
+
+
+def gzip_members(*parts: bytes) -> bytes:
+    return b"".join(gzip.compress(part) for part in parts)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [("gzip", gzip.compress(T3)), ("x-gzip", gzip.compress(T3)), ("deflate", zlib.compress(T3)),
+     ("GZIP", gzip.compress(T3)), ("identity", T3),
+     ("gzip", gzip_members(T3[:1000], T3[1000:]))],
+    ids=["gzip", "x-gzip", "deflate", "upper-case", "identity", "two-gzip-members"])
+@pytest.mark.parametrize("piece", [7, 65536])
+async def test_compressed_bodies_are_inflated_as_they_stream(encoding: str, body: bytes,
+                                                             piece: int) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, stream=Pieces(body, piece),
+                              headers={"content-encoding": encoding})
+
+    scrape = await scraper_for(httpx.MockTransport(handler)).scrape()
+    assert scrape.snapshot.counters[(MODEL, "0")].drafts == T3_DRAFTS
+    assert seen[0].headers["accept-encoding"] == "gzip"
+
+
+def bomb(decoded: int) -> bytes:
+    """A gzip body of `decoded` zero bytes (about 1/1000 of that on the wire)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(1 << 20)
+    parts = [compressor.compress(block) for _ in range(decoded >> 20)]
+    return b"".join(parts) + compressor.flush()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "reason"),
+    [("gzip", bomb(64 << 20), "too_large"),
+     ("gzip", gzip.compress(T3)[:-20], "parse"),
+     ("gzip", b"\x1f\x8b" + b"\x00" * 50, "parse"),
+     ("deflate", T3, "parse"),
+     ("br", T3, "parse"),
+     ("gzip, gzip", T3, "parse")],
+    ids=["bomb", "cut-short", "corrupt", "not-deflate", "brotli", "stacked"])
+async def test_bad_compressed_bodies_are_classified(encoding: str, body: bytes,
+                                                    reason: str) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(
+        200, stream=Pieces(body, 65536), headers={"content-encoding": encoding}))
+    with pytest.raises(ScrapeError) as caught:
+        await scraper_for(transport, max_body_bytes=1 << 20).scrape()
+    assert caught.value.reason == reason
+

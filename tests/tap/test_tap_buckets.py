@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +11,6 @@ from specdec_exporter.core.buckets import (
     bucket_labels,
     effective_temperature,
     format_edge,
-    read_generation_config_temperature,
 )
 
 DEFAULT = TemperatureBuckets()
@@ -101,31 +98,3 @@ def test_invalid_temperature_is_none_and_never_raises(body_value: object) -> Non
 
 def test_invalid_default_falls_back_to_one() -> None:
     assert effective_temperature(None, math.nan) == 1.0
-
-
-def test_generation_config_file_and_folder(tmp_path: Path) -> None:
-    (tmp_path / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 1, "do_sample": True, "temperature": 0.6, "top_p": 0.9}))
-    assert read_generation_config_temperature(tmp_path / "generation_config.json") == 0.6
-    assert read_generation_config_temperature(tmp_path) == 0.6
-
-
-@pytest.mark.parametrize("document", [{"top_p": 0.9}, {"temperature": "hot"},
-                                      {"temperature": -1}, {"temperature": None}])
-def test_generation_config_without_usable_temperature(tmp_path: Path, document: object) -> None:
-    path = tmp_path / "generation_config.json"
-    path.write_text(json.dumps(document))
-    assert read_generation_config_temperature(path) is None
-
-
-@pytest.mark.parametrize("text", ["{not json", "[0.6]"])
-def test_generation_config_unreadable(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "generation_config.json"
-    path.write_text(text)
-    with pytest.raises(ValueError, match="generation config"):
-        read_generation_config_temperature(path)
-
-
-def test_generation_config_missing(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="cannot read"):
-        read_generation_config_temperature(tmp_path / "nope.json")

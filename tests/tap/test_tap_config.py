@@ -49,12 +49,6 @@ async def test_without_any_default_vllm_samples_at_one() -> None:
         assert bucket_of_only_request(tap.stats) == "0.7-1.0"
 
 
-async def test_unreadable_generation_config_is_a_config_error(tmp_path: Path) -> None:
-    settings = Settings(proxy_listen="127.0.0.1:0", generation_config=tmp_path / "missing.json")
-    with pytest.raises(ConfigError, match="generation config"):
-        await run_tap(settings, stats(), frozenset)
-
-
 async def test_no_listen_address_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="proxy-listen"):
         await run_tap(Settings(), stats(), frozenset)

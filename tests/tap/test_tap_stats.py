@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specdec_exporter.core.buckets import TemperatureBuckets
-from specdec_exporter.tap.spec import SpecDecodeSummary, parse_speculative_decoding
+from specdec_exporter.tap.spec import SpecDecodeSummary
 from specdec_exporter.tap.stats import (
     ACCEPTANCE_RATE_BOUNDS,
     RequestRecord,
@@ -141,23 +141,6 @@ def test_exposition_is_valid_text_and_has_no_colons() -> None:
     assert "# TYPE specdec_request_acceptance_length histogram" in text
     assert all(":" not in line.split("{")[0] for line in text.splitlines()
                if not line.startswith("#"))
-
-
-@pytest.mark.parametrize(
-    ("value_", "expected"),
-    [
-        ({"num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 12,
-          "num_spec_tokens": 4}, SpecDecodeSummary(8, 32, 12, 4)),
-        ({"num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 33}, None),
-        ({"num_spec_steps": -1, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0}, None),
-        ({"num_spec_steps": True, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0}, None),
-        ({"num_spec_steps": 1.5, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0}, None),
-        (None, None),
-        ([], None),
-    ],
-)
-def test_parse_speculative_decoding(value_: object, expected: SpecDecodeSummary | None) -> None:
-    assert parse_speculative_decoding(value_) == expected
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")

@@ -1,4 +1,4 @@
-"""Offline checks of the rendered Kustomize overlays: Kubernetes schemas, CRD schemas, policy.
+"""Offline checks of deploy/'s rendered kustomizations: Kubernetes and CRD schemas, policy.
 
 Built-in kinds are validated with kubernetes-validate's strict schemas (unknown fields fail);
 monitoring.coreos.com kinds with tools/crd-validate (node, prometheus-operator's schemas).
@@ -25,33 +25,41 @@ CRD_VALIDATOR = REPO_ROOT / "tools" / "crd-validate"
 MONITORING_GROUP = "monitoring.coreos.com/"
 
 
+NATIVE_SIDECAR_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33", "1.37")
+"""Native sidecars (`restartPolicy` on init containers) are on by default from Kubernetes 1.29;
+1.37 is the newest schema kubernetes-validate ships."""
+LEGACY_VERSIONS = ("1.25", "1.26", "1.27", "1.28")
+"""Clusters without native sidecars: the legacy-sidecar component's targets."""
+
+
 @dataclass(frozen=True)
-class Overlay:
+class Kustomization:
     path: Path
     kubernetes_versions: tuple[str, ...]
     """Versions whose schemas the rendered manifests must pass."""
-    native_sidecar: bool
 
 
-OVERLAYS = (
-    Overlay(DEPLOY / "base", ("1.29", "1.37"), native_sidecar=True),
-    Overlay(DEPLOY / "overlays" / "legacy-sidecar", ("1.25", "1.28"), native_sidecar=False),
-)
+COMPONENTS = DEPLOY / "components"
+MONITORING = Kustomization(DEPLOY / "monitoring", LEGACY_VERSIONS + NATIVE_SIDECAR_VERSIONS)
+EXAMPLE = Kustomization(DEPLOY / "examples" / "llama-ngram", NATIVE_SIDECAR_VERSIONS)
+LEGACY_EXAMPLE = Kustomization(DEPLOY / "examples" / "llama-ngram-legacy", LEGACY_VERSIONS)
+KUSTOMIZATIONS = (MONITORING, EXAMPLE, LEGACY_EXAMPLE)
+"""Every kustomization under deploy/ that renders on its own (components render inside one)."""
 
 
 class ToolMissingError(RuntimeError):
     """A command-line tool (kubectl, node) or the crd-validate modules are not installed."""
 
 
-def render(overlay: Path) -> list[Manifest]:
-    """`kubectl kustomize` of one overlay, parsed."""
+def render(kustomization: Path) -> list[Manifest]:
+    """`kubectl kustomize` of one directory, parsed."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise ToolMissingError("kubectl is not on PATH")
-    result = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True,
+    result = subprocess.run([kubectl, "kustomize", str(kustomization)], capture_output=True,
                             text=True, check=False, timeout=120)
     if result.returncode != 0:
-        raise ValueError(f"kubectl kustomize {overlay} failed: {result.stderr.strip()}")
+        raise ValueError(f"kubectl kustomize {kustomization} failed: {result.stderr.strip()}")
     return load_manifests(result.stdout)
 
 

@@ -8,7 +8,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-from specdec_exporter.commands.run import add_setting_flags, setting_overrides
+from pydantic import ValidationError
+
+from specdec_exporter.commands.flags import describe_validation_error
 from specdec_exporter.core.acceptance import draft_cost_ratio_for
 from specdec_exporter.core.calibration import Calibration, CalibrationError, build_calibration
 from specdec_exporter.devtools.calibrate import (
@@ -19,16 +21,11 @@ from specdec_exporter.devtools.calibrate import (
 )
 from specdec_exporter.devtools.load.mix import temperature_label
 from specdec_exporter.devtools.sweep.config import TemperatureListError, parse_temperatures
-from specdec_exporter.sidecar.config import load_settings
+from specdec_exporter.sidecar.config import ConfigError, VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_NO_FIT = 1
-EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-ASSUMPTION_FLAGS = {
-    "--draft-cost-ratio": "the c the sidecar assumes, for the modelled speedup column",
-    "--speculative-method": "vLLM speculative method, picks the assumed c's default",
-}
 CONFIG_BEGIN = "# >>> measured by `specdec-exporter calibrate --write-config`: rerun it to update"
 CONFIG_END = "# <<< calibrate"
 
@@ -57,7 +54,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds between samples of num_requests_running (default 0.25)")
     parser.add_argument("--settle-timeout", type=float, default=10.0,
                         help="seconds to wait for vLLM's counters after a phase (default 10)")
-    add_setting_flags(parser, ASSUMPTION_FLAGS)
+    parser.add_argument("--draft-cost-ratio", metavar="C",
+                        help="the c run/check would assume, for the modelled speedup column "
+                             "(as theirs: env SPECDEC_DRAFT_COST_RATIO; default by method)")
+    parser.add_argument("--speculative-method", metavar="METHOD",
+                        help="vLLM's speculative method, picks that c's default "
+                             "(env SPECDEC_SPECULATIVE_METHOD)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (the file run/check take as --calibration)")
     parser.add_argument("--write-config", type=Path, metavar="PATH",
@@ -68,13 +70,18 @@ def parse_concurrencies(text: str) -> tuple[int, ...]:
     try:
         values = sorted({int(part) for part in text.split(",")})
     except ValueError:
-        raise ValueError(f"--concurrency: not a list of integers: {text!r}") from None
+        raise ConfigError(f"--concurrency: not a list of integers: {text!r}") from None
     if not values or values[0] < 1:
-        raise ValueError(f"--concurrency: every entry must be >= 1: {text!r}")
+        raise ConfigError(f"--concurrency: every entry must be >= 1: {text!r}")
     return tuple(values)
 
 
 def build_config(args: argparse.Namespace) -> CalibrateConfig:
+    """The run's config; a bad flag raises ConfigError (one line, exit 64)."""
+    for flag, url in (*(("--spec-url", url) for url in args.spec_url),
+                      ("--base-url", args.base_url)):
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{flag} must start with http:// or https://, got {url!r}")
     try:
         return CalibrateConfig(
             spec_urls=tuple(args.spec_url), base_url=args.base_url,
@@ -84,17 +91,25 @@ def build_config(args: argparse.Namespace) -> CalibrateConfig:
             tpot_source=args.tpot_source, warmup=args.warmup,
             sample_interval=args.sample_interval, settle_timeout=args.settle_timeout)
     except TemperatureListError as exc:
-        raise ValueError(f"--temperatures: {exc}") from None
+        raise ConfigError(f"--temperatures: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def assumed_cost_ratio(args: argparse.Namespace) -> float:
+    """The c run/check would use without a calibration, validated by their settings model."""
+    given = {"draft_cost_ratio": args.draft_cost_ratio,
+             "speculative_method": args.speculative_method}
+    try:
+        target = VllmTarget(**{key: value for key, value in given.items() if value is not None})
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+    return draft_cost_ratio_for(target.speculative_method, target.draft_cost_ratio)
 
 
 def main(args: argparse.Namespace) -> int:
-    settings = load_settings(**setting_overrides(args, ASSUMPTION_FLAGS))
-    assumed = draft_cost_ratio_for(settings.speculative_method, settings.draft_cost_ratio)
-    try:
-        config = build_config(args)
-    except ValueError as exc:
-        print(f"specdec-exporter calibrate: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    assumed = assumed_cost_ratio(args)
+    config = build_config(args)
 
     def say(line: str) -> None:
         print(f"calibrate: {line}", file=sys.stderr, flush=True)

@@ -10,25 +10,19 @@ import time
 from typing import Any
 
 import httpx
+from pydantic import Field
 
-from specdec_exporter.commands.run import add_setting_flags, setting_overrides
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.acceptance import Verdict, draft_cost_ratio_for, verdict
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.report import Entry, build_report, overall_verdict, snapshot_totals
 from specdec_exporter.core.timeline import Timeline
-from specdec_exporter.sidecar.config import Settings, load_calibration, load_settings
+from specdec_exporter.sidecar.config import HttpUrl, VllmTarget, load_calibration
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_deltas, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_UNREACHABLE = 3
-CHECK_FLAGS = {
-    "--vllm-url": "base URL of the vLLM server (default http://127.0.0.1:8000)",
-    "--draft-cost-ratio": "cost of one drafted token relative to a target step (c)",
-    "--speculative-method": "vLLM speculative method, picks the default draft cost ratio",
-    "--calibration": "calibrate's JSON file: c comes from it instead of being assumed",
-    "--scrape-timeout": "timeout of one scrape, seconds (default 4)",
-}
 ADVICE = {
     Verdict.HEALTHY: "acceptance above 0.65: speculation is a real win here",
     Verdict.BORDERLINE: "acceptance 0.5-0.65: borderline; measure P99 latency under load",
@@ -39,29 +33,33 @@ ADVICE = {
 }
 
 
+class CheckSettings(FlagsOnly):
+    """check's own flags; the vLLM ones (VllmTarget) are shared with `run`, environment included."""
+
+    window: float = Field(10.0, gt=0, le=86400, description="seconds between the two scrapes")
+    sidecar_url: HttpUrl | None = Field(
+        None, description="a sidecar running the request tap: adds acceptance per temperature "
+                          "bucket over the same window")
+    as_json: bool = Field(False, alias="json", description="print one JSON object")
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_setting_flags(parser, CHECK_FLAGS)
-    parser.add_argument("--window", type=float, default=10.0,
-                        help="seconds between the two scrapes (default 10)")
-    parser.add_argument("--sidecar-url", help="a sidecar running the request tap: adds "
-                        "acceptance per temperature bucket over the same window")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_settings_flags(parser, VllmTarget)
+    add_settings_flags(parser, CheckSettings)
 
 
 def main(args: argparse.Namespace) -> int:
-    settings = load_settings(**setting_overrides(args, CHECK_FLAGS))
-    if args.window <= 0:
-        print("specdec-exporter check: --window must be positive", file=sys.stderr)
-        return 2
+    settings = settings_from_args(VllmTarget, args)
+    options = settings_from_args(CheckSettings, args)
     outcome: dict[str, Any] = {}
-    run_event_loop(_measure(settings, args.window, outcome, args.sidecar_url))
+    run_event_loop(_measure(settings, options.window, outcome, options.sidecar_url))
     if "error" in outcome:
-        _print_unreachable(settings.vllm_url, outcome["error"], args.json)
+        _print_unreachable(settings.vllm_url, outcome["error"], options.as_json)
         return EXIT_UNREACHABLE
     entries, snapshot, seconds = outcome["entries"], outcome["snapshot"], outcome["seconds"]
     final = _legacy_verdict(snapshot) or overall_verdict(entries)
     buckets = outcome.get("buckets")
-    if args.json:
+    if options.as_json:
         result = _as_json(settings, entries, snapshot, seconds, final)
         if buckets is not None:
             result["buckets"] = [bucket.as_json() for bucket in buckets]
@@ -73,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     return final.exit_code
 
 
-async def _measure(settings: Settings, window: float, outcome: dict[str, Any],
+async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
                    sidecar_url: str | None) -> None:
     timeline: Timeline[SeriesKey] = Timeline(window)
     async with httpx.AsyncClient(trust_env=False) as client:
@@ -114,7 +112,7 @@ def _legacy_verdict(snapshot: Snapshot) -> Verdict | None:
     return verdict(True, 1.0 if rates else 0.0, min(rates) if rates else None)
 
 
-def _as_json(settings: Settings, entries: list[Entry], snapshot: Snapshot, seconds: float,
+def _as_json(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, seconds: float,
              final: Verdict) -> dict[str, Any]:
     result: dict[str, Any] = {
         "vllm_url": settings.vllm_url,
@@ -133,7 +131,7 @@ def _as_json(settings: Settings, entries: list[Entry], snapshot: Snapshot, secon
     return result
 
 
-def _as_text(settings: Settings, entries: list[Entry], snapshot: Snapshot, seconds: float,
+def _as_text(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, seconds: float,
              final: Verdict) -> str:
     headers = ("model", "engine", "acceptance", "mean len", "per position", "draft share",
                "drafts/s", "speedup*", "verdict")

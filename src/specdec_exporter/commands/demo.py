@@ -20,9 +20,13 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import httpx
+from pydantic import Field
 
+from specdec_exporter.cli import EXIT_INTERRUPTED
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import LoadConfig, Progress, run_load
+from specdec_exporter.sidecar.config import HttpUrl
 from specdec_exporter.term import render_table, run_event_loop
 
 DEMO_MIX = "0:0.5,0.4:0.3,0.8:0.2"
@@ -30,32 +34,35 @@ GOOD_DRAFTER = 0.97
 DEGRADED_DRAFTER = 0.45
 
 
+class DemoSettings(FlagsOnly):
+    """The demo's flags."""
+
+    duration: float = Field(120.0, gt=0, description="seconds of load; the drafter degrades "
+                                                     "halfway")
+    vllm_url: HttpUrl | None = Field(None, description="use this vLLM instead of the built-in "
+                                     "simulator (nothing is degraded then)")
+    concurrency: int = Field(8, ge=1, description="concurrent requests")
+    refresh: float = Field(2.0, gt=0, description="table refresh, seconds")
+    no_tap: bool = Field(False, description="send the load straight to vLLM instead of through "
+                                            "the tap")
+    seed: int = Field(1, description="seed of simulator and load")
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=120.0,
-                        help="seconds of load (default 120); the drafter degrades halfway")
-    parser.add_argument("--vllm-url", help="use this vLLM instead of the built-in simulator "
-                        "(nothing is degraded then)")
-    parser.add_argument("--concurrency", type=int, default=8, help="concurrent requests (8)")
-    parser.add_argument("--refresh", type=float, default=2.0, help="table refresh, seconds (2)")
-    parser.add_argument("--no-tap", action="store_true",
-                        help="send the load straight to vLLM instead of through the tap")
-    parser.add_argument("--seed", type=int, default=1, help="seed of simulator and load (1)")
+    add_settings_flags(parser, DemoSettings)
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.duration <= 0 or args.concurrency < 1 or args.refresh <= 0:
-        print("specdec-exporter demo: --duration, --concurrency and --refresh must be positive",
-              file=sys.stderr)
-        return 2
+    settings = settings_from_args(DemoSettings, args)
     with contextlib.ExitStack() as stack:
-        vllm_url, simulated = args.vllm_url, args.vllm_url is None
-        if simulated:
-            vllm_url = stack.enter_context(_simulator(args.seed))
-        sidecar = stack.enter_context(_sidecar(vllm_url, tap=not args.no_tap))
+        vllm_url, simulated = settings.vllm_url, settings.vllm_url is None
+        if vllm_url is None:
+            vllm_url = stack.enter_context(_simulator(settings.seed))
+        sidecar = stack.enter_context(_sidecar(vllm_url, tap=not settings.no_tap))
         _print_urls(vllm_url, sidecar, simulated)
-        if run_event_loop(_run(args, vllm_url, sidecar, simulated)):
+        if run_event_loop(_run(settings, vllm_url, sidecar, simulated)):
             print("\ninterrupted; stopping the sidecar and the simulator", file=sys.stderr)
-            return 130
+            return EXIT_INTERRUPTED
     return 0
 
 
@@ -132,7 +139,7 @@ def _print_urls(vllm_url: str, sidecar: Sidecar, simulated: bool) -> None:
     print("Ctrl-C stops everything.\n", flush=True)
 
 
-async def _run(args: argparse.Namespace, vllm_url: str, sidecar: Sidecar,
+async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar,
                simulated: bool) -> bool:
     """Load and live table until the duration ends (False) or SIGINT/SIGTERM (True)."""
     stop = asyncio.Event()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import get_args
 
 from specdec_exporter.devtools.sim.server import serve
 from specdec_exporter.devtools.sim.settings import (
-    DEFAULT_DRAFTER_QUALITY,
-    DEFAULT_MODEL,
+    MetricNames,
     SimConfig,
+    SpecMetricsMode,
+    default_of,
     parse_default_temperature,
     parse_speculative_config,
 )
@@ -19,23 +21,27 @@ from specdec_exporter.sidecar.config import ConfigError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     vllm = parser.add_argument_group("vllm serve flags")
-    vllm.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    vllm.add_argument("--host", default=default_of("host"),
+                      help="address to bind (default %(default)s)")
     vllm.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any)")
-    vllm.add_argument("--served-model-name", default=DEFAULT_MODEL, metavar="NAME")
+    vllm.add_argument("--served-model-name", default=default_of("served_model_name"),
+                      metavar="NAME")
     vllm.add_argument("--speculative-config", metavar="JSON",
                       help='e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'; '
                            "also num_speculative_tokens_per_batch_size: [[lo, hi, K], ...]; "
                            "absent: speculative decoding off")
-    vllm.add_argument("--per-request-spec-decode-metrics", default="none",
-                      choices=["none", "summary", "detailed"])
+    vllm.add_argument("--per-request-spec-decode-metrics",
+                      default=default_of("per_request_spec_decode_metrics"),
+                      choices=get_args(SpecMetricsMode))
     vllm.add_argument("--enable-per-request-metrics", action="store_true",
                       help="also return timing metrics per request")
     vllm.add_argument("--enable-force-include-usage", action="store_true")
-    vllm.add_argument("--data-parallel-size", type=int, default=1, metavar="N")
+    vllm.add_argument("--data-parallel-size", type=int, default=default_of("data_parallel_size"),
+                      metavar="N")
     vllm.add_argument("--api-server-count", type=int, default=None, metavar="N",
                       help="> 1 renders /metrics multiprocess-style (default: the DP size)")
-    vllm.add_argument("--max-num-seqs", type=int, default=256)
-    vllm.add_argument("--max-model-len", type=int, default=8192)
+    vllm.add_argument("--max-num-seqs", type=int, default=default_of("max_num_seqs"))
+    vllm.add_argument("--max-model-len", type=int, default=default_of("max_model_len"))
     vllm.add_argument("--generation-config", metavar="DIR",
                       help="folder whose generation_config.json sets the default temperature")
     vllm.add_argument("--override-generation-config", metavar="JSON",
@@ -43,18 +49,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sim = parser.add_argument_group("simulator flags")
     sim.add_argument("--default-temperature", type=float, default=None, metavar="T",
                      help="temperature when a request has none (wins over the generation "
-                          "config; default 1.0)")
-    sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--drafter-quality", type=float, default=DEFAULT_DRAFTER_QUALITY,
+                          f"config; default {default_of('default_temperature')})")
+    sim.add_argument("--seed", type=int, default=default_of("seed"))
+    sim.add_argument("--drafter-quality", type=float, default=default_of("drafter_quality"),
                      metavar="Q", help="0..1; about the greedy acceptance rate "
-                                       f"(default {DEFAULT_DRAFTER_QUALITY})")
+                                       "(default %(default)s)")
     sim.add_argument("--draft-miss-rate", type=float, default=None, metavar="P",
                      help="share of steps with no draft (default 0.15 for ngram/suffix, else 0)")
-    sim.add_argument("--metric-names", default="colon", choices=["colon", "underscore", "mixed"],
+    sim.add_argument("--metric-names", default=default_of("metric_names"),
+                     choices=get_args(MetricNames),
                      help="vllm: names, vllm_ names, or vllm_ samples under vllm: TYPE lines")
-    sim.add_argument("--speed", type=float, default=1.0,
+    sim.add_argument("--speed", type=float, default=default_of("speed"),
                      help="time-scale factor: 10 runs engine steps ten times faster")
-    sim.add_argument("--mean-output-tokens", type=int, default=200,
+    sim.add_argument("--mean-output-tokens", type=int, default=default_of("mean_output_tokens"),
                      help="mean length at which a response stops by itself")
     sim.add_argument("--no-chunk-merging", action="store_true",
                      help="never merge engine steps into one SSE chunk for a slow client")

@@ -1,17 +1,12 @@
-"""Temperature -> bucket label: resolves a request's effective temperature as vLLM does and bins it.
-
-Pure except ``read_generation_config_temperature``, which reads one small JSON file.
-"""
+"""Temperature -> bucket label: a request's effective temperature, resolved as vLLM does, binned."""
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from decimal import Decimal
 from itertools import pairwise
-from pathlib import Path
 
 GREEDY_BELOW = 1e-5
 """vLLM's ``_SAMPLING_EPS``: a temperature below this samples greedily."""
@@ -25,8 +20,6 @@ INVALID_LABEL = "invalid"
 """Temperature present but not a usable number (wrong type, NaN, inf, negative), or no JSON body."""
 UNKNOWN_LABEL = "unknown"
 """Body not inspected (larger than the inspection cap), so the temperature was never read."""
-
-GENERATION_CONFIG_FILE = "generation_config.json"
 
 
 def format_edge(edge: float) -> str:
@@ -89,22 +82,3 @@ def effective_temperature(body_value: object, default: float | None) -> float | 
     if isinstance(body_value, int | float) and is_valid_temperature(body_value):
         return float(body_value)
     return None
-
-
-def read_generation_config_temperature(path: Path | str) -> float | None:
-    """``temperature`` from a HF ``generation_config.json`` (a file, or a folder holding one).
-
-    Returns None when the file sets no usable temperature; raises ValueError with a one-line
-    message when the file cannot be read or is not a JSON object.
-    """
-    target = Path(path)
-    if target.is_dir():
-        target = target / GENERATION_CONFIG_FILE
-    try:
-        document = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read generation config {str(target)!r}: {exc}") from None
-    if not isinstance(document, dict):
-        raise ValueError(f"generation config {str(target)!r} is not a JSON object")
-    value: object = document.get("temperature")
-    return float(value) if isinstance(value, int | float) and is_valid_temperature(value) else None

@@ -2,14 +2,18 @@
 
 Pure: no I/O. Takes every real variant (text 0.0.4/1.0.0 with ``_created`` gauges, the
 multiprocess rendering, ``vllm_`` underscore spelling, OpenMetrics with ``# EOF``, any label
-order, several data-parallel engines, the legacy V0 families).
+order, several data-parallel engines, the legacy V0 families). Values no count can be (NaN,
+infinite, negative, more accepted than drafted) are left out and listed in ``Snapshot.invalid``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,13 +22,14 @@ from specdec_exporter.core import vllm_names as names
 # One regex pass picks the sample lines we need out of ~650 lines per engine; only those few go
 # to prometheus_client's parser (about 15 µs a line), which is what makes a scrape cheap.
 # The patterns start with a literal "\n" (the text is searched with a "\n" in front) rather than
-# "^" in MULTILINE mode: a literal prefix lets `re` skip ahead, about 10x faster here.
+# "^" in MULTILINE mode: a literal prefix lets `re` skip ahead, about 10x faster here. The names
+# come from vllm_names, in either spelling (``vllm:`` or ``vllm_``).
 _WANTED_LINE = re.compile(
-    r"\n(vllm[:_](?:spec_decode_num_(?:drafts|draft_tokens|accepted_tokens|accepted_tokens_per_pos"
-    r"|emitted_tokens)_total|generation_tokens_total|spec_decode_draft_acceptance_rate"
-    r"|spec_decode_efficiency)[{ \t][^\n]*)"
+    r"\n(vllm[:_](?:"
+    + "|".join(sorted(re.escape(name[len(names.PREFIX):]) for name in names.WANTED_SAMPLES))
+    + r")[{ \t][^\n]*)"
 )
-_SPEC_TYPE_LINE = re.compile(r"\n# TYPE vllm[:_](spec_decode_\w+?)(?:_total)? ")
+_SPEC_TYPE_LINE = re.compile(rf"\n# TYPE vllm[:_]({names.SPEC_DECODE_STEM}\w+?)(?:_total)? ")
 _ANY_VLLM_SAMPLE = re.compile(r"\nvllm[:_]\w+[{ ]")
 _EXEMPLAR = " # {"
 
@@ -54,6 +59,20 @@ class LegacyV0:
 SeriesKey = tuple[str, str]
 """(model_name, engine)."""
 
+InvalidReason = Literal["nan", "infinite", "negative", "accepted_over_drafted"]
+INVALID_REASONS: tuple[InvalidReason, ...] = ("nan", "infinite", "negative",
+                                              "accepted_over_drafted")
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidSeries:
+    """A sample that cannot be a count. Its (model, engine) record is left out of the Snapshot:
+    an engine's spec counters with it, or its generation tokens, or the V0 gauge itself."""
+
+    name: str
+    key: SeriesKey
+    reason: InvalidReason
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -63,6 +82,7 @@ class Snapshot:
     counters: dict[SeriesKey, EngineCounters] = field(default_factory=dict)
     generation_tokens: dict[SeriesKey, float] = field(default_factory=dict)
     legacy_v0: dict[str, LegacyV0] = field(default_factory=dict)
+    invalid: tuple[InvalidSeries, ...] = ()
 
     @property
     def models(self) -> frozenset[str]:
@@ -71,12 +91,15 @@ class Snapshot:
 
     def num_speculative_tokens(self, model_name: str) -> int | None:
         """k, from the number of per-position series (None when vLLM does not say)."""
-        ks = [
-            len(counters.accepted_per_position)
-            for (model, _), counters in self.counters.items()
-            if model == model_name
-        ]
-        return max(ks, default=0) or None
+        return self._k_by_model.get(model_name) or None
+
+    @cached_property
+    def _k_by_model(self) -> dict[str, int]:
+        """Per model at once: asking per model over every engine would be quadratic in models."""
+        ks: dict[str, int] = {}
+        for (model, _), counters in self.counters.items():
+            ks[model] = max(ks.get(model, 0), len(counters.accepted_per_position))
+        return ks
 
 
 def parse(text: str) -> Snapshot:
@@ -86,7 +109,7 @@ def parse(text: str) -> Snapshot:
     text = "\n" + text
     if _ANY_VLLM_SAMPLE.search(text) is None:
         raise ExpositionError("no vLLM sample in the body (not a vLLM /metrics page?)")
-    spec_types = {names.canonical_name("vllm:" + m) for m in _SPEC_TYPE_LINE.findall(text)}
+    spec_types = {names.canonical_name(names.PREFIX + m) for m in _SPEC_TYPE_LINE.findall(text)}
     lines = [_strip_exemplar(line) for line in _WANTED_LINE.findall(text)]
     samples = _parse_samples(lines)
     _check_complete(spec_types, samples)
@@ -135,10 +158,14 @@ def _build(samples: list[Sample], enabled: bool) -> Snapshot:
     positions: dict[SeriesKey, dict[int, float]] = {}
     generation: dict[SeriesKey, float] = {}
     legacy: dict[str, dict[str, float]] = {model: {} for model in legacy_models}
+    invalid: list[InvalidSeries] = []
     for name, labels, value in samples:
         model = labels.get(names.LABEL_MODEL, "")
         key = (model, labels.get(names.LABEL_ENGINE, names.DEFAULT_ENGINE))
-        if name == names.GENERATION_TOKENS:
+        problem = _value_problem(value)
+        if problem is not None:
+            invalid.append(InvalidSeries(name, key, problem))
+        elif name == names.GENERATION_TOKENS:
             generation[key] = generation.get(key, 0.0) + value
         elif model in legacy_models:
             legacy[model][name] = value  # V0 counters are inflated: never read as counts
@@ -153,11 +180,42 @@ def _build(samples: list[Sample], enabled: bool) -> Snapshot:
         )
         for key in fields.keys() | positions.keys()
     }
+    bad_generation = {item.key for item in invalid if item.name == names.GENERATION_TOKENS}
+    bad_spec = {item.key for item in invalid if item.name != names.GENERATION_TOKENS}
+    for key, engine in counters.items():
+        over = None if key in bad_spec else _over_drafted(engine)
+        if over is not None:
+            invalid.append(InvalidSeries(over, key, "accepted_over_drafted"))
+            bad_spec.add(key)
     v0 = {
         model: LegacyV0(values.get(names.V0_ACCEPTANCE_RATE), values.get(names.V0_EFFICIENCY))
         for model, values in legacy.items()
     }
-    return Snapshot(enabled, counters, generation, v0)
+    return Snapshot(
+        enabled,
+        {key: engine for key, engine in counters.items() if key not in bad_spec},
+        {key: value for key, value in generation.items() if key not in bad_generation},
+        v0,
+        tuple(invalid),
+    )
+
+
+def _value_problem(value: float) -> InvalidReason | None:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "infinite"
+    return "negative" if value < 0 else None
+
+
+def _over_drafted(engine: EngineCounters) -> str | None:
+    """The accepted series that exceeds what was drafted, in cumulative values (a window's
+    reset-corrected deltas can legitimately show it after a restart; totals since start cannot)."""
+    if engine.accepted_tokens > engine.draft_tokens:
+        return names.ACCEPTED_TOKENS
+    if any(accepted > engine.drafts for accepted in engine.accepted_per_position):
+        return names.ACCEPTED_PER_POSITION
+    return None
 
 
 _FIELD_OF = {
@@ -169,7 +227,7 @@ _FIELD_OF = {
 
 def _position(labels: dict[str, str]) -> int:
     text = labels.get(names.LABEL_POSITION, "")
-    if not text.isdigit() or int(text) > 64:
+    if not (text.isascii() and text.isdigit()) or int(text) > 64:
         raise ExpositionError(f"bad position label {text!r}")
     return int(text)
 

@@ -132,4 +132,5 @@ def overall_verdict(entries: list[Entry]) -> Verdict:
 
 
 def _engine_order(engine: str) -> tuple[int, str]:
-    return (int(engine), "") if engine.isdigit() else (1 << 30, engine)
+    numeric = engine.isascii() and engine.isdigit()  # "²".isdigit(), but int("²") raises
+    return (int(engine), "") if numeric else (1 << 30, engine)

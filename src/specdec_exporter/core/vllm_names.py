@@ -43,3 +43,18 @@ def canonical_name(sample_name: str) -> str:
     if sample_name.startswith(UNDERSCORE_PREFIX):
         return PREFIX + sample_name[len(UNDERSCORE_PREFIX):]
     return sample_name
+
+
+# Per-request metrics in a response body (vLLM >= 0.29, --per-request-spec-decode-metrics): the
+# response, or a stream's final usage chunk, carries {"metrics": {"speculative_decoding": {...}}}.
+RESPONSE_METRICS = "metrics"
+RESPONSE_SPEC_DECODING = "speculative_decoding"
+RESPONSE_USAGE = "usage"
+RESPONSE_COMPLETION_TOKENS = "completion_tokens"
+REQUEST_SPEC_STEPS = "num_spec_steps"
+REQUEST_DRAFT_TOKENS = "num_draft_tokens"
+REQUEST_ACCEPTED_TOKENS = "num_accepted_draft_tokens"
+REQUEST_SPEC_TOKENS = "num_spec_tokens"
+REQUEST_MEAN_ACCEPTANCE_LENGTH = "mean_acceptance_length"
+REQUEST_ACCEPTANCE_RATE = "draft_acceptance_rate"
+REQUEST_ACCEPTANCE_HISTOGRAM = "acceptance_histogram"

@@ -1,9 +1,9 @@
-"""The sidecar's HTTP face: /metrics, /healthz, /readyz and a small landing page at /."""
+"""The sidecar's HTTP face: /metrics, /healthz, /readyz, the live page at / and /api/report."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
@@ -11,21 +11,33 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter import __version__
-from specdec_exporter.sidecar.poller import PollState
-from specdec_exporter.term import Cell, format_cell
+from specdec_exporter.core.report import Entry
+from specdec_exporter.sidecar.page import Table, refresh_seconds, render_page
+from specdec_exporter.sidecar.poller import BucketKey, PollState
+from specdec_exporter.term import Cell
 
-LandingRows = Callable[[], tuple[Sequence[str], Sequence[Sequence[Cell]]]]
+Rows = tuple[Sequence[str], Sequence[Sequence[Cell]]]
+LandingRows = Callable[[PollState], Rows]
+"""One table of the page (and of /api/report's ``tables``), from the poll state."""
 
 
 def create_app(
     registry: CollectorRegistry,
     state: PollState,
-    is_ready: Callable[[], bool],
+    not_ready: Callable[[], str | None],
     vllm_url: str,
     extra_tables: Sequence[tuple[str, LandingRows]] = (),
+    *,
+    refresh_every: float,
 ) -> FastAPI:
+    """``refresh_every``: the poll interval; the page reloads itself about that often."""
     app = FastAPI(title="vllm-specdec-exporter", version=__version__, docs_url=None,
                   redoc_url=None, openapi_url=None)
+    makers: list[tuple[str, LandingRows]] = [
+        ("Acceptance per model and engine (sidecar window)", report_rows), *extra_tables]
+
+    def tables() -> list[Table]:
+        return [(title, *make(state)) for title, make in makers]
 
     @app.get("/metrics")
     def metrics(request: Request) -> Response:
@@ -38,29 +50,26 @@ def create_app(
 
     @app.get("/readyz")
     def readyz() -> PlainTextResponse:
-        if is_ready():
+        reason = not_ready()
+        if reason is None:
             return PlainTextResponse("ready\n")
-        return PlainTextResponse("not ready: first poll of vLLM not done yet\n", status_code=503)
-
-    tables: list[tuple[str, LandingRows]] = [
-        ("Acceptance per model and engine (sidecar window)", lambda: report_rows(state)),
-        *extra_tables]
+        return PlainTextResponse(f"not ready: {reason}\n", status_code=503)
 
     @app.get("/", response_class=HTMLResponse)
     def landing() -> HTMLResponse:
-        return HTMLResponse(render_landing(state, vllm_url, tables))
+        return HTMLResponse(render_page(state, vllm_url, tables(),
+                                        refresh=refresh_seconds(refresh_every)))
 
     @app.get("/api/report")
     def report() -> JSONResponse:
-        """The landing page's data as JSON (the demo's live table reads it)."""
+        """The page's data as JSON (the demo's live table reads it)."""
         return JSONResponse({
             "up": state.up,
             "window_seconds": state.window_seconds,
             "entries": [entry.as_json() for entry in state.report],
-            "tables": [
-                {"title": title, "headers": list(headers), "rows": [list(row) for row in rows]}
-                for title, (headers, rows) in ((title, make()) for title, make in tables)
-            ],
+            "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
+            "tables": [{"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
+                       for title, headers, rows in tables()],
         })
 
     return app
@@ -68,9 +77,11 @@ def create_app(
 
 REPORT_HEADERS = ("model", "engine", "acceptance rate", "mean acceptance length",
                   "modelled speedup", "drafts/s", "verdict")
+BUCKET_HEADERS = ("model", "temperature bucket", "acceptance rate", "mean acceptance length",
+                  "modelled speedup", "drafts/s", "verdict")
 
 
-def report_rows(state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
+def report_rows(state: PollState) -> Rows:
     rows = [
         (e.model_name, e.engine, e.acceptance_rate, e.mean_acceptance_length,
          e.estimated_speedup, e.drafts_per_second, e.verdict)
@@ -79,30 +90,21 @@ def report_rows(state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell
     return REPORT_HEADERS, rows
 
 
-def render_landing(state: PollState, vllm_url: str,
-                   tables: Sequence[tuple[str, LandingRows]]) -> str:
-    status = "up" if state.up else "DOWN"
-    sections = "".join(_html_table(title, *rows()) for title, rows in tables)
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>vllm-specdec-exporter</title>"
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:4px 8px}td.n{text-align:right}</style></head><body>"
-        f"<h1>vllm-specdec-exporter {html.escape(__version__)}</h1>"
-        f"<p>vLLM at <code>{html.escape(vllm_url)}</code>: <b>{status}</b>; window "
-        f"{state.window_seconds:.0f} s.</p>"
-        "<p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a> · "
-        "<a href='/readyz'>/readyz</a></p>"
-        f"{sections}</body></html>"
-    )
+def bucket_window_rows(state: PollState) -> Rows:
+    """The request tap's figures per temperature bucket over the sidecar window, by model."""
+    rows = [
+        (model, bucket, e.acceptance_rate, e.mean_acceptance_length, e.estimated_speedup,
+         e.drafts_per_second, e.verdict)
+        for (model, bucket), e in sorted(state.buckets.items(), key=lambda item: item[0][0])
+    ]
+    return BUCKET_HEADERS, rows
 
 
-def _html_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(
-            f"<td class='n'>{format_cell(v)}</td>" if isinstance(v, int | float)
-            else f"<td>{html.escape(format_cell(v))}</td>" for v in row
-        ) + "</tr>"
-        for row in rows
-    ) or f"<tr><td colspan='{len(headers)}'>no data yet</td></tr>"
-    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{body}</table>"
+NOT_PER_BUCKET = ("engine", "per_position_acceptance_rate", "draft_share", "generation_tokens")
+"""Entry fields the tap cannot know per bucket (it sees no per-position or generation counts)."""
+
+
+def bucket_json(key: BucketKey, entry: Entry) -> dict[str, Any]:
+    figures = {name: value for name, value in entry.as_json().items()
+               if name not in NOT_PER_BUCKET}
+    return {"model_name": key[0], "temperature_bucket": key[1], **figures}

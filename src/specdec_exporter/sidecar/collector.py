@@ -11,7 +11,7 @@ from specdec_exporter import __version__
 from specdec_exporter.core.acceptance import break_even_acceptance_rate
 from specdec_exporter.core.exposition import Snapshot
 from specdec_exporter.core.report import ALL_ENGINES
-from specdec_exporter.sidecar.poller import PollState
+from specdec_exporter.sidecar.poller import MAX_MODEL_NAME_CHARS, PollState
 
 MODEL_ENGINE = ["model_name", "engine"]
 
@@ -54,6 +54,23 @@ class SpecDecodeCollector(Collector):
         for reason, count in state.failures.items():
             failures.add_metric([reason], count)
         yield failures
+        invalid = CounterMetricFamily(
+            "specdec_invalid_series",
+            "vLLM series left out because no count can be them (NaN, infinite, negative, or more "
+            "accepted than drafted since start), by reason, counted on each poll that shows them; "
+            "nothing derived from them is exported.", labels=["reason"])
+        for invalid_reason, count in state.invalid_series.items():
+            invalid.add_metric([invalid_reason], count)
+        yield invalid
+        dropped = CounterMetricFamily(
+            "specdec_models_dropped",
+            f"Model names vLLM showed that get no per-model tap series, by reason: cap (over "
+            f"--max-models), name_too_long (over {MAX_MODEL_NAME_CHARS} characters); each name "
+            f"counted once while refused; their requests count as model_name=\"other\".",
+            labels=["reason"])
+        for drop_reason, count in state.models_dropped.items():
+            dropped.add_metric([drop_reason], count)
+        yield dropped
         info = GaugeMetricFamily("specdec_build_info", "Build of vllm-specdec-exporter; always 1.",
                                  labels=["version"])
         info.add_metric([__version__], 1.0)

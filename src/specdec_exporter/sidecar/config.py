@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from specdec_exporter.core.buckets import (
+    DEFAULT_EDGES,
+    TemperatureBuckets,
+    is_valid_temperature,
+)
 from specdec_exporter.core.calibration import Calibration
 
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
 
-DEFAULT_TEMPERATURE_EDGES = (0.5, 0.7, 1.0)
+DEFAULT_MAX_MODELS = 64
+"""vLLM serves one model per server; a few more cover renames and a shared sidecar."""
+DEFAULT_MODEL_EXPIRY = 600.0
+"""Seconds of successful polls without a model before its per-model tap series go."""
+GENERATION_CONFIG_FILE = "generation_config.json"
+"""The file in a Hugging Face model folder whose ``temperature`` vLLM applies by default."""
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -60,31 +78,80 @@ HttpUrl = Annotated[str, AfterValidator(_check_url)]
 CalibrationFile = Annotated[Path, AfterValidator(_check_calibration)]
 
 
-class Settings(BaseSettings):
-    """Everything the sidecar can be told. Flags override environment variables."""
+def read_generation_config_temperature(path: Path | str) -> float | None:
+    """``temperature`` from a HF ``generation_config.json`` (a file, or a folder holding one).
 
-    model_config = SettingsConfigDict(env_prefix="SPECDEC_", extra="forbid", frozen=True)
+    Returns None when the file sets no usable temperature; raises ValueError with a one-line
+    message when the file cannot be read or is not a JSON object.
+    """
+    target = Path(path)
+    if target.is_dir():
+        target = target / GENERATION_CONFIG_FILE
+    try:
+        document = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read generation config {str(target)!r}: {exc}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"generation config {str(target)!r} is not a JSON object")
+    value: object = document.get("temperature")
+    return float(value) if isinstance(value, int | float) and is_valid_temperature(value) else None
 
-    vllm_url: HttpUrl = "http://127.0.0.1:8000"
-    listen: ListenAddress = f"0.0.0.0:{DEFAULT_PORT}"
-    interval: float = Field(5.0, gt=0, le=3600, description="seconds between polls of vLLM")
-    scrape_timeout: float = Field(4.0, gt=0, le=600, description="timeout of one poll")
-    window: float = Field(60.0, gt=0, le=86400, description="window of windowed figures, seconds")
-    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="cap on a /metrics body")
-    draft_cost_ratio: float | None = Field(None, ge=0, le=10)
-    speculative_method: str | None = None
-    calibration: CalibrationFile | None = None
-    """`calibrate --json`'s file: c comes from it (measured), before the flag or method default."""
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_interval: float = Field(60.0, ge=0, description="min seconds between repeated error logs")
 
-    # The request tap (issue 5).
-    proxy_listen: ListenAddress | None = None
-    default_temperature: float | None = Field(None, ge=0)
-    generation_config: Path | None = None
-    temperature_buckets: tuple[float, ...] = DEFAULT_TEMPERATURE_EDGES
-    proxy_inspect_max_bytes: int = Field(1024 * 1024, gt=0)
-    proxy_timeout: float = Field(600.0, gt=0)
+class VllmTarget(BaseSettings):
+    """Which vLLM to read and how its figures are modelled: the settings `run` and `check` share."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_", extra="forbid", frozen=True,
+                                      cli_show_env_vars=True)
+
+    vllm_url: HttpUrl = Field("http://127.0.0.1:8000", description="base URL of the vLLM server")
+    scrape_timeout: float = Field(4.0, gt=0, le=600,
+                                  description="total timeout of one scrape of vLLM, seconds")
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="cap on a /metrics body, bytes")
+    draft_cost_ratio: float | None = Field(
+        None, ge=0, le=10, description="c: cost of one drafted token relative to one target "
+                                       "step; unset: a default by --speculative-method")
+    speculative_method: str | None = Field(
+        None, description="vLLM's speculative method (eagle3, ngram, ...); picks the default c")
+    calibration: CalibrationFile | None = Field(
+        None, description="`calibrate --json`'s file: c comes from it, measured instead of "
+                          "assumed (it wins over --draft-cost-ratio and the method default)")
+
+
+class Settings(VllmTarget):
+    """Everything the sidecar (`run`) can be told. Flags override environment variables."""
+
+    listen: ListenAddress = Field(f"0.0.0.0:{DEFAULT_PORT}",
+                                  description="HOST:PORT of /metrics, /healthz, /readyz and /")
+    interval: float = Field(5.0, gt=0, le=3600,
+                            description="seconds between polls of vLLM's /metrics")
+    window: float = Field(60.0, gt=0, le=86400, description="window of windowed figures "
+                          "(modelled speedup, tap coverage), seconds")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="JSON log lines on stderr at this level and above")
+    log_interval: float = Field(60.0, ge=0,
+                                description="minimum seconds between repeated error log lines")
+    shutdown_grace: float = Field(
+        20.0, ge=0, le=3600, description="after SIGTERM, seconds in-flight tap requests get to "
+        "finish (under Kubernetes' default terminationGracePeriodSeconds of 30)")
+    max_models: int = Field(DEFAULT_MAX_MODELS, gt=0, le=10_000,
+                            description="models whose per-model tap series are kept")
+    model_expiry: float = Field(DEFAULT_MODEL_EXPIRY, gt=0, description="seconds of successful "
+                                "polls without a model before its per-model tap series go")
+
+    # The request tap.
+    proxy_listen: ListenAddress | None = Field(
+        None, description="HOST:PORT of the OpenAI-compatible request tap (default: off)")
+    default_temperature: float | None = Field(
+        None, ge=0, description="temperature vLLM applies when a request has none")
+    generation_config: Path | None = Field(
+        None, description="generation_config.json (or its folder) to read that default from")
+    temperature_buckets: Annotated[tuple[float, ...], NoDecode] = Field(
+        DEFAULT_EDGES, description="comma-separated edges of the temperature buckets")
+    proxy_inspect_max_bytes: int = Field(
+        1024 * 1024, gt=0, description="larger request bodies pass through uninspected, bytes")
+    proxy_timeout: float = Field(600.0, gt=0, description="upstream timeout of the tap, seconds")
+
+    _generation_config_temperature: float | None = PrivateAttr(None)
 
     @field_validator("temperature_buckets", mode="before")
     @classmethod
@@ -96,9 +163,23 @@ class Settings(BaseSettings):
     @field_validator("temperature_buckets")
     @classmethod
     def _check_edges(cls, value: tuple[float, ...]) -> tuple[float, ...]:
-        if not value or any(edge <= 0 for edge in value) or list(value) != sorted(set(value)):
-            raise ValueError("temperature bucket edges must be positive and strictly increasing")
-        return value
+        return TemperatureBuckets(value).edges
+
+    @model_validator(mode="after")
+    def _read_generation_config(self) -> Self:
+        """Read at start-up, so a missing or broken file is a config error, not a dead tap."""
+        if self.generation_config is not None:
+            self._generation_config_temperature = read_generation_config_temperature(
+                self.generation_config)
+        return self
+
+    @property
+    def request_default_temperature(self) -> float | None:
+        """The temperature of a request without one: ``--default-temperature``, else the
+        generation config's; None leaves vLLM's own fallback."""
+        if self.default_temperature is not None:
+            return self.default_temperature
+        return self._generation_config_temperature
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -111,20 +192,3 @@ class Settings(BaseSettings):
 
 class ConfigError(Exception):
     """A setting is invalid; the message is one readable line."""
-
-
-def load_settings(**overrides: Any) -> Settings:
-    """Build Settings from the environment plus the given (non-None) overrides."""
-    given = {key: value for key, value in overrides.items() if value is not None}
-    try:
-        return Settings(**given)
-    except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from None
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(item) for item in error["loc"]) or "settings"
-        parts.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
-    return "invalid setting: " + "; ".join(parts)

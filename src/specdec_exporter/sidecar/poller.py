@@ -8,22 +8,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import SeriesKey, Snapshot
-from specdec_exporter.core.report import Entry, build_report, snapshot_totals
-from specdec_exporter.core.timeline import Timeline
+from specdec_exporter.core.exposition import (
+    INVALID_REASONS,
+    InvalidReason,
+    InvalidSeries,
+    SeriesKey,
+    Snapshot,
+)
+from specdec_exporter.core.report import ALL_ENGINES, Entry, build_report, entry, snapshot_totals
+from specdec_exporter.core.timeline import Timeline, Window
 from specdec_exporter.logs import RateLimiter
+from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EXPIRY
+from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
 
-AttributedDraftTokens = Callable[[], dict[str, float]]
-"""Cumulative draft tokens the request tap attributed, per model (for the coverage ratio)."""
+BucketKey = tuple[str, str]
+"""(model_name, temperature_bucket)."""
+TapCounts = Callable[[], Mapping[BucketKey, Totals]]
+"""The request tap's cumulative attributed counts (drafts, draft and accepted tokens) per bucket:
+the windowed bucket figures and the coverage ratio come from them."""
+
+MAX_MODEL_NAME_CHARS = 256
+"""Longer model names never get per-model tap series (their requests count as ``other``)."""
+
+DropReason = Literal["cap", "name_too_long"]
+DROP_REASONS: tuple[DropReason, ...] = ("cap", "name_too_long")
 
 
 class SnapshotSource(Protocol):
@@ -47,6 +65,55 @@ class PollState:
     window_seconds: float = 0.0
     coverage: dict[str, float] = field(default_factory=dict)
     models_seen: frozenset[str] = frozenset()
+    """The models vLLM serves (or served in the last expiry period) that get per-model tap
+    series: at most the cap, names of at most MAX_MODEL_NAME_CHARS."""
+    buckets: dict[BucketKey, Entry] = field(default_factory=dict)
+    """The tap's figures per (model, temperature bucket) over the same window (engine "all")."""
+    history: AcceptanceHistory = field(default_factory=AcceptanceHistory)
+    models_dropped: dict[DropReason, int] = field(
+        default_factory=lambda: dict.fromkeys(DROP_REASONS, 0)
+    )
+    invalid_series: dict[InvalidReason, int] = field(
+        default_factory=lambda: dict.fromkeys(INVALID_REASONS, 0)
+    )
+
+
+class ModelRoster:
+    """Which served models get per-model tap series: bounded, and forgetting the ones vLLM stopped
+    serving after ``expire_after`` successful polls without them (failed polls never count)."""
+
+    def __init__(self, cap: int, expire_after: int) -> None:
+        self._cap = cap
+        self._expire_after = expire_after
+        self._missed: dict[str, int] = {}
+        self._refused: frozenset[str] = frozenset()
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset(self._missed)
+
+    def update(self, served: frozenset[str]) -> dict[DropReason, int]:
+        """Fold in one successful poll; returns the names newly refused, by reason."""
+        for model in list(self._missed):
+            missed = 0 if model in served else self._missed[model] + 1
+            if missed >= self._expire_after:
+                del self._missed[model]
+            else:
+                self._missed[model] = missed
+        dropped = dict.fromkeys(DROP_REASONS, 0)
+        refused = set()
+        for model in sorted(served - self._missed.keys()):
+            reason: DropReason | None = (
+                "name_too_long" if len(model) > MAX_MODEL_NAME_CHARS
+                else "cap" if len(self._missed) >= self._cap else None)
+            if reason is None:
+                self._missed[model] = 0
+                continue
+            refused.add(model)
+            if model not in self._refused:  # count a name once, not on every poll showing it
+                dropped[reason] += 1
+        self._refused = frozenset(refused)
+        return dropped
 
 
 class Poller:
@@ -60,17 +127,20 @@ class Poller:
         window: float,
         cost_ratio: float,
         log_interval: float,
-        attributed: AttributedDraftTokens | None = None,
+        tap_counts: TapCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_models: int = DEFAULT_MAX_MODELS,
+        model_expiry: float = DEFAULT_MODEL_EXPIRY,
     ) -> None:
-        self.state = PollState()
+        self.state = PollState(history=AcceptanceHistory(interval))
+        self._roster = ModelRoster(max_models, max(1, math.ceil(model_expiry / interval)))
         self._scraper = scraper
         self._interval = interval
         self._cost_ratio = cost_ratio
-        self._attributed = attributed
+        self._tap_counts = tap_counts
         self._clock = clock
         self._timeline: Timeline[SeriesKey] = Timeline(window)
-        self._tap_timeline: Timeline[str] = Timeline(window)
+        self._tap_timeline: Timeline[BucketKey] = Timeline(window, counts_from_zero=True)
         self._limiter = RateLimiter(log_interval)
         self.first_poll_done = asyncio.Event()
         self._failed_in_a_row = 0
@@ -89,7 +159,7 @@ class Poller:
         except ScrapeError as failure:
             self._record_failure(failure)
         except Exception as exc:  # a bug must not stop the sidecar from serving self-health
-            log.exception("unexpected error while polling vLLM")
+            self._log_internal_error()
             self._record_failure(ScrapeError("parse", f"internal error: {type(exc).__name__}"))
         else:
             self._record(scrape.snapshot, scrape.duration)
@@ -105,34 +175,72 @@ class Poller:
             self._limiter.reset("scrape")
         self._failed_in_a_row = 0
         state.up, state.scrape_duration, state.snapshot = True, duration, snapshot
-        state.models_seen = state.models_seen | snapshot.models
+        for reason, count in self._roster.update(snapshot.models).items():
+            state.models_dropped[reason] += count
+        state.models_seen = self._roster.models
+        if snapshot.invalid:
+            self._count_invalid(snapshot.invalid)
         totals = snapshot_totals(snapshot)
         self._timeline.observe(now, totals)
         window = self._timeline.window()
         state.report = build_report(snapshot, window, self._cost_ratio)
         state.window_seconds = window.seconds
-        if self._attributed is not None:
-            self._observe_tap(now, window.deltas)
+        if self._tap_counts is not None:
+            self._observe_tap(now, snapshot, window.deltas)
+        history: dict[SeriesId, float | None] = {
+            (e.model_name, None): e.acceptance_rate for e in state.report
+            if e.engine == ALL_ENGINES}
+        history.update((key, e.acceptance_rate) for key, e in state.buckets.items())
+        state.history.record(now, history)
 
-    def _observe_tap(self, now: float, vllm_deltas: dict[SeriesKey, Totals]) -> None:
-        assert self._attributed is not None
-        attributed = {
-            model: Totals(draft_tokens=tokens) for model, tokens in self._attributed().items()
+    def _observe_tap(self, now: float, snapshot: Snapshot,
+                     vllm_deltas: dict[SeriesKey, Totals]) -> None:
+        """The tap's counts over the same window: figures per bucket, and coverage per model."""
+        assert self._tap_counts is not None
+        self._tap_timeline.observe(now, self._tap_counts())
+        window: Window[BucketKey] = self._tap_timeline.window()
+        self.state.buckets = {
+            (model, bucket): entry(model, ALL_ENGINES, counts, seconds=window.seconds,
+                                   enabled=snapshot.spec_decode_enabled,
+                                   k=snapshot.num_speculative_tokens(model),
+                                   cost_ratio=self._cost_ratio)
+            for (model, bucket), counts in window.deltas.items()
         }
-        self._tap_timeline.observe(now, attributed)
-        tap_deltas = self._tap_timeline.window().deltas
+        attributed: dict[str, float] = {}
+        for (model, _), counts in window.deltas.items():
+            attributed[model] = attributed.get(model, 0.0) + counts.draft_tokens
         counted: dict[str, float] = {}
         for (model, _), totals in vllm_deltas.items():
             counted[model] = counted.get(model, 0.0) + totals.draft_tokens
         self.state.coverage = {
-            model: tap_deltas.get(model, Totals()).draft_tokens / tokens
+            model: attributed.get(model, 0.0) / tokens
             for model, tokens in counted.items()
             if tokens > 0
         }
 
+    def _count_invalid(self, invalid: tuple[InvalidSeries, ...]) -> None:
+        for series in invalid:
+            self.state.invalid_series[series.reason] += 1
+        emit, suppressed = self._limiter.allow("invalid")
+        if emit:  # names only: a label value is vLLM's data and may be arbitrarily long
+            log.warning(
+                "vLLM exposed series no count can be; dropped with every figure derived from them",
+                extra={"series": sorted({f"{s.name} ({s.reason})" for s in invalid}),
+                       "suppressed_since_last": suppressed},
+            )
+
+    def _log_internal_error(self) -> None:
+        """One line with its traceback per log interval: a bug hit on every poll must not flood."""
+        emit, suppressed = self._limiter.allow("internal")
+        if emit:
+            log.exception("unexpected error while polling vLLM",
+                          extra={"suppressed_since_last": suppressed})
+
     def _record_failure(self, failure: ScrapeError) -> None:
         state = self.state
         state.up, state.snapshot, state.report, state.coverage = False, None, [], {}
+        state.buckets = {}
+        state.history.record(self._clock(), {})
         state.failures[failure.reason] += 1
         self._failed_in_a_row += 1
         emit, suppressed = self._limiter.allow("scrape")

@@ -1,9 +1,14 @@
-"""Fetch vLLM's /metrics over HTTP with a total timeout and a body cap; classify failures."""
+"""Fetch vLLM's /metrics over HTTP with a total timeout and a body cap; classify failures.
+
+The cap holds for the decoded body as it streams: a gzip body is inflated here, a bounded piece at
+a time, so a small compressed body that decodes to gigabytes never gets into memory.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,6 +21,13 @@ FAILURE_REASONS: tuple[FailureReason, ...] = (
     "connect", "timeout", "http_status", "parse", "too_large",
 )
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5,*/*;q=0.1"
+ACCEPT_ENCODING = "gzip"
+"""prometheus_client (vLLM's /metrics) gzips when asked: a 60 KB page travels as ~8 KB."""
+ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
+              "deflate": zlib.MAX_WBITS}
+"""Content-Encodings inflated here; identity passes as it is, anything else is refused."""
+INFLATE_STEP = 1 << 20
+"""Most decoded bytes one zlib call may return, so the peak stays near the cap, not twice it."""
 
 
 class ScrapeError(Exception):
@@ -54,25 +66,71 @@ class Scraper:
         except httpx.HTTPError as exc:
             raise ScrapeError("connect", f"{type(exc).__name__}: {exc}") from None
         try:
-            snapshot = parse(body.decode("utf-8"))
+            text = body.decode("utf-8")
+            del body  # the text is all parse needs
+            snapshot = parse(text)
         except (UnicodeDecodeError, ExpositionError) as exc:
             raise ScrapeError("parse", str(exc)) from None
         return Scrape(snapshot, time.perf_counter() - started)
 
-    async def _fetch(self) -> bytes:
+    async def _fetch(self) -> bytearray:
+        headers = {"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING}
         async with self._client.stream(
-            "GET", self._url, headers={"Accept": ACCEPT}, timeout=self._timeout
+            "GET", self._url, headers=headers, timeout=self._timeout
         ) as response:
             if response.status_code != 200:
                 raise ScrapeError("http_status", f"HTTP {response.status_code}")
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self._max_body_bytes:
                 raise ScrapeError("too_large", f"Content-Length {declared} over the cap")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > self._max_body_bytes:
-                    raise ScrapeError("too_large", f"body over {self._max_body_bytes} bytes")
-                chunks.append(chunk)
-            return b"".join(chunks)
+            body = CappedBody(response.headers.get("content-encoding", ""), self._max_body_bytes)
+            async for raw in response.aiter_raw():  # raw: httpx would inflate a whole read at once
+                body.feed(raw)
+            return body.finish()
+
+
+class CappedBody:
+    """A response body decoded as it arrives, raising ``too_large`` before the decoded size
+    (or the raw size) passes ``cap``; never holds more than the cap plus one INFLATE_STEP."""
+
+    def __init__(self, content_encoding: str, cap: int) -> None:
+        encoding = content_encoding.strip().lower()
+        if encoding not in ("", "identity", *ZLIB_WBITS):
+            raise ScrapeError("parse", f"unsupported Content-Encoding {encoding[:40]!r}")
+        self._wbits = ZLIB_WBITS.get(encoding)
+        self._inflater = None if self._wbits is None else zlib.decompressobj(self._wbits)
+        self._cap = cap
+        self._raw_size = 0
+        self._body = bytearray()
+
+    def feed(self, raw: bytes) -> None:
+        self._raw_size += len(raw)
+        if self._raw_size > self._cap:
+            raise ScrapeError("too_large", f"body over {self._cap} bytes")
+        if self._inflater is None:
+            self._append(raw)
+            return
+        try:
+            self._inflate(raw)
+        except zlib.error as exc:
+            raise ScrapeError("parse", f"bad compressed body: {exc}") from None
+
+    def _inflate(self, data: bytes) -> None:
+        assert self._inflater is not None and self._wbits is not None
+        while data:
+            if self._inflater.eof:  # another gzip member follows
+                self._inflater = zlib.decompressobj(self._wbits)
+            step = min(self._cap - len(self._body) + 1, INFLATE_STEP)
+            self._append(self._inflater.decompress(data, step))
+            eof = self._inflater.eof
+            data = self._inflater.unused_data if eof else self._inflater.unconsumed_tail
+
+    def _append(self, decoded: bytes) -> None:
+        if len(self._body) + len(decoded) > self._cap:
+            raise ScrapeError("too_large", f"decoded body over {self._cap} bytes")
+        self._body += decoded
+
+    def finish(self) -> bytearray:
+        if self._inflater is not None and not self._inflater.eof:
+            raise ScrapeError("parse", "compressed body cut short")
+        return self._body

@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import httptools
 
-from specdec_exporter.core.buckets import read_generation_config_temperature
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import ConfigError, Settings
 from specdec_exporter.tap import http1
@@ -31,6 +30,7 @@ CLIENT_IDLE_TIMEOUT = 75.0
 """Seconds a keep-alive client connection may sit idle (nginx's default)."""
 SWEEP_INTERVAL = 1.0
 ERROR_LOG_INTERVAL = 60.0
+DRAIN_POLL_INTERVAL = 0.05
 
 
 class Tap:
@@ -40,7 +40,7 @@ class Tap:
                  known_models: Callable[[], frozenset[str]]) -> None:
         self.stats = stats
         self.buckets = stats.buckets  # one source of labels: the stats' buckets
-        self.default_temperature = configured_default_temperature(settings)
+        self.default_temperature = settings.request_default_temperature
         self.inspect_limit = settings.proxy_inspect_max_bytes
         self.timeout = settings.proxy_timeout
         self.origin = Origin.from_url(settings.vllm_url)
@@ -50,6 +50,8 @@ class Tap:
         self._known_models = known_models
         self._models_seen: frozenset[str] | None = None
         self._log_limiter = RateLimiter(ERROR_LOG_INTERVAL)
+        self.draining = False
+        """Set by ``drain``: a connection closes once its exchange ends (no keep-alive)."""
 
     def model_label(self, model: str | None) -> str:
         """Map a requested model to a served name or ``other``; pre-create served models' series."""
@@ -89,18 +91,6 @@ class Tap:
         for client in list(self.clients):
             client.abort()
         self.pool.close_all()
-
-
-def configured_default_temperature(settings: Settings) -> float | None:
-    """``--default-temperature``, else the ``temperature`` of ``--generation-config``."""
-    if settings.default_temperature is not None:
-        return settings.default_temperature
-    if settings.generation_config is None:
-        return None
-    try:
-        return read_generation_config_temperature(settings.generation_config)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 class ClientConnection(asyncio.Protocol):
@@ -199,7 +189,7 @@ class ClientConnection(asyncio.Protocol):
     def exchange_done(self, close: bool) -> None:
         self.exchange = None
         self.idle_since = time.monotonic()
-        if close or self.refused:
+        if close or self.refused or self.tap.draining:
             self.close()
         elif self.transport is not None:
             self.transport.resume_reading()
@@ -245,8 +235,10 @@ async def run_tap(
     stats: RequestStats,
     known_models: Callable[[], frozenset[str]],
     on_started: Callable[[tuple[str, int]], None] | None = None,
+    draining: asyncio.Event | None = None,
 ) -> None:
-    """Serve the tap on ``settings.proxy_address`` until cancelled."""
+    """Serve the tap on ``settings.proxy_address`` until cancelled, or until ``draining`` is set:
+    then drain (see ``drain``) and return."""
     address = settings.proxy_address
     if address is None:
         raise ConfigError("the tap needs --proxy-listen HOST:PORT")
@@ -258,12 +250,33 @@ async def run_tap(
     log.info("tap listening on %s:%d, forwarding to %s", bound[0], bound[1], settings.vllm_url)
     if on_started is not None:
         on_started((bound[0], bound[1]))
+    stop = draining if draining is not None else asyncio.Event()
     try:
-        while True:
-            await asyncio.sleep(min(SWEEP_INTERVAL, settings.proxy_timeout / 4))
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), min(SWEEP_INTERVAL, settings.proxy_timeout / 4))
             tap.sweep()
+        await drain(tap, server, settings.shutdown_grace)
     finally:
         server.close()
         tap.shutdown()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 1.0)
+
+
+async def drain(tap: Tap, server: asyncio.AbstractServer, grace: float) -> None:
+    """Close the listener and idle connections, then give in-flight exchanges up to ``grace``
+    seconds to finish (each connection closes once its response is written); the caller aborts
+    whatever is left."""
+    server.close()
+    tap.draining = True
+    for client in list(tap.clients):
+        if client.exchange is None:
+            client.close()
+    in_flight = len(tap.exchanges)
+    log.info("tap draining", extra={"in_flight": in_flight, "grace_seconds": grace})
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while tap.clients and loop.time() < deadline:
+        await asyncio.sleep(DRAIN_POLL_INTERVAL)
+    log.info("tap drained", extra={"in_flight": in_flight, "unfinished": len(tap.exchanges)})

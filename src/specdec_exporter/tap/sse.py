@@ -48,8 +48,11 @@ class EventSplitter:
 
 
 def iter_events(block: bytes) -> list[bytes]:
-    """Complete events of a block, each with its blank line."""
-    return [part + EVENT_END for part in block.split(EVENT_END)[:-1]]
+    """Complete events of a block, each with its blank line. Every byte is kept: in a block
+    ending ``\n\n\n`` the splitter cut after the last pair, so the final ``\n`` is a piece too."""
+    parts = block.split(EVENT_END)
+    events = [part + EVENT_END for part in parts[:-1]]
+    return [*events, parts[-1]] if parts[-1] else events
 
 
 def final_usage_chunk(event: bytes) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -130,6 +130,14 @@ class RequestStats(Collector):
         with self._lock:
             for label in self.buckets.labels:
                 self._series_for(model_name, label)
+
+    def retain_models(self, models: Collection[str]) -> None:
+        """Forget every model not in ``models``: its series leave /metrics (bounded labels)."""
+        with self._lock:
+            for key in [key for key in self._series if key[0] not in models]:
+                del self._series[key]
+            for model in [model for model in self._k if model not in models]:
+                del self._k[model]
 
     def record(self, request: RequestRecord) -> None:
         with self._lock:

@@ -98,24 +98,24 @@ def test_unreachable_server_exits_1_with_one_line(capsys: pytest.CaptureFixture[
         (["--endpoint", "embeddings"], "invalid choice"),
     ],
 )
-def test_bad_arguments_exit_2(
+def test_bad_arguments_exit_64(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["load", *argv])
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 64
     assert message in capsys.readouterr().err
 
 
-def test_bad_prompts_file_and_url_exit_2(
+def test_bad_prompts_file_and_url_exit_64(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["load", "--prompts", str(tmp_path / "missing.txt")]) == 2
+    assert main(["load", "--prompts", str(tmp_path / "missing.txt")]) == 64
     assert "cannot read prompts file" in capsys.readouterr().err
     (tmp_path / "blank.txt").write_text("\n  \n")
-    assert main(["load", "--prompts", str(tmp_path / "blank.txt")]) == 2
+    assert main(["load", "--prompts", str(tmp_path / "blank.txt")]) == 64
     assert "has no prompt" in capsys.readouterr().err
-    assert main(["load", "--url", "127.0.0.1:8000"]) == 2
+    assert main(["load", "--url", "127.0.0.1:8000"]) == 64
     assert "--url must start with http://" in capsys.readouterr().err
 
 

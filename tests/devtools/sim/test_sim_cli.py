@@ -57,9 +57,9 @@ def test_generation_config_folder_sets_the_default_temperature(tmp_path: Path) -
     ["--speculative-config", "{oops"], ["--drafter-quality", "1.5"], ["--speed", "0"],
     ["--generation-config", "/nonexistent/folder"],
 ])
-def test_bad_flags_exit_2_with_one_line(argv: list[str],
+def test_bad_flags_exit_64_with_one_line(argv: list[str],
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["simulate", *argv]) == 2
+    assert cli.main(["simulate", *argv]) == 64
     error = capsys.readouterr().err
     assert error.startswith("specdec-exporter simulate: ") and error.count("\n") == 1
 

@@ -168,5 +168,10 @@ def test_config_rejects_out_of_range_values() -> None:
         SimConfig(drafter_quality=1.5)
     with pytest.raises(ConfigError, match="speed"):
         SimConfig(speed=0)
+    with pytest.raises(ConfigError) as caught:
+        SimConfig(max_num_seqs=0, port=70000)
+    assert str(caught.value) == (
+        "--port: Input should be less than or equal to 65535 (got 70000); "
+        "--max-num-seqs: Input should be greater than or equal to 1 (got 0)")
     assert SimConfig(data_parallel_size=2).multiprocess_metrics
     assert not SimConfig(data_parallel_size=2, api_server_count=1).multiprocess_metrics

@@ -262,6 +262,9 @@ def test_force_include_usage_adds_the_usage_chunk() -> None:
         payloads = sse_payloads(b"".join(response.iter_bytes()))
     usage = httpx.Response(200, content=payloads[-2]).json()
     assert usage["choices"] == [] and "speculative_decoding" in usage["metrics"]
+    # vLLM's should_include_usage: forcing also turns the running usage on, on every chunk
+    chunks = [httpx.Response(200, content=p).json() for p in payloads[:-2]]
+    assert chunks and all(chunk["usage"]["prompt_tokens"] > 0 for chunk in chunks)
 
 
 def test_client_disconnect_aborts_the_request() -> None:
@@ -385,25 +388,28 @@ def test_bad_fault_requests_are_rejected(faulty: httpx.Client, body: Any) -> Non
 # errors --------------------------------------------------------------------------------------
 
 MODEL = SimConfig().served_model_name
-ERRORS = [
+HI = '"messages": [{"role": "user", "content": "hi"}]'
+ERRORS = [  # the full matrix against vLLM's own answers is test_sim_edge_cases.py
     (b"{not json", 400, "Bad Request", "body.1", "JSON decode error"),
     (b'{"messages": [], "temperature": "hot"}', 400, "Bad Request", "body.temperature",
      "valid number"),
     (b'{"temperature": 0.5}', 400, "Bad Request", "body.messages", "Field required"),
-    (b'{"messages": [], "temperature": -0.5}', 400, "BadRequestError", "temperature",
+    (b'{%s, "temperature": -0.5}' % HI.encode(), 400, "BadRequestError", "temperature",
      "temperature must be non-negative, got -0.5."),
-    (b'{"messages": [], "temperature": 2.5}', 400, "BadRequestError", "temperature",
+    (b'{%s, "temperature": 2.5}' % HI.encode(), 400, "BadRequestError", "temperature",
      "temperature must be in [0, 2]"),
     (b'{"messages": [], "model": "gpt-9"}', 404, "NotFoundError", "model",
-     "The model `gpt-9` does not exist."),
-    (b'{"messages": [], "temperature": 0, "n": 2}', 400, "BadRequestError", None,
+     "The model `gpt-9` does not exist. Valid aliases: " + MODEL + "."),
+    (b'{%s, "temperature": 0, "n": 2}' % HI.encode(), 400, "BadRequestError", None,
      "n must be 1 when using greedy sampling, got 2."),
-    (b'{"messages": [], "max_tokens": 0}', 400, "BadRequestError", "max_tokens",
+    (b'{%s, "max_tokens": 0}' % HI.encode(), 400, "BadRequestError", "max_tokens",
      "max_tokens must be at least 1"),
-    (b'{"messages": [], "stream_options": {"include_usage": true}}', 400, "Bad Request",
+    (b'{"messages": [], "stream_options": {"include_usage": true}}', 400, "BadRequestError",
      "stream_options", "Stream options can only be defined when `stream=True`."),
     (b'{"messages": [], "max_tokens": 100000}', 400, "BadRequestError", "max_tokens",
-     "maximum context length is 8192 tokens"),
+     "max_tokens=100000 cannot be greater than max_model_len=8192."),
+    (b'{"messages": [{"role": "user", "content": "%s"}]}' % (b"x" * 40000), 400,
+     "BadRequestError", "input_tokens", "your prompt contains at least 8193 input tokens"),
 ]
 
 

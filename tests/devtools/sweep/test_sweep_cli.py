@@ -119,20 +119,20 @@ def test_unreadable_metrics_for_counters_exits_1_with_one_line(
         ["--source", "guess"],
     ],
 )
-def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_flags_exit_64(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["sweep", *argv])
-    assert exited.value.code == 2
+    assert exited.value.code == 64
     assert "specdec-exporter sweep: error:" in capsys.readouterr().err
 
 
-def test_bad_values_exit_2_with_one_line(tmp_path: Path,
+def test_bad_values_exit_64_with_one_line(tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sweep", "--url", "vllm:8000"]) == 2
-    assert main(["sweep", "--metrics-url", "vllm:8000"]) == 2
+    assert main(["sweep", "--url", "vllm:8000"]) == 64
+    assert main(["sweep", "--metrics-url", "vllm:8000"]) == 64
     empty = tmp_path / "empty.txt"
     empty.write_text("\n", encoding="utf-8")
-    assert main(["sweep", "--prompts", str(empty)]) == 2
+    assert main(["sweep", "--prompts", str(empty)]) == 64
     assert capsys.readouterr().err.splitlines() == [
         "specdec-exporter sweep: --url must start with http:// or https://, got 'vllm:8000'",
         "specdec-exporter sweep: --metrics-url must start with http:// or https://, "

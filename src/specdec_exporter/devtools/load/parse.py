@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from specdec_exporter.core.request_metrics import completion_tokens_of, spec_decoding_of
 from specdec_exporter.devtools.load.results import SpecDecoding
 from specdec_exporter.devtools.load.sse import DONE
 
@@ -33,23 +34,12 @@ def parse_completion(body: bytes) -> Completion:
     document = _load_object(body)
     if not isinstance(document.get("choices"), list):
         raise MalformedResponseError("response has no choices list")
-    return Completion(completion_tokens(document), spec_decoding(document),
+    return Completion(completion_tokens_of(document), spec_decoding(document),
                       server_tpot(document))
 
 
-def completion_tokens(document: dict[str, Any]) -> int | None:
-    usage = document.get("usage")
-    if not isinstance(usage, dict):
-        return None
-    tokens = usage.get("completion_tokens")
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
-
-
 def spec_decoding(document: dict[str, Any]) -> SpecDecoding | None:
-    metrics = document.get("metrics")
-    if not isinstance(metrics, dict):
-        return None
-    return SpecDecoding.from_json(metrics.get("speculative_decoding"))
+    return SpecDecoding.from_json(spec_decoding_of(document))
 
 
 def server_tpot(document: dict[str, Any]) -> float | None:
@@ -109,7 +99,7 @@ class StreamTally:
             self._take_metrics(chunk)
 
     def _take_usage(self, chunk: dict[str, Any]) -> None:
-        tokens = completion_tokens(chunk)
+        tokens = completion_tokens_of(chunk)
         if tokens is not None:
             self.usage_tokens = tokens
 

@@ -13,7 +13,7 @@ DURATION_DECK_SIZE = 100
 
 
 @dataclass(frozen=True)
-class RequestPlan:
+class PlannedRequest:
     index: int
     temperature: float | None
     stream: bool
@@ -63,12 +63,12 @@ class Planner:
     def issued(self) -> int:
         return self._issued
 
-    def next_plan(self) -> RequestPlan:
+    def next_plan(self) -> PlannedRequest:
         if not self._deck:
             self._deck = build_deck(self._mix, self._stream_share, self._deck_size, self._rng)
             self._deck.reverse()  # pop() from the end deals the shuffled order front to back
         temperature, stream = self._deck.pop()
         prompt = self._prompts[self._rng.randrange(len(self._prompts))]
-        plan = RequestPlan(self._issued, temperature, stream, prompt)
+        plan = PlannedRequest(self._issued, temperature, stream, prompt)
         self._issued += 1
         return plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec_exporter.devtools.load.results import LoadResult
-from specdec_exporter.devtools.load.stats import BucketSummary, SpecSummary, summarise
+from specdec_exporter.devtools.load.stats import SpecSummary, TemperatureRow, summarise
 from specdec_exporter.term import Cell, render_table
 
 LATENCY_HEADERS = ["TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms"]
@@ -16,7 +16,7 @@ def milliseconds(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def table_row(row: BucketSummary, with_spec: bool) -> list[Cell]:
+def table_row(row: TemperatureRow, with_spec: bool) -> list[Cell]:
     cells: list[Cell] = [
         row.label,
         row.requests,
@@ -33,7 +33,7 @@ def table_row(row: BucketSummary, with_spec: bool) -> list[Cell]:
     return cells
 
 
-def render_summary(result: LoadResult, rows: list[BucketSummary]) -> str:
+def render_summary(result: LoadResult, rows: list[TemperatureRow]) -> str:
     """The headline, the per-temperature table with its total row, and the errors by kind."""
     with_spec = any(row.spec is not None for row in rows)
     headers = ["temperature", "requests", "errors", "out tokens", "tokens/s", *LATENCY_HEADERS]
@@ -69,7 +69,7 @@ def spec_json(spec: SpecSummary | None) -> dict[str, Any] | None:
     }
 
 
-def row_json(row: BucketSummary) -> dict[str, Any]:
+def row_json(row: TemperatureRow) -> dict[str, Any]:
     return {
         "temperature": row.label,
         "requests": row.requests,
@@ -83,7 +83,7 @@ def row_json(row: BucketSummary) -> dict[str, Any]:
     }
 
 
-def summary_json(result: LoadResult, rows: list[BucketSummary]) -> dict[str, Any]:
+def summary_json(result: LoadResult, rows: list[TemperatureRow]) -> dict[str, Any]:
     """The ``--json`` object: the same rows as the table, the total row apart."""
     return {
         "model": result.model,
@@ -96,5 +96,5 @@ def summary_json(result: LoadResult, rows: list[BucketSummary]) -> dict[str, Any
     }
 
 
-def summary_rows(result: LoadResult) -> list[BucketSummary]:
+def summary_rows(result: LoadResult) -> list[TemperatureRow]:
     return summarise(result.results, result.elapsed)

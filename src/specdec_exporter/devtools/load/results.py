@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdec_exporter.core import vllm_names as names
+from specdec_exporter.core.request_metrics import SpecDecodeSummary, count, parse_spec_decoding
 from specdec_exporter.devtools.load.mix import temperature_label
 
 ERROR_CONNECT = "connect"
@@ -42,30 +44,21 @@ class SpecDecoding:
 
     @classmethod
     def from_json(cls, value: object) -> SpecDecoding | None:
-        """Read the object; None when it is absent or lacks the three counts."""
-        if not isinstance(value, dict):
+        """Read the object; None when ``core.request_metrics`` finds it absent or unusable."""
+        summary = parse_spec_decoding(value)
+        if not isinstance(summary, SpecDecodeSummary) or not isinstance(value, dict):
             return None
-        steps, drafted, accepted = (
-            _count(value.get(key))
-            for key in ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")
-        )
-        if steps is None or drafted is None or accepted is None:
-            return None
-        histogram = value.get("acceptance_histogram")
+        histogram = value.get(names.REQUEST_ACCEPTANCE_HISTOGRAM)
         return cls(
-            num_spec_steps=steps,
-            num_draft_tokens=drafted,
-            num_accepted_draft_tokens=accepted,
-            num_spec_tokens=_count(value.get("num_spec_tokens")),
-            mean_acceptance_length=_number(value.get("mean_acceptance_length")),
-            draft_acceptance_rate=_number(value.get("draft_acceptance_rate")),
+            num_spec_steps=summary.spec_steps,
+            num_draft_tokens=summary.draft_tokens,
+            num_accepted_draft_tokens=summary.accepted_tokens,
+            num_spec_tokens=count(value.get(names.REQUEST_SPEC_TOKENS)),
+            mean_acceptance_length=_number(value.get(names.REQUEST_MEAN_ACCEPTANCE_LENGTH)),
+            draft_acceptance_rate=_number(value.get(names.REQUEST_ACCEPTANCE_RATE)),
             acceptance_histogram=_counts(histogram) if isinstance(histogram, list) else None,
             raw=value,
         )
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _number(value: object) -> float | None:
@@ -75,7 +68,7 @@ def _number(value: object) -> float | None:
 
 
 def _counts(values: list[object]) -> tuple[int, ...] | None:
-    counts = tuple(_count(value) for value in values)
+    counts = tuple(count(value) for value in values)
     return None if None in counts else tuple(c for c in counts if c is not None)
 
 

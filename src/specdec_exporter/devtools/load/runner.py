@@ -20,7 +20,7 @@ from specdec_exporter.devtools.load.parse import (
     StreamTally,
     parse_completion,
 )
-from specdec_exporter.devtools.load.plan import DURATION_DECK_SIZE, Planner, RequestPlan
+from specdec_exporter.devtools.load.plan import DURATION_DECK_SIZE, PlannedRequest, Planner
 from specdec_exporter.devtools.load.results import (
     ERROR_CONNECT,
     ERROR_DISCONNECT,
@@ -154,7 +154,7 @@ async def run_load(
         return await _Run(config, client, model, on_progress).execute()
 
 
-def request_body(config: LoadConfig, model: str, plan: RequestPlan) -> dict[str, Any]:
+def request_body(config: LoadConfig, model: str, plan: PlannedRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "max_tokens": config.max_tokens}
     if config.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": plan.prompt}]
@@ -214,7 +214,7 @@ class _Run:
         elapsed = time.perf_counter() - self._start
         return LoadResult(self._model, self._config.endpoint, elapsed, tuple(self._results))
 
-    def _next_plan(self) -> RequestPlan | None:
+    def _next_plan(self) -> PlannedRequest | None:
         if self._config.requests is not None and self._planner.issued >= self._config.requests:
             return None
         if self._deadline is not None and time.perf_counter() >= self._deadline:
@@ -232,7 +232,7 @@ class _Run:
             elapsed = time.perf_counter() - self._start
             self._on_progress(Progress(len(self._results), self._errors, elapsed))
 
-    async def _send(self, plan: RequestPlan) -> RequestResult:
+    async def _send(self, plan: PlannedRequest) -> RequestResult:
         body = request_body(self._config, self._model, plan)
         started = time.perf_counter()
         try:
@@ -247,7 +247,7 @@ class _Run:
             return self._failure(plan, started, ERROR_STREAM)
 
     async def _send_plain(
-        self, plan: RequestPlan, body: dict[str, Any], started: float
+        self, plan: PlannedRequest, body: dict[str, Any], started: float
     ) -> RequestResult:
         response = await self._client.post(self._path, json=body)
         if response.status_code >= 400:
@@ -268,7 +268,7 @@ class _Run:
         )
 
     async def _send_streaming(
-        self, plan: RequestPlan, body: dict[str, Any], started: float
+        self, plan: PlannedRequest, body: dict[str, Any], started: float
     ) -> RequestResult:
         tally = StreamTally(started)
         async with self._client.stream("POST", self._path, json=body) as response:
@@ -303,7 +303,7 @@ class _Run:
         )
 
     def _failure(
-        self, plan: RequestPlan, started: float, kind: str, status: int | None = None
+        self, plan: PlannedRequest, started: float, kind: str, status: int | None = None
     ) -> RequestResult:
         return RequestResult(
             index=plan.index,

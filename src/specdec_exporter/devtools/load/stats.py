@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from specdec_exporter.core.request_metrics import SpecDecodeSummary
 from specdec_exporter.devtools.load.mix import DEFAULT_TOKEN
 from specdec_exporter.devtools.load.results import RequestResult
 
@@ -34,22 +35,23 @@ class SpecSummary:
     num_accepted_draft_tokens: int
 
     @property
+    def totals(self) -> SpecDecodeSummary:
+        return SpecDecodeSummary(self.num_spec_steps, self.num_draft_tokens,
+                                 self.num_accepted_draft_tokens)
+
+    @property
     def acceptance_rate(self) -> float | None:
         """Accepted / drafted tokens; None when nothing was drafted (not drafting, not 0%)."""
-        if self.num_draft_tokens == 0:
-            return None
-        return self.num_accepted_draft_tokens / self.num_draft_tokens
+        return self.totals.acceptance_rate
 
     @property
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted tokens / verify steps (counts the bonus token); None with no steps."""
-        if self.num_spec_steps == 0:
-            return None
-        return 1.0 + self.num_accepted_draft_tokens / self.num_spec_steps
+        return self.totals.acceptance_length
 
 
 @dataclass(frozen=True)
-class BucketSummary:
+class TemperatureRow:
     """One row of the summary. Latencies are seconds over successful requests only."""
 
     label: str
@@ -65,14 +67,16 @@ class BucketSummary:
     errors_by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def summarise_bucket(label: str, results: Sequence[RequestResult], elapsed: float) -> BucketSummary:
+def summarise_bucket(
+    label: str, results: Sequence[RequestResult], elapsed: float
+) -> TemperatureRow:
     """One row: ``tokens_per_s`` divides the bucket's output tokens by the run's wall time."""
     succeeded = [result for result in results if result.ok]
     tokens = sum(result.output_tokens or 0 for result in succeeded)
     ttfts = [result.ttft for result in succeeded if result.ttft is not None]
     tpots = [tpot for result in succeeded if (tpot := result.tpot) is not None]
     errors = Counter(result.error for result in results if result.error is not None)
-    return BucketSummary(
+    return TemperatureRow(
         label=label,
         requests=len(results),
         errors=len(results) - len(succeeded),
@@ -104,7 +108,7 @@ def bucket_order(label: str) -> tuple[int, float]:
     return (1, 0.0) if label == DEFAULT_TOKEN else (0, float(label))
 
 
-def summarise(results: Sequence[RequestResult], elapsed: float) -> list[BucketSummary]:
+def summarise(results: Sequence[RequestResult], elapsed: float) -> list[TemperatureRow]:
     """One row per requested temperature (ascending, ``default`` last), then the total row."""
     by_label: dict[str, list[RequestResult]] = {}
     for result in results:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from specdec_exporter.devtools.sim import faults, protocol, responses
 from specdec_exporter.devtools.sim.engine import ApiRequest, StepOutput
 from specdec_exporter.devtools.sim.settings import VLLM_VERSION
-from specdec_exporter.devtools.sim.simulation import GenerationSpec, Simulation
+from specdec_exporter.devtools.sim.simulation import Simulation
 from specdec_exporter.devtools.sim.telemetry import CONTENT_TYPE
 from specdec_exporter.devtools.sim.truth import GroundTruth
 
@@ -52,16 +52,23 @@ class HttpRequest:
 Handler = Callable[[HttpRequest, Send], Awaitable[None]]
 
 
-async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes,
+VARY = (b"vary", b"Origin")
+"""vLLM's CORS middleware adds it to every answer."""
+
+
+async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes | None,
                      extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-               *(extra or [])]
+    """Starlette's header order (length, type), then what the middleware adds."""
+    headers = [(b"content-length", str(len(body)).encode()),
+               *([] if content_type is None else [(b"content-type", content_type)]),
+               *(extra or []), VARY]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_json(send: Send, status: int, value: Any) -> None:
-    await send_bytes(send, status, responses.dumps(value).encode(), JSON_TYPE)
+async def send_json(send: Send, status: int, value: Any,
+                    extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send_bytes(send, status, responses.dumps(value).encode(), JSON_TYPE, extra)
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -113,7 +120,6 @@ class SimApp:
             ("POST", "/sim/fault"): self.set_fault,
             ("GET", "/sim/config"): self.config,
         }
-        self._paths = {path for _, path in self.routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -146,9 +152,12 @@ class SimApp:
         method, path = scope["method"], scope["path"]
         handler = self.routes.get((method, path))
         if handler is None:
-            status, detail = (405, "Method Not Allowed") if path in self._paths \
-                else (404, "Not Found")
-            await send_json(send, status, {"detail": detail})
+            allowed = sorted(m for m, p in self.routes if p == path)
+            if allowed:
+                await send_json(send, 405, {"detail": "Method Not Allowed"},
+                                [(b"allow", ", ".join(allowed).encode())])
+            else:
+                await send_json(send, 404, {"detail": "Not Found"})
             return
         request = HttpRequest(scope, await read_body(receive), receive)
         if path not in INSTRUMENTED:
@@ -179,7 +188,8 @@ class SimApp:
     # vLLM's plain endpoints
 
     async def health(self, request: HttpRequest, send: Send) -> None:
-        await send_bytes(send, 200, b"", JSON_TYPE)
+        """vLLM answers a bare ``Response(status_code=200)``: no content type."""
+        await send_bytes(send, 200, b"", None)
 
     async def version(self, request: HttpRequest, send: Send) -> None:
         await send_json(send, 200, {"version": VLLM_VERSION})
@@ -224,30 +234,24 @@ class SimApp:
 
     async def _generate(self, request: HttpRequest, send: Send, *, chat: bool) -> None:
         config = self.sim.config
+        content_type = request.header(b"content-type")
         try:
             if chat:
-                chat_request = protocol.parse_request(request.body, protocol.ChatRequest)
-                protocol.check_model(chat_request.model, config)
-                parsed: protocol.SamplingRequest = chat_request
-                spec = protocol.chat_spec(chat_request, config)
+                plan = protocol.chat_plan(
+                    protocol.parse_request(request.body, protocol.ChatRequest, content_type),
+                    config)
             else:
-                completion = protocol.parse_request(request.body, protocol.CompletionRequest)
-                protocol.check_model(completion.model, config)
-                parsed = completion
-                spec = protocol.completion_spec(completion, config)
+                plan = protocol.completion_plan(
+                    protocol.parse_request(request.body, protocol.CompletionRequest,
+                                           content_type), config)
         except protocol.ApiError as exc:
             await send_json(send, exc.status, exc.body)
             return
         truth = self.sim.truth
-        api = self.sim.submit(spec)
-        session = Generation(self, api, spec, truth, chat=chat)
-        if parsed.stream:
-            options = parsed.stream_options
-            include_usage = config.enable_force_include_usage or bool(
-                options is not None and options.include_usage)
-            continuous = include_usage and bool(options and options.continuous_usage_stats)
-            await session.stream(request.receive, send, include_usage=include_usage,
-                                 continuous_usage=continuous)
+        api = self.sim.submit(plan.spec)
+        session = Generation(self, api, plan, truth, chat=chat)
+        if plan.stream:
+            await session.stream(request.receive, send)
         else:
             await session.respond(request.receive, send)
 
@@ -342,11 +346,12 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 class Generation:
     """One generation request on the HTTP side: waits for the engine, writes the response."""
 
-    def __init__(self, app: SimApp, api: ApiRequest, spec: GenerationSpec, truth: GroundTruth,
+    def __init__(self, app: SimApp, api: ApiRequest, plan: protocol.Plan, truth: GroundTruth,
                  *, chat: bool) -> None:
         self.app = app
         self.api = api
-        self.spec = spec
+        self.plan = plan
+        self.spec = plan.spec
         self.truth = truth
         self.chat = chat
         self.config = app.sim.config
@@ -385,7 +390,8 @@ class Generation:
             if output is not None:
                 outputs.setdefault(output.choice, []).append(output)
         choices = [responses.ChoiceResult(
-            index=index, text="".join(o.text for o in outputs.get(index, [])),
+            index=index, text=self.echoed(index) + self.shown("".join(
+                o.text for o in outputs.get(index, []))),
             finish_reason=outputs[index][-1].finish_reason if outputs.get(index) else None,
             tokens=sum(o.tokens for o in outputs.get(index, [])))
             for index in range(len(self.api.choices))]
@@ -406,15 +412,24 @@ class Generation:
             "EngineCore encountered an issue: the engine restarted.", "InternalServerError", 500,
             None))
 
-    async def stream(self, receive: Receive, send: Send, *, include_usage: bool,
-                     continuous_usage: bool = False) -> None:
+    def echoed(self, choice: int) -> str:
+        """The prompt text a completion with ``echo`` repeats before this choice's output."""
+        echo = self.plan.echo
+        return "" if echo is None else echo.texts[choice // self.spec.n]
+
+    def shown(self, generated: str) -> str:
+        """``echo`` with ``max_tokens: 0`` generates one token and shows none."""
+        return "" if self.plan.echo is not None and self.plan.echo.prompt_only else generated
+
+    async def stream(self, receive: Receive, send: Send) -> None:
+        include_usage = self.plan.include_usage
         writer = responses.ChunkWriter(
             chat=self.chat, request_id=self.api.request_id, created=self.api.created,
             model=self.config.served_model_name,
-            continuous_usage_prompt_tokens=sum(self.spec.prompt_tokens) if continuous_usage
-            else None)
+            continuous_usage_prompt_tokens=sum(self.spec.prompt_tokens)
+            if self.plan.continuous_usage else None)
         await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", SSE_TYPE)]})
+                    "headers": [(b"content-type", SSE_TYPE), VARY]})
         if self.chat:
             roles = b"".join(writer.role(i) for i in range(len(self.api.choices)))
             await send({"type": "http.response.body", "body": roles, "more_body": True})
@@ -444,6 +459,8 @@ class Generation:
         """Write chunks until every choice finished (True) or the request was aborted (False)."""
         remaining = len(self.api.choices)
         generated = [0] * remaining
+        echo = self.plan.echo
+        echo_pending = [echo is not None] * remaining
         fingerprint = None if include_usage else self.app.sim.fingerprint
         queue = self.api.queue
         while remaining:
@@ -457,14 +474,20 @@ class Generation:
                 outputs = merge_outputs(outputs)
             chunks = []
             for output in outputs:
-                generated[output.choice] += output.tokens
+                index = output.choice
+                generated[index] += output.tokens
+                shown, prompt_ids = self.shown(output.text), None
+                if echo is not None and echo_pending[index]:
+                    echo_pending[index] = False
+                    shown = self.echoed(index) + shown
+                    prompt_ids = list(echo.token_ids[index // self.spec.n])
                 if output.finish_reason is None:
-                    chunks.append(writer.content(output.choice, output.text,
-                                                 generated[output.choice]))
+                    chunks.append(writer.content(index, shown, generated[index], prompt_ids))
                 else:
                     remaining -= 1
-                    chunks.append(writer.finish(output.choice, output.text, output.finish_reason,
-                                                fingerprint, generated[output.choice]))
+                    chunks.append(writer.finish(
+                        index, shown, output.finish_reason, fingerprint,
+                        completion_tokens=generated[index], prompt_token_ids=prompt_ids))
             await send({"type": "http.response.body", "body": b"".join(chunks),
                         "more_body": True})
         return True

@@ -53,7 +53,7 @@ class StepOutput:
 
 
 @dataclass(eq=False)
-class RequestStats:
+class RequestSpecCounts:
     """Per-request speculative-decoding statistics, as vLLM returns them per request."""
 
     k_max: int
@@ -132,7 +132,7 @@ class EngineRequest:
         self.spec_rng = random.Random(f"{seed}/spec")
         self.contexts = [int(self.spec_rng.random() * 1_000_000)
                          for _ in range(CONTEXTS_PER_REQUEST)]
-        self.stats = RequestStats(k_max=k_max, detailed=detailed)
+        self.stats = RequestSpecCounts(k_max=k_max, detailed=detailed)
         self.arrival = arrival
         self.scheduled_at: float | None = None
         self.first_token_at: float | None = None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specdec_exporter.devtools.sim.engine import EngineRequest, RequestStats
+from specdec_exporter.devtools.sim.engine import EngineRequest, RequestSpecCounts
 
 DONE = b"data: [DONE]\n\n"
 
@@ -39,7 +39,7 @@ def usage(prompt_tokens: int, completion_tokens: int, *, details: bool) -> dict[
     return body
 
 
-def spec_decoding(stats: RequestStats) -> dict[str, Any]:
+def spec_decoding(stats: RequestSpecCounts) -> dict[str, Any]:
     """metrics.speculative_decoding as vLLM >= 0.29 fills it for one request."""
     steps, drafted, accepted = stats.num_spec_steps, stats.num_draft_tokens, stats.num_accepted
     return {
@@ -164,20 +164,22 @@ class ChunkWriter:
             body["usage"] = running
         return sse({**body, "prompt_token_ids": None, "prompt_text": None})
 
-    def content(self, index: int, text: str, completion_tokens: int = 0) -> bytes:
+    def content(self, index: int, text: str, completion_tokens: int = 0,
+                prompt_token_ids: list[int] | None = None) -> bytes:
+        """``prompt_token_ids``: completions with ``echo``, on each choice's first chunk."""
         if self.chat:
             choice = (f'{{"index":{index},"delta":{{"content":{dumps(text)}}},'
                       '"logprobs":null,"finish_reason":null,"token_ids":null}')
         else:
             choice = (f'{{"index":{index},"text":{dumps(text)},"logprobs":null,'
-                      '"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
-                      '"token_ids":null}')
+                      '"finish_reason":null,"stop_reason":null,'
+                      f'"prompt_token_ids":{dumps(prompt_token_ids)},"token_ids":null}}')
         running = self._running_usage(completion_tokens)
         tail = "" if running is None else f',"usage":{dumps(running)}'
         return f"{self._head}{choice}]{tail}}}\n\n".encode()
 
-    def finish(self, index: int, text: str, reason: str, fingerprint: str | None,
-               completion_tokens: int = 0) -> bytes:
+    def finish(self, index: int, text: str, reason: str, fingerprint: str | None, *,
+               completion_tokens: int = 0, prompt_token_ids: list[int] | None = None) -> bytes:
         """The chunk carrying finish_reason; the fingerprint rides on it when no usage follows."""
         choice: dict[str, Any]
         if self.chat:
@@ -185,7 +187,8 @@ class ChunkWriter:
                       "finish_reason": reason, "stop_reason": None, "token_ids": None}
         else:
             choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason,
-                      "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+                      "stop_reason": None, "prompt_token_ids": prompt_token_ids,
+                      "token_ids": None}
         body: dict[str, Any] = {**self._envelope, "choices": [choice]}
         running = self._running_usage(completion_tokens)
         if running is not None:

@@ -1,11 +1,19 @@
-"""The simulator's configuration: one frozen SimConfig, and parsing of vLLM's speculative config."""
+"""The simulator's configuration: one frozen pydantic SimConfig, and vLLM's speculative config."""
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
 
 from specdec_exporter.devtools.sim.steptime import StepTimeModel, step_time_model_for
 from specdec_exporter.sidecar.config import ConfigError
@@ -55,36 +63,51 @@ class SpeculativeConfig:
         return self.num_speculative_tokens
 
 
-@dataclass(frozen=True)
-class SimConfig:
-    """Everything the simulator can be told; the CLI flags map one to one onto these fields."""
+def flag_of(field: str) -> str:
+    """The command-line flag of a SimConfig field (``max_num_seqs`` -> ``--max-num-seqs``)."""
+    return "--no-chunk-merging" if field == "merge_chunks" else "--" + field.replace("_", "-")
+
+
+class SimConfig(BaseModel):
+    """Everything the simulator can be told; the CLI flags map one to one onto these fields.
+
+    Each default and each range is written here once; a bad value raises ConfigError naming the
+    flag, in one line.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
-    port: int = 0
-    served_model_name: str = DEFAULT_MODEL
+    port: int = Field(default=0, ge=0, le=65535, description="0 lets the OS choose")
+    served_model_name: str = Field(default=DEFAULT_MODEL, min_length=1)
     speculative: SpeculativeConfig | None = None
     per_request_spec_decode_metrics: SpecMetricsMode = "none"
     enable_per_request_metrics: bool = False
     enable_force_include_usage: bool = False
-    data_parallel_size: int = 1
-    api_server_count: int | None = None
-    default_temperature: float = 1.0
+    data_parallel_size: int = Field(default=1, ge=1)
+    api_server_count: int | None = Field(default=None, ge=1, description="default: the DP size")
+    default_temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     seed: int = 0
-    drafter_quality: float = DEFAULT_DRAFTER_QUALITY
-    draft_miss_rate: float | None = None
+    drafter_quality: float = Field(default=DEFAULT_DRAFTER_QUALITY, ge=0.0, le=1.0)
+    draft_miss_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     metric_names: MetricNames = "colon"
-    speed: float = 1.0
-    max_num_seqs: int = 256
-    max_model_len: int = 8192
-    mean_output_tokens: int = 200
+    speed: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_model_len: int = Field(default=8192, ge=16)
+    mean_output_tokens: int = Field(default=200, ge=1)
     merge_chunks: bool = True
     step_time: StepTimeModel | None = None
     modelled_clock: bool = False
     """Request timestamps (per-request timing metrics, latency histograms) count modelled step
     time, not wall time: server-side figures that the host's load cannot skew."""
 
-    def __post_init__(self) -> None:
-        check_sim_config(self)
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_line_errors(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            raise ConfigError(describe_errors(exc)) from None
 
     @property
     def effective_api_server_count(self) -> int:
@@ -114,29 +137,22 @@ class SimConfig:
         return step_time_model_for(None if self.speculative is None else self.speculative.method)
 
     def with_port(self, port: int) -> SimConfig:
-        return replace(self, port=port)
+        return self.model_copy(update={"port": port})
 
 
-def check_sim_config(config: SimConfig) -> None:
-    """Raise ConfigError (one readable line) for values vLLM or the simulator would reject."""
-    checks: list[tuple[bool, str]] = [
-        (0 <= config.port <= 65535, f"--port out of range: {config.port}"),
-        (bool(config.served_model_name), "--served-model-name must not be empty"),
-        (config.data_parallel_size >= 1, "--data-parallel-size must be at least 1"),
-        (config.api_server_count is None or config.api_server_count >= 1,
-         "--api-server-count must be at least 1"),
-        (0.0 <= config.default_temperature <= 2.0, "--default-temperature must be in [0, 2]"),
-        (0.0 <= config.drafter_quality <= 1.0, "--drafter-quality must be in [0, 1]"),
-        (config.draft_miss_rate is None or 0.0 <= config.draft_miss_rate <= 1.0,
-         "--draft-miss-rate must be in [0, 1]"),
-        (math.isfinite(config.speed) and config.speed > 0, "--speed must be positive"),
-        (config.max_num_seqs >= 1, "--max-num-seqs must be at least 1"),
-        (config.max_model_len >= 16, "--max-model-len must be at least 16"),
-        (config.mean_output_tokens >= 1, "--mean-output-tokens must be at least 1"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
+def default_of(field: str) -> Any:
+    """A SimConfig field's default, for the CLI's help texts and flags."""
+    return SimConfig.model_fields[field].default
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """Pydantic's errors as one line, each led by the flag it concerns."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = flag_of(field) if field in SimConfig.model_fields else field or "config"
+        parts.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
+    return "; ".join(parts)
 
 
 def parse_speculative_config(text: str | None) -> SpeculativeConfig | None:

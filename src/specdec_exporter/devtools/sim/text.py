@@ -48,3 +48,13 @@ def estimate_tokens(text: str) -> int:
 def chat_prompt_tokens(contents: Iterable[str]) -> int:
     """Prompt tokens of a chat: each message's text plus 4 template tokens, plus 3 for the reply."""
     return sum(estimate_tokens(text) + 4 for text in contents) + 3
+
+
+PLACEHOLDER_VOCABULARY = 32000
+
+
+def placeholder_ids(prompt: str) -> tuple[int, ...]:
+    """Token ids for an echoed text prompt: the simulator has no tokenizer, so they are made up
+    (deterministic, one per estimated token, BOS included)."""
+    rng = random.Random(prompt)
+    return tuple(rng.randrange(PLACEHOLDER_VOCABULARY) for _ in range(estimate_tokens(prompt) + 1))

@@ -19,7 +19,7 @@ from specdec_exporter.core.acceptance import (
 )
 from specdec_exporter.core.exposition import SeriesKey
 from specdec_exporter.devtools.load.results import RequestResult, SpecDecoding
-from specdec_exporter.devtools.load.stats import BucketSummary, percentile, summarise_bucket
+from specdec_exporter.devtools.load.stats import TemperatureRow, percentile, summarise_bucket
 from specdec_exporter.devtools.sweep.config import Source, SourceChoice
 
 PERCENTILES = (10, 50, 90)
@@ -143,7 +143,7 @@ class PhaseRow:
     """One line of the report: the load figures of one temperature and its acceptance."""
 
     label: str
-    load: BucketSummary
+    load: TemperatureRow
     elapsed: float
     acceptance: PhaseAcceptance | None
     """None when no figure could be measured (no successful request)."""

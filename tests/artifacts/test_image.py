@@ -1,0 +1,85 @@
+"""The image's contents: the lock satisfies pyproject.toml, and without the dev tools the image
+leaves out, every sidecar command works and the others say so in one line."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from specdec_exporter.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "src" / "specdec_exporter"
+
+
+def left_out_by_the_dockerfile() -> list[Path]:
+    """The package folders the Dockerfile's build stage removes before building the wheel."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text(encoding="utf-8"))
+    (removal,) = re.findall(r"RUN rm -r ((?:src/specdec_exporter/\S+ )+)", text)
+    return [ROOT / part for part in removal.split()]
+
+
+@pytest.fixture(scope="module")
+def image_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the package with the same folders left out, first on PYTHONPATH."""
+    root = tmp_path_factory.mktemp("image-site")
+    shutil.copytree(PACKAGE, root / PACKAGE.name,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in left_out_by_the_dockerfile():
+        shutil.rmtree(root / folder.relative_to(PACKAGE.parent))
+    return root
+
+
+def specdec(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run([sys.executable, "-m", "specdec_exporter.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_image_leaves_out_the_simulator_and_the_sweep_only() -> None:
+    assert [p.relative_to(PACKAGE).as_posix() for p in left_out_by_the_dockerfile()] == [
+        "devtools/sim", "devtools/sweep"]
+
+
+@pytest.mark.parametrize("args", [("simulate", "--help"), ("sweep", "--help"),
+                                  ("demo", "--duration", "1")],
+                         ids=" ".join)
+def test_a_command_that_needs_left_out_tools_says_so_in_one_line(
+        image_package: Path, args: tuple[str, ...]) -> None:
+    result = specdec(image_package, *args)
+    assert result.returncode == 69
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"specdec-exporter {args[0]}: specdec_exporter.devtools.")
+    assert "left out of this installation" in result.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n not in ("simulate", "sweep")])
+def test_every_other_command_works_without_them(image_package: Path, name: str) -> None:
+    """`run`, `check`, the load generator (`calibrate` drives it) and `demo` against a vLLM."""
+    result = specdec(image_package, name, "--help")
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_lock_satisfies_pyproject(tmp_path: Path) -> None:
+    """As the Dockerfile installs: the build stage's lock, the wheel without dependencies and
+    the runtime lock with hashes, then `pip check` in a fresh venv (needs PyPI)."""
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+
+    def pip(*args: str) -> str:
+        result = subprocess.run([python, "-m", "pip", *args, "--disable-pip-version-check"],
+                                capture_output=True, text=True, timeout=600, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    pip("install", "-q", "--require-hashes", "-r", str(ROOT / "requirements-build.lock"))
+    pip("install", "-q", "--require-hashes", "-r", str(ROOT / "requirements.lock"))
+    pip("install", "-q", "--no-deps", "--no-build-isolation", str(ROOT))
+    assert pip("check").strip() == "No broken requirements found."

@@ -1,0 +1,360 @@
+"""serve(): one supervisor for the poller, metrics server and tap; loud failures; graceful drain.
+
+The failure and drain paths run through the real `specdec-exporter run` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from sidecar_process import SPECDEC, SidecarProcess, sidecar_process
+from specdec_exporter.devtools.sim.server import running_simulator
+from specdec_exporter.devtools.sim.settings import DEFAULT_MODEL, SimConfig
+from specdec_exporter.logs import JsonFormatter
+from specdec_exporter.sidecar.serve import Supervisor
+
+CLOSED_PORT_URL = "http://127.0.0.1:9"
+
+
+# The supervisor, in this process
+
+
+async def wait_forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def fail_with_key_error() -> None:
+    await asyncio.sleep(0)
+    raise KeyError("model")
+
+
+async def return_early() -> None:
+    await asyncio.sleep(0)
+
+
+@pytest.mark.anyio
+async def test_a_task_that_raises_stops_everything_with_exit_1_and_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    supervisor = Supervisor()
+    supervisor.start("poller", wait_forever())
+    supervisor.start("tap", fail_with_key_error(), drains=True)
+    assert await supervisor.run() == 1
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    line = json.loads(JsonFormatter().format(record))
+    assert line["msg"] == "tap failed; exiting: KeyError: 'model'"
+    assert line["task"] == "tap" and line["error"] == "KeyError: 'model'"
+    assert 'in fail_with_key_error\n    raise KeyError("model")' in line["traceback"]
+
+
+@pytest.mark.anyio
+async def test_a_task_that_returns_on_its_own_is_a_failure(
+        caplog: pytest.LogCaptureFixture) -> None:
+    supervisor = Supervisor()
+    supervisor.start("poller", return_early())
+    supervisor.start("metrics server", wait_forever())
+    assert await supervisor.run() == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "poller stopped unexpectedly; exiting"]
+
+
+class Drainer:
+    """A tap stand-in: returns once draining is set and ``release`` is too."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        self.release = asyncio.Event()
+        self.finished = False
+
+    async def run(self) -> None:
+        await self.supervisor.draining.wait()
+        await self.release.wait()
+        self.finished = True
+
+
+@pytest.mark.anyio
+async def test_first_signal_drains_while_the_rest_keeps_running_then_exit_0() -> None:
+    supervisor = Supervisor()
+    drainer = Drainer(supervisor)
+    stopped: list[str] = []
+    metrics_stop = asyncio.Event()
+
+    async def metrics() -> None:
+        await metrics_stop.wait()
+
+    supervisor.start("tap", drainer.run(), drains=True)
+    supervisor.start("metrics server", metrics(),
+                     stop=lambda: (stopped.append("metrics server"), metrics_stop.set()))
+    run = asyncio.create_task(supervisor.run())
+    await asyncio.sleep(0)
+    supervisor.on_signal()
+    for _ in range(20):  # draining: the metrics server is still up, nothing is stopped
+        await asyncio.sleep(0)
+    assert not run.done() and stopped == []
+    drainer.release.set()
+    assert await run == 0
+    assert drainer.finished and stopped == ["metrics server"]
+
+
+@pytest.mark.anyio
+async def test_second_signal_exits_1_without_waiting_for_the_drain() -> None:
+    supervisor = Supervisor()
+    drainer = Drainer(supervisor)
+    supervisor.start("tap", drainer.run(), drains=True)
+    supervisor.start("poller", wait_forever())
+    run = asyncio.create_task(supervisor.run())
+    await asyncio.sleep(0)
+    supervisor.on_signal()
+    supervisor.on_signal()
+    assert await run == 1
+    assert not drainer.finished
+
+
+@pytest.mark.anyio
+async def test_a_tap_that_fails_while_draining_is_a_failure() -> None:
+    supervisor = Supervisor()
+
+    async def failing_drain() -> None:
+        await supervisor.draining.wait()
+        raise OSError("boom")
+
+    supervisor.start("tap", failing_drain(), drains=True)
+    supervisor.start("poller", wait_forever())
+    run = asyncio.create_task(supervisor.run())
+    await asyncio.sleep(0)
+    supervisor.on_signal()
+    assert await run == 1
+
+
+# Start-up failures through the real `run` command
+
+
+def run_until_exit(*flags: str) -> tuple[int, list[str]]:
+    result = subprocess.run([*SPECDEC, "run", "--vllm-url", CLOSED_PORT_URL, *flags],
+                            capture_output=True, text=True, timeout=60, check=False)
+    return result.returncode, result.stderr.splitlines()
+
+
+@contextmanager
+def taken_port() -> Iterator[int]:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield listener.getsockname()[1]
+
+
+def error_lines(lines: list[str]) -> list[dict[str, object]]:
+    records = [json.loads(line) for line in lines]
+    return [record for record in records if record["level"] == "error"]
+
+
+def test_tap_port_taken_exits_1_with_one_error_line() -> None:
+    with taken_port() as port:
+        code, lines = run_until_exit("--listen", "127.0.0.1:0",
+                                     "--proxy-listen", f"127.0.0.1:{port}")
+    assert code == 1
+    [error] = error_lines(lines)
+    assert error["task"] == "tap"
+    assert str(error["msg"]).startswith("tap failed; exiting: [Errno 98]")
+    assert "traceback" not in error
+
+
+def test_metrics_port_taken_exits_1_with_one_error_line() -> None:
+    with taken_port() as port:
+        code, lines = run_until_exit("--listen", f"127.0.0.1:{port}")
+    assert code == 1
+    [error] = error_lines(lines)
+    assert error["task"] == "metrics server"
+    assert str(error["msg"]).startswith("metrics server failed; exiting: [Errno 98]")
+
+
+def test_missing_generation_config_is_a_config_error_before_serving(tmp_path: object) -> None:
+    missing = f"{tmp_path}/nowhere/generation_config.json"
+    code, lines = run_until_exit("--proxy-listen", "127.0.0.1:0", "--generation-config", missing)
+    assert code == 64
+    assert lines == [
+        f"specdec-exporter run: invalid setting: cannot read generation config {missing!r}: "
+        f"[Errno 2] No such file or directory: {missing!r}"]
+
+
+def test_generation_config_that_is_not_json_is_a_config_error(tmp_path: object) -> None:
+    path = f"{tmp_path}/generation_config.json"
+    with open(path, "w") as file:
+        file.write("{not json")
+    code, lines = run_until_exit("--proxy-listen", "127.0.0.1:0", "--generation-config", path)
+    assert code == 64
+    [line] = lines
+    assert line.startswith(f"specdec-exporter run: invalid setting: cannot read generation "
+                           f"config {path!r}: Expecting property name")
+
+
+# Graceful drain through the real `run` command, against the simulator
+
+
+class RecordingRelay:
+    """A TCP relay in front of the simulator that keeps every byte the simulator sent back,
+    one buffer per connection: the reference the tap's output is compared with."""
+
+    def __init__(self, target_url: str) -> None:
+        host, _, port = target_url.removeprefix("http://").rpartition(":")
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.replies: list[bytearray] = []
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            reply = bytearray()
+            self.replies.append(reply)
+            threading.Thread(target=_pump, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=_pump, args=(upstream, client, reply), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self._sockets:
+            connection.close()
+
+
+def _pump(source: socket.socket, target: socket.socket, record: bytearray | None) -> None:
+    try:
+        while data := source.recv(65536):
+            if record is not None:
+                record += data
+            target.sendall(data)
+        target.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+class Stream:
+    """One streamed chat completion sent through the tap on a raw socket; keeps every byte."""
+
+    def __init__(self, address: tuple[str, int], max_tokens: int) -> None:
+        body = json.dumps({"model": DEFAULT_MODEL, "max_tokens": max_tokens, "stream": True,
+                           "stream_options": {"include_usage": True}, "temperature": 0.7,
+                           "messages": [{"role": "user", "content": "Tell me about drafts."}]})
+        self.request = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
+                        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+                        f"{body}").encode()
+        self.received = bytearray()
+        self.streaming = threading.Event()
+        self.ended = threading.Event()
+        self._socket = socket.create_connection(address, timeout=120)
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._socket.sendall(self.request)
+            while data := self._socket.recv(65536):
+                self.received += data
+                if b"data: " in self.received:
+                    self.streaming.set()
+        finally:
+            self._socket.close()
+            self.ended.set()
+
+    @property
+    def body(self) -> bytes:
+        """The chunked body as it came through (framing included)."""
+        return bytes(self.received.partition(b"\r\n\r\n")[2])
+
+    @property
+    def complete(self) -> bool:
+        return self.received.startswith(b"HTTP/1.1 200") and self.body.endswith(b"\r\n0\r\n\r\n")
+
+
+def wait_until(condition: object, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.02)
+
+
+def refuses_connections(address: tuple[str, int]) -> bool:
+    try:
+        socket.create_connection(address, timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@contextmanager
+def slow_stack(*flags: str) -> Iterator[tuple[SidecarProcess, RecordingRelay, tuple[str, int]]]:
+    """Simulator (one engine step ~90 ms) behind a recording relay, and `run` with the tap."""
+    config = SimConfig(seed=7, speed=0.02, mean_output_tokens=100_000)
+    with running_simulator(config) as simulator:
+        relay = RecordingRelay(simulator.url)
+        try:
+            with sidecar_process(relay.url, "--proxy-listen", "127.0.0.1:0", *flags) as process:
+                host, _, port = process.address("tap").rpartition(":")
+                process.address("metrics")
+                yield process, relay, (host, int(port))
+        finally:
+            relay.close()
+
+
+def test_sigterm_drains_in_flight_streams_then_exits_0() -> None:
+    with slow_stack("--shutdown-grace", "120") as (process, relay, tap):
+        streams = [Stream(tap, max_tokens=64) for _ in range(5)]
+        for stream in streams:
+            assert stream.streaming.wait(60)
+        process.process.send_signal(signal.SIGTERM)
+
+        wait_until(lambda: refuses_connections(tap))
+        metrics_url = f"http://{process.address('metrics')}"
+        metrics = httpx.get(f"{metrics_url}/metrics", timeout=10)
+        readyz = httpx.get(f"{metrics_url}/readyz", timeout=10)
+        still_streaming = sum(not stream.ended.is_set() for stream in streams)
+
+        assert process.wait(timeout=120) == 0
+    assert still_streaming > 0, "the streams ended before /metrics was read: not a drain test"
+    assert metrics.status_code == 200 and "specdec_requests_total" in metrics.text
+    assert (readyz.status_code, readyz.text) == (503, "not ready: stopping: draining the tap\n")
+    for stream in streams:
+        assert stream.ended.wait(10) and stream.complete, stream.received[-200:]
+        assert b"data: [DONE]" in stream.body and b'"completion_tokens":64' in stream.body
+    replies = {bytes(reply).partition(b"\r\n\r\n")[2] for reply in relay.replies}
+    assert all(stream.body in replies for stream in streams), "bytes differ from vLLM's"
+    drained = next(r for r in process.records if r.get("msg") == "tap drained")
+    assert (drained["in_flight"], drained["unfinished"]) == (5, 0)
+
+
+def test_a_second_signal_exits_1_at_once() -> None:
+    with slow_stack("--shutdown-grace", "120") as (process, _relay, tap):
+        streams = [Stream(tap, max_tokens=2000) for _ in range(3)]
+        for stream in streams:
+            assert stream.streaming.wait(60)
+        process.process.send_signal(signal.SIGTERM)
+        process.wait_for_record(lambda r: r.get("msg") == "tap draining")
+        assert process.stop(signal.SIGINT, timeout=60) == 1
+    for stream in streams:
+        assert stream.ended.wait(10) and not stream.complete
+    assert any(r.get("msg") == "second stop signal: exiting now" for r in process.records)
+
+
+def test_streams_still_running_when_the_grace_ends_are_cut_and_the_exit_is_0() -> None:
+    with slow_stack("--shutdown-grace", "1") as (process, _relay, tap):
+        streams = [Stream(tap, max_tokens=2000) for _ in range(3)]
+        for stream in streams:
+            assert stream.streaming.wait(60)
+        assert process.stop(signal.SIGTERM, timeout=60) == 0
+    for stream in streams:
+        assert stream.ended.wait(10) and not stream.complete
+    drained = next(r for r in process.records if r.get("msg") == "tap drained")
+    assert (drained["in_flight"], drained["unfinished"]) == (3, 3)
