@@ -159,12 +159,19 @@ def test_refusals_are_one_line_and_exit_3(capsys: pytest.CaptureFixture[str], sp
     (("--concurrency", "0"), "--concurrency"),
     (("--temperatures", "0,0"), "--temperatures"),
     (("--draft-cost-ratio", "-1"), "draft_cost_ratio"),
+    (("--temperatures", "0:1,1:1"), "without weights"),
+    (("--base-url", "localhost:8000"), "--base-url must start with http"),
 ])
 def test_bad_flags_exit_64(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
                           message: str) -> None:
     code, out, err = calibrate(capsys, "--spec-url", "http://127.0.0.1:9", "--base-url",
                                "http://127.0.0.1:9", *args)
     assert code == 64 and out == "" and message in err
+
+
+def test_both_servers_are_needed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = calibrate(capsys, "--spec-url", "http://127.0.0.1:9")
+    assert code == 64 and "--base-url" in err and err.count("\n") == 1
 
 
 def test_unreachable_server_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

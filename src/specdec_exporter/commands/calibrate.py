@@ -19,8 +19,7 @@ from specdec_exporter.devtools.calibrate import (
     CalibrationRun,
     run_calibration,
 )
-from specdec_exporter.devtools.load.mix import temperature_label
-from specdec_exporter.devtools.sweep.config import TemperatureListError, parse_temperatures
+from specdec_exporter.devtools.load.mix import MixError, parse_mix, temperature_label
 from specdec_exporter.sidecar.config import ConfigError, VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
@@ -31,10 +30,10 @@ CONFIG_END = "# <<< calibrate"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--spec-url", action="append", required=True, metavar="URL",
+    parser.add_argument("--spec-url", action="append", default=[], metavar="URL",
                         help="a vLLM with --speculative-config; once per k to propose a "
                              "per-batch-size schedule")
-    parser.add_argument("--base-url", required=True, metavar="URL",
+    parser.add_argument("--base-url", metavar="URL",
                         help="a vLLM serving the same model without --speculative-config")
     parser.add_argument("--concurrency", default="1,8,32",
                         help="client concurrencies to measure (default 1,8,32)")
@@ -76,8 +75,22 @@ def parse_concurrencies(text: str) -> tuple[int, ...]:
     return tuple(values)
 
 
+def parse_temperatures(text: str) -> tuple[float | None, ...]:
+    """``0,0.7,1.0`` in the order given; ``default`` omits the key. No weights: every
+    temperature is a phase of its own."""
+    if ":" in text:
+        raise ConfigError(f"--temperatures: a list of temperatures, without weights: {text!r}")
+    try:
+        return tuple(entry.temperature for entry in parse_mix(text))
+    except MixError as exc:
+        raise ConfigError(f"--temperatures: {exc}") from None
+
+
 def build_config(args: argparse.Namespace) -> CalibrateConfig:
     """The run's config; a bad flag raises ConfigError (one line, exit 64)."""
+    if not args.spec_url or args.base_url is None:
+        raise ConfigError("give --spec-url (a vLLM with speculation, once per k) and --base-url "
+                          "(the same model without)")
     for flag, url in (*(("--spec-url", url) for url in args.spec_url),
                       ("--base-url", args.base_url)):
         if not url.startswith(("http://", "https://")):
@@ -90,8 +103,6 @@ def build_config(args: argparse.Namespace) -> CalibrateConfig:
             max_tokens=args.max_tokens, seed=args.seed, model=args.model,
             tpot_source=args.tpot_source, warmup=args.warmup,
             sample_interval=args.sample_interval, settle_timeout=args.settle_timeout)
-    except TemperatureListError as exc:
-        raise ConfigError(f"--temperatures: {exc}") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -19,6 +19,13 @@ import httpx
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
 from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.devtools.load.counters import (
+    CounterReading,
+    counters_settled,
+    expected_generation_tokens,
+    model_totals,
+    phase_delta,
+)
 from specdec_exporter.devtools.load.mix import MixEntry, temperature_label
 from specdec_exporter.devtools.load.results import LoadResult, RequestResult
 from specdec_exporter.devtools.load.runner import (
@@ -29,12 +36,6 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.devtools.sweep.phase import (
-    counters_settled,
-    expected_generation_tokens,
-    model_totals,
-)
-from specdec_exporter.devtools.sweep.runner import CounterReading, phase_delta
 
 PhaseCallback = Callable[[str], None]
 
