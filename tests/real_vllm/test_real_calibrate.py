@@ -27,7 +27,7 @@ pytestmark = pytest.mark.real_vllm
 CONCURRENCY = (1, 4)
 TEMPERATURES = (0.0, 1.0)
 REQUESTS = 8
-"""Per phase: 8 phases of 8 requests of 64 tokens, about two minutes on the CI machine."""
+"""Per phase: 8 phases of 8 requests of 64 tokens, about a minute of measurement here."""
 
 
 def spec_counts(url: str) -> Totals:
