@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "load": "load generator for an OpenAI-compatible endpoint",
     "demo": "simulator + sidecar + load, with a live table",
     "sweep": "acceptance per temperature: the sweep experiment",
+    "calibrate": "measure the real speedup against a plain server and fit the draft cost ratio",
 }
 """Each command is the module ``specdec_exporter.commands.<name>``."""
 

@@ -134,7 +134,7 @@ def threshold_expr(settings: Settings, sel: str = "") -> str:
         return f"{_num(value)} * group without (method) ({info})"
 
     parts = [constant(value, f"model_name={_quoted(model)}")
-             for model, value in sorted(t.acceptance_rate_by_model.items())]
+             for model, value in sorted(settings.acceptance_rate_by_model.items())]
     parts += [constant(value, f"method={_quoted(method)}")
               for method, value in sorted(t.acceptance_rate_by_method.items())]
     parts.append(constant(t.acceptance_rate))

@@ -148,6 +148,17 @@ class ExampleDeployment(_Table):
         return method
 
 
+class CalibratedModel(_Table):
+    """What `specdec-exporter calibrate --write-config` measured for one model."""
+
+    break_even_acceptance_rate: Annotated[float, Field(ge=0, le=1)]
+    draft_cost_ratio: float
+
+
+class Calibration(_Table):
+    models: dict[str, CalibratedModel] = Field(default_factory=dict)
+
+
 class Settings(_Table):
     selectors: Selectors
     windows: Windows
@@ -156,6 +167,16 @@ class Settings(_Table):
     alerts: dict[str, AlertPolicy]
     alertmanager: Routing
     example_deployment: ExampleDeployment
+    calibration: Calibration = Field(default_factory=Calibration)
+    """Written by `calibrate --write-config`: each model's measured break-even is its t, unless
+    [thresholds.acceptance_rate_by_model] sets one by hand."""
+
+    @property
+    def acceptance_rate_by_model(self) -> dict[str, float]:
+        """t per model: the hand-written ones, else the measured break-even (a calibration)."""
+        measured = {model: entry.break_even_acceptance_rate
+                    for model, entry in self.calibration.models.items()}
+        return {**measured, **self.thresholds.acceptance_rate_by_model}
 
     def policy(self, alertname: str) -> AlertPolicy:
         try:

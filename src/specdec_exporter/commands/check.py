@@ -14,6 +14,7 @@ from pydantic import Field
 
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import (
     ALL_ENGINES,
     Entry,
@@ -55,15 +56,18 @@ def main(args: argparse.Namespace) -> int:
         _print_unreachable(settings.vllm_url, outcome["error"], options.as_json)
         return EXIT_UNREACHABLE
     entries, snapshot, seconds = outcome["entries"], outcome["snapshot"], outcome["seconds"]
+    cost: DraftCost = outcome["cost"]
     final = _legacy_verdict(snapshot, settings) or overall_verdict(entries)
     buckets = outcome.get("buckets")
     if options.as_json:
-        result = _as_json(settings, entries, snapshot, seconds, final)
+        result = _as_json(settings, cost, entries, snapshot=snapshot, seconds=seconds,
+                          final=final)
         if buckets is not None:
             result["buckets"] = [bucket.as_json() for bucket in buckets]
         print(json.dumps(result, indent=2))
     else:
-        print(_as_text(settings, entries, snapshot, seconds, final))
+        print(_as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds,
+                       final=final))
         if buckets is not None:
             print("\n" + bucket_table(buckets))
     return final.exit_code
@@ -92,9 +96,10 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
     outcome["buckets"] = bucket_deltas(tap_before, tap_after) if tap else None
     timeline.observe(time.monotonic(), snapshot_totals(second.snapshot))
     measured = timeline.window()
-    outcome.update(entries=build_report(second.snapshot, measured, settings.draft_cost,
-                                        settings.criteria),
-                   snapshot=second.snapshot, seconds=measured.seconds)
+    served = sorted(second.snapshot.models)
+    cost = settings.draft_cost_for(served[0] if len(served) == 1 else None)
+    outcome.update(entries=build_report(second.snapshot, measured, cost, settings.criteria),
+                   cost=cost, snapshot=second.snapshot, seconds=measured.seconds)
 
 
 def _legacy_verdict(snapshot: Snapshot, settings: VllmTarget) -> Verdict | None:
@@ -107,16 +112,15 @@ def _legacy_verdict(snapshot: Snapshot, settings: VllmTarget) -> Verdict | None:
                    criteria=settings.criteria)
 
 
-def _as_json(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, seconds: float,
-             final: Verdict) -> dict[str, Any]:
-    cost = settings.draft_cost
+def _as_json(settings: VllmTarget, cost: DraftCost, entries: list[Entry], *,
+             snapshot: Snapshot, seconds: float, final: Verdict) -> dict[str, Any]:
     result: dict[str, Any] = {
         "vllm_url": settings.vllm_url,
         "window_seconds": round(seconds, 3),
         "spec_decode_enabled": snapshot.spec_decode_enabled,
         "verdict": final.value,
         "exit_code": final.exit_code,
-        "explanation": _explanation(settings, entries, final),
+        "explanation": _explanation(settings, cost, entries, final),
         "threshold": settings.threshold,
         "healthy_above": settings.healthy_above,
         "draft_cost_ratio": cost.ratio,
@@ -133,8 +137,8 @@ def _as_json(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, sec
     return result
 
 
-def _as_text(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, seconds: float,
-             final: Verdict) -> str:
+def _as_text(settings: VllmTarget, cost: DraftCost, entries: list[Entry], *,
+             snapshot: Snapshot, seconds: float, final: Verdict) -> str:
     headers = ("model", "engine", "acceptance", "mean len", "per position", "draft share",
                "drafts/s", "speedup*", "break-even", "verdict")
     rows = [
@@ -145,24 +149,25 @@ def _as_text(settings: VllmTarget, entries: list[Entry], snapshot: Snapshot, sec
         for e in entries
     ]
     lines = [f"vLLM {settings.vllm_url}, window {seconds:.1f} s, threshold t = "
-             f"{settings.threshold:g}, {settings.draft_cost.describe()}", "",
+             f"{settings.threshold:g}, {cost.describe()}", "",
              render_table(headers, rows)]
     for model, gauges in sorted(snapshot.legacy_v0.items()):
         lines.append(f"legacy V0 engine ({model}): vLLM's own acceptance rate since start "
                      f"{gauges.acceptance_rate}; V0 counters are inflated, not windowed")
     lines += ["", "* modelled: L / (1 + k*c); break-even: the acceptance at which it is 1",
-              f"verdict: {final.value}: {_explanation(settings, entries, final)}"]
+              f"verdict: {final.value}: {_explanation(settings, cost, entries, final)}"]
     return "\n".join(lines)
 
 
-def _explanation(settings: VllmTarget, entries: list[Entry], final: Verdict) -> str:
+def _explanation(settings: VllmTarget, cost: DraftCost, entries: list[Entry],
+                 final: Verdict) -> str:
     """The verdict's reason, with the figures of the (first) model that gave it."""
     aggregates = [e for e in entries if e.engine == ALL_ENGINES and e.verdict == final.value]
     worst = aggregates[0] if aggregates else None
     return explain(final, acceptance_rate=worst.acceptance_rate if worst else None,
                    speedup=worst.estimated_speedup if worst else None,
                    break_even=worst.break_even_acceptance_rate if worst else None,
-                   cost=settings.draft_cost, criteria=settings.criteria)
+                   cost=cost, criteria=settings.criteria)
 
 
 def _print_unreachable(url: str, error: str, as_json: bool) -> None:

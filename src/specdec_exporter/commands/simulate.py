@@ -65,6 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="mean length at which a response stops by itself")
     sim.add_argument("--no-chunk-merging", action="store_true",
                      help="never merge engine steps into one SSE chunk for a slow client")
+    sim.add_argument("--modelled-clock", action="store_true",
+                     help="timing metrics count modelled step time, not wall time")
 
 
 def build_config(args: argparse.Namespace) -> SimConfig:
@@ -87,7 +89,8 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         default_temperature=temperature, seed=args.seed, drafter_quality=args.drafter_quality,
         draft_miss_rate=args.draft_miss_rate, metric_names=args.metric_names, speed=args.speed,
         max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
-        mean_output_tokens=args.mean_output_tokens, merge_chunks=not args.no_chunk_merging)
+        mean_output_tokens=args.mean_output_tokens, merge_chunks=not args.no_chunk_merging,
+        modelled_clock=args.modelled_clock)
 
 
 def describe(config: SimConfig) -> str:

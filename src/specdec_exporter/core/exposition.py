@@ -236,3 +236,19 @@ def _dense(by_position: dict[int, float]) -> tuple[float, ...]:
     if not by_position:
         return ()
     return tuple(by_position.get(index, 0.0) for index in range(max(by_position) + 1))
+
+
+_RUNNING_LINE = re.compile(
+    r"\n(vllm[:_]" + re.escape(names.NUM_REQUESTS_RUNNING.removeprefix(names.PREFIX))
+    + r"[{ \t][^\n]*)"
+)
+
+
+def requests_running(text: str) -> dict[str, float]:
+    """vLLM's num_requests_running gauge per model, summed over engines; {} when absent."""
+    lines = [_strip_exemplar(line) for line in _RUNNING_LINE.findall("\n" + text)]
+    running: dict[str, float] = {}
+    for _, labels, value in _parse_samples(lines):
+        model = labels.get(names.LABEL_MODEL, "")
+        running[model] = running.get(model, 0.0) + value
+    return running

@@ -6,7 +6,14 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from specdec_exporter.core.buckets import (
@@ -14,6 +21,7 @@ from specdec_exporter.core.buckets import (
     TemperatureBuckets,
     is_valid_temperature,
 )
+from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost, resolve_draft_cost
 from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
 
@@ -50,8 +58,26 @@ def _check_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def load_calibration(path: Path) -> Calibration:
+    """Read `calibrate --json`'s file; a bad file is one readable line (ValueError)."""
+    try:
+        return Calibration.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(item) for item in first["loc"]) or "file"
+        raise ValueError(f"{path} is not a calibration: {where}: {first['msg']}") from None
+
+
+def _check_calibration(path: Path) -> Path:
+    load_calibration(path)
+    return path
+
+
 ListenAddress = Annotated[str, AfterValidator(_check_listen)]
 HttpUrl = Annotated[str, AfterValidator(_check_url)]
+CalibrationFile = Annotated[Path, AfterValidator(_check_calibration)]
 
 
 def read_generation_config_temperature(path: Path | str) -> float | None:
@@ -88,20 +114,35 @@ class VllmTarget(BaseSettings):
                                        "step; unset: a default by --speculative-method")
     speculative_method: str | None = Field(
         None, description="vLLM's speculative method (eagle3, ngram, ...); picks the default c")
+    calibration: CalibrationFile | None = Field(
+        None, description="`calibrate --json`'s file: c comes from it, measured instead of "
+                          "assumed (not with --draft-cost-ratio: one source of c)")
     threshold: float = Field(ACCEPTANCE_THRESHOLD, gt=0, le=1,
                              description="acceptance below which the verdict is not healthy (t)")
     healthy_above: float = Field(HEALTHY_ABOVE, gt=0, le=1,
                                  description="top of the borderline band t..healthy-above")
 
+    _calibration: Calibration | None = PrivateAttr(None)
+
     @model_validator(mode="after")
-    def _check_criteria(self) -> Self:
+    def _check_criteria_and_cost(self) -> Self:
+        """t within the band, and one source of c (a flag and a calibration contradict)."""
         Criteria(self.threshold, self.healthy_above)  # ValueError if threshold > healthy_above
+        if self.calibration is not None:
+            self._calibration = load_calibration(self.calibration)
+        self.draft_cost_for(None)
         return self
+
+    def draft_cost_for(self, model: str | None) -> DraftCost:
+        """c for ``model`` and where it came from (flag, calibration, method default, default);
+        a calibration's own entry for the model wins over its top-level figure."""
+        calibrated = None if self._calibration is None else self._calibration.cost_ratio_for(model)
+        return resolve_draft_cost(self.draft_cost_ratio, self.speculative_method, calibrated)
 
     @property
     def draft_cost(self) -> DraftCost:
-        """c and where it came from: the one place a calibration's c would plug in."""
-        return resolve_draft_cost(self.draft_cost_ratio, self.speculative_method, None)
+        """c for the one model a vLLM serves (see ``draft_cost_for``)."""
+        return self.draft_cost_for(None)
 
     @property
     def criteria(self) -> Criteria:

@@ -7,13 +7,15 @@ import pytest
 
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.verdict import Verdict
+from specdec_exporter.devtools.load.counters import (
+    counters_settled,
+    expected_generation_tokens,
+    model_totals,
+)
 from specdec_exporter.devtools.load.results import RequestResult, SpecDecoding
 from specdec_exporter.devtools.sweep.phase import (
     choose_source,
     counter_acceptance,
-    counters_settled,
-    expected_generation_tokens,
-    model_totals,
     per_request_acceptance,
     phase_row,
 )

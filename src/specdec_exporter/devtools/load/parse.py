@@ -26,6 +26,7 @@ class ServerStreamError(ValueError):
 class Completion:
     output_tokens: int | None
     spec: SpecDecoding | None
+    server_tpot: float | None = None
 
 
 def parse_completion(body: bytes) -> Completion:
@@ -33,11 +34,22 @@ def parse_completion(body: bytes) -> Completion:
     document = _load_object(body)
     if not isinstance(document.get("choices"), list):
         raise MalformedResponseError("response has no choices list")
-    return Completion(completion_tokens_of(document), spec_decoding(document))
+    return Completion(completion_tokens_of(document), spec_decoding(document),
+                      server_tpot(document))
 
 
 def spec_decoding(document: dict[str, Any]) -> SpecDecoding | None:
     return SpecDecoding.from_json(spec_decoding_of(document))
+
+
+def server_tpot(document: dict[str, Any]) -> float | None:
+    """vLLM's own TPOT of the request, seconds: ``metrics.mean_itl_ms`` (first to last output
+    token over tokens - 1, engine timestamps; needs ``--enable-per-request-metrics``)."""
+    metrics = document.get("metrics")
+    value = metrics.get("mean_itl_ms") if isinstance(metrics, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) / 1000.0
 
 
 def _load_object(payload: bytes) -> dict[str, Any]:
@@ -64,6 +76,7 @@ class StreamTally:
         self.last_content_at: float | None = None
         self.usage_tokens: int | None = None
         self.spec: SpecDecoding | None = None
+        self.server_tpot: float | None = None
         self.done = False
 
     def add(self, payload: bytes, now: float) -> None:
@@ -94,6 +107,9 @@ class StreamTally:
         spec = spec_decoding(chunk)
         if spec is not None:
             self.spec = spec
+        tpot = server_tpot(chunk)
+        if tpot is not None:
+            self.server_tpot = tpot
 
     @property
     def ttft(self) -> float | None:

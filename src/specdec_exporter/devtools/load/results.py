@@ -93,6 +93,8 @@ class RequestResult:
     ttft: float | None = None
     """Streaming only: until the first chunk with non-empty content or text."""
     spec: SpecDecoding | None = None
+    server_tpot: float | None = None
+    """vLLM's own TPOT of the request (``metrics.mean_itl_ms``, seconds), when it sends it."""
 
     @property
     def ok(self) -> bool:

@@ -264,6 +264,7 @@ class _Run:
             output_tokens=completion.output_tokens,
             tokens_from_usage=completion.output_tokens is not None,
             spec=completion.spec,
+            server_tpot=completion.server_tpot,
         )
 
     async def _send_streaming(
@@ -298,6 +299,7 @@ class _Run:
             content_chunks=tally.content_chunks,
             ttft=tally.ttft,
             spec=tally.spec,
+            server_tpot=tally.server_tpot,
         )
 
     def _failure(

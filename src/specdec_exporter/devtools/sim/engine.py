@@ -170,10 +170,15 @@ class Engine:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.index = index
         self.sim = sim
-        self.clock = clock
+        self.modelled_seconds = 0.0
+        """Modelled GPU time of every step so far (the step-time model, before ``--speed``)."""
+        self.clock = self._modelled_now if sim.config.modelled_clock else clock
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self._wakeup = asyncio.Event()
+
+    def _modelled_now(self) -> float:
+        return self.modelled_seconds
 
     @property
     def load(self) -> int:
@@ -206,7 +211,7 @@ class Engine:
             # Sleep to a deadline, not for a duration: the loop's timers have millisecond
             # granularity, and deadlines keep the mean step time right across steps. Lateness
             # beyond CATCH_UP_LIMIT (an idle engine, a busy CPU) is forgiven, not made up.
-            due = max(due, loop.time() - CATCH_UP_LIMIT) + self._step_seconds(prefill, decode)
+            due = max(due, loop.time() - CATCH_UP_LIMIT) + self._timed_step(prefill, decode)
             await asyncio.sleep(max(0.0, due - loop.time()))
             self._execute(prefill, decode)
 
@@ -235,13 +240,21 @@ class Engine:
             return 1 + int(rng.random() * (k - 1))
         return k
 
-    def _step_seconds(self, prefill: list[EngineRequest],
-                      decode: list[tuple[EngineRequest, int]]) -> float:
+    def _timed_step(self, prefill: list[EngineRequest],
+                    decode: list[tuple[EngineRequest, int]]) -> float:
+        """The step's wall seconds; its modelled time goes to the clock and the ground truth."""
         drafted = [count for _, count in decode if count]
+        prefill_tokens = sum(request.prompt_tokens for request in prefill)
         milliseconds = self.sim.step_time.step_ms(
-            prefill_tokens=sum(request.prompt_tokens for request in prefill),
-            decode_requests=len(decode), draft_tokens=sum(drafted),
-            draft_passes=max(drafted, default=0), drafting_requests=len(drafted))
+            prefill_tokens=prefill_tokens, decode_requests=len(decode),
+            draft_tokens=sum(drafted), draft_passes=max(drafted, default=0),
+            drafting_requests=len(drafted))
+        if decode:
+            plain = self.sim.step_time.step_ms(
+                prefill_tokens=prefill_tokens, decode_requests=len(decode), draft_tokens=0,
+                draft_passes=0, drafting_requests=0)
+            self.sim.truth.record_decode_step(self.index, milliseconds, plain)
+        self.modelled_seconds += milliseconds / 1000.0
         return milliseconds / 1000.0 / self.sim.config.speed
 
     def _execute(self, prefill: list[EngineRequest],

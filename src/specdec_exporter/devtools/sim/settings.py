@@ -97,6 +97,9 @@ class SimConfig(BaseModel):
     mean_output_tokens: int = Field(default=200, ge=1)
     merge_chunks: bool = True
     step_time: StepTimeModel | None = None
+    modelled_clock: bool = False
+    """Request timestamps (per-request timing metrics, latency histograms) count modelled step
+    time, not wall time: server-side figures that the host's load cannot skew."""
 
     @model_validator(mode="wrap")
     @classmethod

@@ -92,7 +92,8 @@ class Simulation:
         seed = f"{self.config.seed}/{ordinal}"
         request_id = f"{spec.id_prefix}-{random.Random(f'{seed}/id').getrandbits(64):016x}"
         api = ApiRequest(ordinal, request_id, int(self.wall()), spec.n)
-        arrival = self.clock()
+        engine = min(self.engines, key=lambda e: (e.load, e.index))
+        arrival = engine.clock()
         detailed = self.config.per_request_spec_decode_metrics == "detailed"
         for prompt_index, (prompt_tokens, max_tokens) in enumerate(
                 zip(spec.prompt_tokens, spec.max_tokens, strict=True)):
@@ -105,7 +106,6 @@ class Simulation:
                     api, choice, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
                     natural_tokens=natural, temperature=spec.temperature, seed=choice_seed,
                     k_max=self.config.k_max, detailed=detailed, arrival=arrival))
-        engine = min(self.engines, key=lambda e: (e.load, e.index))
         engine.submit(list(api.choices))
         self.truth.api_requests += 1
         return api

@@ -46,6 +46,11 @@ class EngineTruth:
     prompt_tokens: int = 0
     requests: int = 0
     finished_reasons: dict[str, int] = field(default_factory=dict)
+    decode_steps: int = 0
+    decode_step_ms: float = 0.0
+    """Modelled milliseconds of the steps that decoded (step-time model, before ``--speed``)."""
+    decode_step_plain_ms: float = 0.0
+    """The same steps without their drafts: what plain decoding would have cost."""
 
     def __post_init__(self) -> None:
         self.accepted_per_position = [0] * self.k_max
@@ -58,7 +63,9 @@ class EngineTruth:
     def as_json(self) -> dict[str, Any]:
         return {**self.spec.as_json(), "accepted_per_position": list(self.accepted_per_position),
                 "generation_tokens": self.generation_tokens, "prompt_tokens": self.prompt_tokens,
-                "requests": self.requests, "finished_reasons": dict(self.finished_reasons)}
+                "requests": self.requests, "finished_reasons": dict(self.finished_reasons),
+                "decode_steps": self.decode_steps, "decode_step_ms": self.decode_step_ms,
+                "decode_step_plain_ms": self.decode_step_plain_ms}
 
 
 @dataclass
@@ -109,6 +116,12 @@ class GroundTruth:
         self.engines[engine].generation_tokens += generated
         self._temperature(key).generation_tokens += generated
 
+    def record_decode_step(self, engine: int, milliseconds: float, plain_ms: float) -> None:
+        truth = self.engines[engine]
+        truth.decode_steps += 1
+        truth.decode_step_ms += milliseconds
+        truth.decode_step_plain_ms += plain_ms
+
     def record_prefill(self, engine: int, prompt_tokens: int) -> None:
         self.engines[engine].prompt_tokens += prompt_tokens
 
@@ -132,6 +145,9 @@ class GroundTruth:
             total.generation_tokens += engine.generation_tokens
             total.prompt_tokens += engine.prompt_tokens
             total.requests += engine.requests
+            total.decode_steps += engine.decode_steps
+            total.decode_step_ms += engine.decode_step_ms
+            total.decode_step_plain_ms += engine.decode_step_plain_ms
             for reason, count in engine.finished_reasons.items():
                 total.finished_reasons[reason] = total.finished_reasons.get(reason, 0) + count
         return total

@@ -6,11 +6,10 @@ counter delta of the phase, and returns the row the report prints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specdec_exporter.core.acceptance import Totals, ratio, sum_totals, totals_delta
-from specdec_exporter.core.exposition import SeriesKey
+from specdec_exporter.core.acceptance import Totals, ratio
 from specdec_exporter.core.verdict import Verdict, verdict
 from specdec_exporter.devtools.load.results import RequestResult, SpecDecoding
 from specdec_exporter.devtools.load.stats import TemperatureRow, percentile, summarise_bucket
@@ -96,40 +95,6 @@ def choose_source(choice: SourceChoice, results: Sequence[RequestResult]) -> Sou
     if not succeeded:
         return None
     return "per-request" if all(result.spec is not None for result in succeeded) else "counters"
-
-
-def model_totals(totals: Mapping[SeriesKey, Totals], model: str) -> Totals:
-    """Sum over engines of ``model``'s series; of every series when the server names none so.
-
-    Through a tap the request's model name may be an alias of vLLM's ``model_name`` label; one
-    model per server (vLLM) makes the sum over all series the right fallback.
-    """
-    own = [counts for (name, _), counts in totals.items() if name == model]
-    return sum_totals(own if own else totals.values())
-
-
-def expected_generation_tokens(results: Sequence[RequestResult]) -> int | None:
-    """Output tokens the server reported for the phase; None if some success had no usage."""
-    succeeded = [result for result in results if result.ok]
-    if not all(result.tokens_from_usage for result in succeeded):
-        return None
-    return sum(result.output_tokens or 0 for result in succeeded)
-
-
-def counters_settled(
-    before: Totals, previous: Totals, current: Totals, expected_generation: int | None
-) -> bool:
-    """True when two consecutive scrapes agree and the generated tokens reached the expected.
-
-    vLLM's counters move a moment after a response completes, so two scrapes taken before the
-    last step is recorded would also agree; the generation-token count (recorded in the same
-    step as the spec counters) tells the stale case apart.
-    """
-    if current != previous:
-        return False
-    if expected_generation is None:
-        return True
-    return totals_delta(before, current).generation_tokens >= expected_generation
 
 
 @dataclass(frozen=True)

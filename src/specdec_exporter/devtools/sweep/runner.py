@@ -7,17 +7,19 @@ taken around a phase belongs to that temperature alone (if nothing else talks to
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
-from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import SeriesKey, Snapshot
-from specdec_exporter.core.report import snapshot_totals
-from specdec_exporter.core.timeline import Timeline
+from specdec_exporter.devtools.load.counters import (
+    CounterReading,
+    counters_settled,
+    expected_generation_tokens,
+    model_totals,
+    phase_delta,
+)
 from specdec_exporter.devtools.load.mix import temperature_label
 from specdec_exporter.devtools.load.results import LoadResult
 from specdec_exporter.devtools.load.runner import Progress, run_load
@@ -27,9 +29,6 @@ from specdec_exporter.devtools.sweep.phase import (
     PhaseRow,
     choose_source,
     counter_acceptance,
-    counters_settled,
-    expected_generation_tokens,
-    model_totals,
     per_request_acceptance,
     phase_row,
 )
@@ -61,26 +60,6 @@ class SweepResult:
     source: Source | None
     """The source used for every row; None if no phase had a successful request to decide."""
     rows: tuple[PhaseRow, ...]
-
-
-@dataclass(frozen=True)
-class CounterReading:
-    """A scrape's spec counts per (model, engine), and whether spec decoding is exposed."""
-
-    totals: dict[SeriesKey, Totals]
-    spec_enabled: bool
-
-    @classmethod
-    def of(cls, snapshot: Snapshot) -> CounterReading:
-        return cls(snapshot_totals(snapshot), snapshot.spec_decode_enabled)
-
-
-def phase_delta(before: CounterReading, after: CounterReading, model: str) -> Totals:
-    """Reset-aware counter delta over the phase, summed over engines of the model."""
-    timeline: Timeline[SeriesKey] = Timeline(window=math.inf)
-    timeline.observe(0.0, before.totals)
-    timeline.observe(1.0, after.totals)
-    return model_totals(timeline.window().deltas, model)
 
 
 async def run_sweep(

@@ -1,0 +1,285 @@
+"""The calibrate run: per (concurrency, temperature), one seeded load phase on each server in turn.
+
+``run_calibration(config, assumed_cost_ratio)`` is the in-process entry point. Phases never
+overlap (the servers may share a host), so each spec server's counter delta and each server's
+TPOTs belong to one (server, concurrency, temperature); every phase sends the same requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
+
+import httpx
+
+from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
+from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.devtools.load.counters import (
+    CounterReading,
+    counters_settled,
+    expected_generation_tokens,
+    model_totals,
+    phase_delta,
+)
+from specdec_exporter.devtools.load.mix import MixEntry, temperature_label
+from specdec_exporter.devtools.load.results import LoadResult, RequestResult
+from specdec_exporter.devtools.load.runner import (
+    BUILTIN_PROMPTS,
+    LoadConfig,
+    ModelLookupError,
+    build_client,
+    fetch_model,
+    run_load,
+)
+
+PhaseCallback = Callable[[str], None]
+
+
+class CalibrateError(RuntimeError):
+    """The servers cannot be calibrated (unreachable, not the same model, spec on/off wrong)."""
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """Everything a calibration needs; one phase per (server, concurrency, temperature)."""
+
+    spec_urls: tuple[str, ...]
+    """One vLLM with speculative decoding per k (k is read from its per-position series)."""
+    base_url: str
+    concurrencies: tuple[int, ...] = (1, 8, 32)
+    temperatures: tuple[float | None, ...] = (0.0, 0.7, 1.0)
+    requests: int | None = None
+    """Requests per phase; None: four rounds of the concurrency, at least 8."""
+    max_tokens: int = 128
+    seed: int = 0
+    model: str | None = None
+    tpot_source: TpotSource = "client"
+    warmup: int = 4
+    """Unmeasured requests sent to each server first (compilation, caches)."""
+    prompts: tuple[str, ...] = BUILTIN_PROMPTS
+    sample_interval: float = 0.25
+    """Seconds between samples of vLLM's num_requests_running during a phase."""
+    settle_timeout: float = 10.0
+    settle_interval: float = 0.05
+    scrape_timeout: float = 10.0
+    request_timeout: float = 600.0
+    api_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.spec_urls:
+            raise ValueError("at least one spec server is needed")
+        if not self.concurrencies or min(self.concurrencies) < 1:
+            raise ValueError("concurrencies must be >= 1")
+        if not self.temperatures:
+            raise ValueError("at least one temperature is needed")
+        if (self.requests is not None and self.requests < 1) or self.max_tokens < 2:
+            raise ValueError("requests must be >= 1 and max_tokens >= 2 (TPOT needs 2 tokens)")
+        if self.warmup < 0 or self.sample_interval <= 0 or self.settle_interval <= 0:
+            raise ValueError("warmup must be >= 0, the intervals > 0")
+
+    def phase_requests(self, concurrency: int) -> int:
+        return self.requests if self.requests is not None else max(8, 4 * concurrency)
+
+    def load(self, url: str, model: str, concurrency: int, temperature: float | None,
+             requests: int) -> LoadConfig:
+        """Streamed (TPOT needs the chunks' times), usage included (exact token counts)."""
+        return LoadConfig(url=url, model=model, concurrency=concurrency, requests=requests,
+                          mix=(MixEntry(temperature, 1.0),), stream_share=1.0,
+                          include_usage=True, max_tokens=self.max_tokens, endpoint="chat",
+                          prompts=self.prompts, seed=self.seed, api_key=self.api_key,
+                          timeout=self.request_timeout)
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    k: int | None
+    """None: the plain (no speculation) server."""
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    model: str
+    servers: tuple[Server, ...]
+    points: tuple[CalibrationPoint, ...]
+
+
+def mean_tpot_ms(results: Sequence[RequestResult], source: TpotSource) -> tuple[float | None, int]:
+    """The phase's TPOT in ms, and how many requests had one.
+
+    Each request's TPOT is weighted by its tokens after the first: total decode time over
+    total decode tokens, counted the way L is (tokens over steps), so that one slow request
+    with few tokens does not outweigh the tokens of the others."""
+    weighted = [(tpot, result.output_tokens - 1) for result in results
+                if result.ok and result.output_tokens is not None and result.output_tokens > 1
+                and (tpot := result.tpot if source == "client" else result.server_tpot)
+                is not None]
+    tokens = sum(count for _, count in weighted)
+    if not tokens:
+        return None, 0
+    return sum(tpot * count for tpot, count in weighted) / tokens * 1000.0, len(weighted)
+
+
+async def run_calibration(
+    config: CalibrateConfig,
+    assumed_cost_ratio: float,
+    on_phase: PhaseCallback | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> CalibrationRun:
+    """Discover the servers, warm them up, then measure every phase in order."""
+    async with httpx.AsyncClient(transport=transport, trust_env=False,
+                                 timeout=config.scrape_timeout) as client:
+        run = _Calibration(config, client, transport, on_phase or (lambda _: None))
+        return await run.execute(assumed_cost_ratio)
+
+
+class _Calibration:
+    def __init__(self, config: CalibrateConfig, client: httpx.AsyncClient,
+                 transport: httpx.AsyncBaseTransport | None, say: PhaseCallback) -> None:
+        self._config = config
+        self._client = client
+        self._transport = transport
+        self._say = say
+        self._model = ""
+
+    async def execute(self, assumed_cost_ratio: float) -> CalibrationRun:
+        servers = await self._discover()
+        for server in servers:
+            await self._warm_up(server)
+        points = []
+        total = len(self._config.concurrencies) * len(self._config.temperatures) * len(servers)
+        done = 0
+        for concurrency in self._config.concurrencies:
+            for temperature in self._config.temperatures:
+                timings: dict[Server, tuple[PhaseTiming, Totals]] = {}
+                for server in servers:
+                    done += 1
+                    self._say(f"[{done}/{total}] {_describe(server)}, concurrency {concurrency}, "
+                              f"temperature {temperature_label(temperature)}")
+                    timings[server] = await self._phase(server, concurrency, temperature)
+                base = timings[servers[-1]][0]
+                points += [make_point(concurrency=concurrency, temperature=temperature,
+                                      k=server.k, counts=counts, spec=timing, base=base,
+                                      assumed_cost_ratio=assumed_cost_ratio)
+                           for server, (timing, counts) in timings.items()
+                           if server.k is not None]
+        return CalibrationRun(self._model, tuple(servers), tuple(points))
+
+    async def _discover(self) -> list[Server]:
+        """Each server's model and k; the plain server goes last."""
+        urls = [*self._config.spec_urls, self._config.base_url]
+        models = {url: self._config.model or await self._model_of(url) for url in urls}
+        if len(set(models.values())) > 1:
+            served = ", ".join(f"{url} serves {model}" for url, model in models.items())
+            raise CalibrateError(f"the servers must serve the same model: {served}")
+        self._model = models[urls[0]]
+        servers = [Server(url, await self._k_of(url)) for url in self._config.spec_urls]
+        base = await self._snapshot(self._config.base_url)
+        if base.spec_decode_enabled:
+            raise CalibrateError(f"--base-url {self._config.base_url} runs speculative decoding; "
+                                 "give a server started without --speculative-config")
+        return [*servers, Server(self._config.base_url, None)]
+
+    async def _model_of(self, url: str) -> str:
+        load = LoadConfig(url=url, requests=1, api_key=self._config.api_key,
+                          timeout=self._config.scrape_timeout)
+        async with build_client(load, self._transport) as client:
+            try:
+                return await fetch_model(client)
+            except ModelLookupError as exc:
+                raise CalibrateError(f"{url}: {exc}") from None
+
+    async def _k_of(self, url: str) -> int:
+        snapshot = await self._snapshot(url)
+        k = snapshot.num_speculative_tokens(self._model) or max(
+            (snapshot.num_speculative_tokens(model) or 0 for model in snapshot.models), default=0)
+        if not snapshot.spec_decode_enabled or not k:
+            raise CalibrateError(f"--spec-url {url} shows no speculative decoding (no "
+                                 "per-position series in its /metrics)")
+        return k
+
+    async def _metrics_text(self, url: str) -> str:
+        try:
+            response = await self._client.get(url.rstrip("/") + "/metrics")
+        except httpx.HTTPError as exc:
+            raise CalibrateError(f"{url}/metrics: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise CalibrateError(f"{url}/metrics answered HTTP {response.status_code}")
+        return response.text
+
+    async def _snapshot(self, url: str) -> Snapshot:
+        try:
+            return parse(await self._metrics_text(url))
+        except ExpositionError as exc:
+            raise CalibrateError(f"{url}/metrics: {exc}") from None
+
+    async def _warm_up(self, server: Server) -> None:
+        if self._config.warmup:
+            self._say(f"warming up {_describe(server)} ({self._config.warmup} requests)")
+            concurrency = min(self._config.warmup, max(self._config.concurrencies))
+            await run_load(self._config.load(server.url, self._model, concurrency,
+                                             self._config.temperatures[0], self._config.warmup),
+                           transport=self._transport)
+
+    async def _phase(self, server: Server, concurrency: int,
+                     temperature: float | None) -> tuple[PhaseTiming, Totals]:
+        before = CounterReading.of(await self._snapshot(server.url)) if server.k else None
+        samples: list[float] = []
+        sampler = asyncio.create_task(self._sample_running(server.url, samples))
+        try:
+            load = await run_load(self._config.load(
+                server.url, self._model, concurrency, temperature,
+                self._config.phase_requests(concurrency)), transport=self._transport)
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        failed = len(load.results) - load.succeeded
+        if failed:
+            self._say(f"  {failed} of {len(load.results)} requests failed on {server.url}")
+        tpot_ms, measured = mean_tpot_ms(load.results, self._config.tpot_source)
+        if tpot_ms is None and self._config.tpot_source == "server" and load.succeeded:
+            raise CalibrateError(f"{server.url} sends no metrics.mean_itl_ms: start it with "
+                                 "--enable-per-request-metrics, or use --tpot-source client")
+        counts = Totals() if before is None else await self._settled_delta(server, before, load)
+        timing = PhaseTiming(tpot_ms, measured, fmean(samples) if samples else None)
+        return timing, counts
+
+    async def _sample_running(self, url: str, samples: list[float]) -> None:
+        """vLLM's num_requests_running every sample_interval; failed samples are skipped."""
+        while True:
+            await asyncio.sleep(self._config.sample_interval)
+            with contextlib.suppress(CalibrateError, ExpositionError):
+                running = requests_running(await self._metrics_text(url))
+                value = running.get(self._model, sum(running.values()) if running else None)
+                if value is not None:
+                    samples.append(value)
+
+    async def _settled_delta(self, server: Server, before: CounterReading,
+                             load: LoadResult) -> Totals:
+        """The counter delta once vLLM has counted the phase's last step (two equal scrapes
+        that hold every generated token the responses reported)."""
+        expected = expected_generation_tokens(load.results)
+        base = model_totals(before.totals, self._model)
+        deadline = time.monotonic() + self._config.settle_timeout
+        previous = CounterReading.of(await self._snapshot(server.url))
+        while True:
+            await asyncio.sleep(self._config.settle_interval)
+            current = CounterReading.of(await self._snapshot(server.url))
+            if counters_settled(base, model_totals(previous.totals, self._model),
+                                model_totals(current.totals, self._model), expected):
+                return phase_delta(before, current, self._model)
+            if time.monotonic() >= deadline:
+                raise CalibrateError(f"{server.url}: the spec counters did not settle within "
+                                     f"{self._config.settle_timeout:g} s after a phase")
+            previous = current
+
+
+def _describe(server: Server) -> str:
+    return "plain server" if server.k is None else f"spec server k={server.k}"
