@@ -14,7 +14,7 @@ import pytest
 import yaml
 from specdec_artifacts import outputs
 from specdec_artifacts.checks import stale_outputs
-from specdec_artifacts.rules import alerting_rules
+from specdec_artifacts.rules import alerting_rules, threshold_expr
 from specdec_artifacts.settings import (
     CONFIG_PATH,
     REPO_ROOT,
@@ -173,3 +173,30 @@ def test_merge_into_refuses_a_receiver_name_already_taken(tmp_path: Path) -> Non
     result = run_generate("--merge-into", str(path))
     assert result.returncode == 2
     assert "receiver names already used in the config: specdec-chat" in result.stderr
+
+
+CALIBRATED = """
+[calibration.models."tiny-llama"]
+break_even_acceptance_rate = 0.8113
+draft_cost_ratio = 0.8113
+[calibration.models."hand/set"]
+break_even_acceptance_rate = 0.7
+draft_cost_ratio = 0.7
+"""
+
+
+def test_a_measured_break_even_is_the_models_t_unless_one_is_set_by_hand(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "[thresholds.acceptance_rate_by_model]\n",
+                          '[thresholds.acceptance_rate_by_model]\n"hand/set" = 0.45\n')
+    config.write_text(config.read_text() + CALIBRATED)
+    expr = threshold_expr(load(config))
+    assert '0.8113 * group without (method) (specdec_speculative_info{' in expr
+    assert 'model_name="tiny-llama"' in expr
+    assert "0.45 * group" in expr and "0.7 * group" not in expr
+
+
+def test_a_break_even_above_1_is_refused(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "[links]\n", "[links]\n")
+    config.write_text(config.read_text() + CALIBRATED.replace("0.8113\ndraft", "1.2\ndraft", 1))
+    with pytest.raises(SettingsError, match="break_even_acceptance_rate"):
+        load(config)
