@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specdec_exporter.core.acceptance import Totals, ratio, sum_totals, totals_delta
+from specdec_exporter.core.acceptance import (
+    Totals,
+    acceptance_rate,
+    mean_acceptance_length,
+    sum_totals,
+    totals_delta,
+)
 from specdec_exporter.core.exposition import SeriesKey
 from specdec_exporter.core.verdict import Verdict, verdict
 from specdec_exporter.devtools.load.results import RequestResult, SpecDecoding
@@ -38,12 +44,11 @@ class PhaseAcceptance:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return ratio(self.accepted_tokens, self.draft_tokens)
+        return acceptance_rate(self.accepted_tokens, self.draft_tokens)
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        mean_accepted = ratio(self.accepted_tokens, self.drafts)
-        return None if mean_accepted is None else 1.0 + mean_accepted
+        return mean_acceptance_length(self.accepted_tokens, self.drafts)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -54,7 +59,7 @@ class PhaseAcceptance:
 
 def request_rate(spec: SpecDecoding) -> float | None:
     """One request's acceptance rate; None when it drafted nothing (not 0%)."""
-    return ratio(spec.num_accepted_draft_tokens, spec.num_draft_tokens)
+    return acceptance_rate(spec.num_accepted_draft_tokens, spec.num_draft_tokens)
 
 
 def per_request_acceptance(results: Sequence[RequestResult]) -> PhaseAcceptance:
