@@ -19,7 +19,6 @@ from specdec_exporter.core.report import (
     Entry,
     build_report,
     overall_verdict,
-    snapshot_totals,
 )
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
@@ -79,7 +78,7 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
         try:
             first = await scraper.scrape()
             tap_before = await tap.read() if tap else {}
-            timeline.observe(time.monotonic(), snapshot_totals(first.snapshot))
+            timeline.observe(time.monotonic(), first.snapshot.counters)
             await asyncio.sleep(window)
             second = await scraper.scrape()
             tap_after = await tap.read() if tap else {}
@@ -90,7 +89,7 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
             outcome["error"] = f"sidecar at {sidecar_url}: {type(exc).__name__}: {exc}"
             return
     outcome["buckets"] = bucket_deltas(tap_before, tap_after) if tap else None
-    timeline.observe(time.monotonic(), snapshot_totals(second.snapshot))
+    timeline.observe(time.monotonic(), second.snapshot.counters)
     measured = timeline.window()
     outcome.update(entries=build_report(second.snapshot, measured, settings.draft_cost,
                                         settings.criteria),

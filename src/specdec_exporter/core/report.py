@@ -17,26 +17,6 @@ ALL_ENGINES = "all"
 LEGACY_V0 = "legacy V0: see its own gauges"
 
 
-def snapshot_totals(snapshot: Snapshot) -> dict[SeriesKey, Totals]:
-    """The cumulative counts of a snapshot per (model, engine), spec counters and generation."""
-    keys = snapshot.counters.keys() | snapshot.generation_tokens.keys()
-    totals = {}
-    for key in keys:
-        counters = snapshot.counters.get(key)
-        generated = snapshot.generation_tokens.get(key, 0.0)
-        if counters is None:
-            totals[key] = Totals(generation_tokens=generated)
-        else:
-            totals[key] = Totals(
-                counters.drafts,
-                counters.draft_tokens,
-                counters.accepted_tokens,
-                counters.accepted_per_position,
-                generated,
-            )
-    return totals
-
-
 @dataclass(frozen=True)
 class Entry:
     """The figures of one (model, engine) or of one model over all its engines."""

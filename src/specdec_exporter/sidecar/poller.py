@@ -23,7 +23,7 @@ from specdec_exporter.core.exposition import (
     Snapshot,
 )
 from specdec_exporter.core.model import DraftCost
-from specdec_exporter.core.report import ALL_ENGINES, Entry, build_report, entry, snapshot_totals
+from specdec_exporter.core.report import ALL_ENGINES, Entry, build_report, entry
 from specdec_exporter.core.timeline import Timeline, Window
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.logs import RateLimiter
@@ -188,8 +188,7 @@ class Poller:
         state.models_seen = self._roster.models
         if snapshot.invalid:
             self._count_invalid(snapshot.invalid)
-        totals = snapshot_totals(snapshot)
-        self._timeline.observe(now, totals)
+        self._timeline.observe(now, snapshot.counters)
         window = self._timeline.window()
         state.report = build_report(snapshot, window, self._cost, self._criteria)
         state.window_seconds = window.seconds

@@ -16,7 +16,6 @@ import httpx
 
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
-from specdec_exporter.core.report import snapshot_totals
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.devtools.load.mix import temperature_label
 from specdec_exporter.devtools.load.results import LoadResult
@@ -72,7 +71,7 @@ class CounterReading:
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> CounterReading:
-        return cls(snapshot_totals(snapshot), snapshot.spec_decode_enabled)
+        return cls(snapshot.counters, snapshot.spec_decode_enabled)
 
 
 def phase_delta(before: CounterReading, after: CounterReading, model: str) -> Totals:
