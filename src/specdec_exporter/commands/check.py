@@ -24,7 +24,7 @@ from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
 from specdec_exporter.sidecar.config import HttpUrl, VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
-from specdec_exporter.sidecar.tap_counters import TapReader, bucket_deltas, bucket_table
+from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_UNREACHABLE = 3
@@ -88,9 +88,12 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
         except httpx.HTTPError as exc:
             outcome["error"] = f"sidecar at {sidecar_url}: {type(exc).__name__}: {exc}"
             return
-    outcome["buckets"] = bucket_deltas(tap_before, tap_after) if tap else None
     timeline.observe(time.monotonic(), second.snapshot.counters)
     measured = timeline.window()
+    if tap:
+        outcome["buckets"] = bucket_rows(tap_before, tap_after, snapshot=second.snapshot,
+                                         seconds=measured.seconds, cost=settings.draft_cost,
+                                         criteria=settings.criteria)
     outcome.update(entries=build_report(second.snapshot, measured, settings.draft_cost,
                                         settings.criteria),
                    snapshot=second.snapshot, seconds=measured.seconds)
