@@ -182,7 +182,7 @@ class RequestStats(Collector):
         if k is None:
             try:
                 k = self._num_speculative_tokens(model_name)
-            except Exception:  # the lead's callback must not break a scrape or a request
+            except Exception:  # the poller's k callback must not break a scrape or a request
                 k = None
             k = k or spec_tokens
             if k is None or k <= 0:
