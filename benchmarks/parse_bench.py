@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from specdec_exporter.core.exposition import parse
 from specdec_exporter.core.model import DraftCost
-from specdec_exporter.core.report import build_report, snapshot_totals
+from specdec_exporter.core.report import build_report
 from specdec_exporter.core.timeline import Timeline
 from variants import capture, with_engines
 
@@ -27,8 +27,8 @@ def ours(text: str) -> None:
     """What one poll does: parse, fold into the timeline, derive the report."""
     timeline: Timeline[tuple[str, str]] = Timeline(60)
     snapshot = parse(text)
-    timeline.observe(0.0, snapshot_totals(snapshot))
-    timeline.observe(5.0, snapshot_totals(snapshot))
+    timeline.observe(0.0, snapshot.counters)
+    timeline.observe(5.0, snapshot.counters)
     build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
 
 

@@ -13,7 +13,8 @@ import atheris
 
 with atheris.instrument_imports(include=["specdec_exporter", "prometheus_client"]):
     from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse
-    from specdec_exporter.core.report import build_report, snapshot_totals
+    from specdec_exporter.core.model import DraftCost
+    from specdec_exporter.core.report import build_report
     from specdec_exporter.core.timeline import Timeline
 
 
@@ -21,16 +22,14 @@ def check(snapshot: Snapshot) -> None:
     """What every accepted snapshot promises: counts are finite, non-negative, consistent."""
     for counters in snapshot.counters.values():
         values = (counters.drafts, counters.draft_tokens, counters.accepted_tokens,
-                  *counters.accepted_per_position)
+                  *counters.accepted_per_position, counters.generation_tokens)
         assert all(math.isfinite(value) and value >= 0 for value in values), counters
         assert counters.accepted_tokens <= counters.draft_tokens, counters
         assert all(value <= counters.drafts for value in counters.accepted_per_position), counters
-    for value in snapshot.generation_tokens.values():
-        assert math.isfinite(value) and value >= 0, value
     timeline: Timeline[tuple[str, str]] = Timeline(60)
-    timeline.observe(0.0, snapshot_totals(snapshot))
-    timeline.observe(5.0, snapshot_totals(snapshot))
-    build_report(snapshot, timeline.window(), 0.1)
+    timeline.observe(0.0, snapshot.counters)
+    timeline.observe(5.0, snapshot.counters)
+    build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
 
 
 def test_one_input(data: bytes) -> None:

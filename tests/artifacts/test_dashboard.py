@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from specdec_artifacts.checks import (
     dashboard_problems,
-    dashboard_queries,
     panels_of,
     query_problems,
     unscoped_series,
@@ -24,6 +23,12 @@ from specdec_artifacts.rules import record_names, rule_groups
 from specdec_artifacts.settings import REPO_ROOT, Settings, load
 
 RECORDED = record_names(rule_groups(load()))
+
+
+def dashboard_queries(board: dict[str, Any]) -> list[str]:
+    return [t["expr"] for panel in panels_of(board) for t in panel["targets"]]
+
+
 VLLM_CAPTURE = REPO_ROOT / "tests" / "fixtures" / "vllm-0.33.0" / "spec_ngram_k4.t3.prom"
 
 

@@ -12,11 +12,22 @@ from test_cli import wait_for
 
 from scrape_spy import ScrapeSpy
 from sidecar_process import address_of, sidecar
+from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.exposition import Snapshot
+from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.report import BucketKey
+from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import LoadConfig, run_load
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
-from specdec_exporter.sidecar.tap_counters import bucket_deltas, bucket_table, parse_bucket_counters
+from specdec_exporter.sidecar.tap_counters import (
+    BucketCounts,
+    BucketRow,
+    bucket_rows,
+    bucket_table,
+    parse_bucket_counters,
+)
 from specdec_exporter.term import run_event_loop
 
 EXPOSITION = """\
@@ -29,26 +40,65 @@ specdec_up 1.0
 """
 
 
+MODEL_K4 = Snapshot(True, {("m", "0"): Totals(accepted_per_position=(0.0,) * 4)},
+                    spec_series=frozenset({("m", "0")}))
+"""What vLLM shows for model m at the second scrape: spec decoding on, k = 4."""
+COST = DraftCost(0.1, "default")
+
+
+def rows_of(before: dict[BucketKey, BucketCounts], after: dict[BucketKey, BucketCounts],
+            snapshot: Snapshot = MODEL_K4, criteria: Criteria = DEFAULT_CRITERIA
+            ) -> list[BucketRow]:
+    return bucket_rows(before, after, snapshot=snapshot, seconds=10.0, cost=COST,
+                       criteria=criteria)
+
+
 def test_parse_and_window_deltas() -> None:
     before = parse_bucket_counters(EXPOSITION)
-    assert before == {("m", "0"): {"drafts": 40.0, "draft_tokens": 160.0,
-                                   "accepted_tokens": 120.0, "requests": 12.0,
-                                   "attributed": 10.0}}
+    assert before == {("m", "0"): BucketCounts(Totals(40.0, 160.0, 120.0), 12.0, 10.0)}
     after = parse_bucket_counters(EXPOSITION.replace("160.0", "360.0").replace("120.0", "220.0")
                                   .replace("40.0", "90.0").replace("10.0", "15.0"))
-    [row] = bucket_deltas(before, after)
-    assert (row.requests, row.attributed, row.drafts, row.draft_tokens, row.accepted_tokens) == (
-        5.0, 5.0, 50.0, 200.0, 100.0)
-    assert row.acceptance_rate == 0.5 and row.mean_acceptance_length == 3.0
-    assert row.verdict == "borderline"
-    assert "m      0                          5           5       0.500     3.000  borderline" in (
-        bucket_table([row]))
+    [row] = rows_of(before, after)
+    assert (row.requests, row.attributed) == (5.0, 5.0)
+    counts = row.entry
+    assert (counts.drafts, counts.draft_tokens, counts.accepted_tokens) == (50.0, 200.0, 100.0)
+    assert counts.acceptance_rate == 0.5 and counts.mean_acceptance_length == 3.0
+    assert counts.estimated_speedup == 3.0 / 1.4 and counts.drafts_per_second == 5.0
+    assert counts.verdict == "borderline"
+    assert ("m      0                          5           5       0.500     3.000     2.143  "
+            "borderline") in bucket_table([row])
+    assert row.as_json() == {
+        "model_name": "m", "temperature_bucket": "0", "requests": 5.0, "attributed": 5.0,
+        "acceptance_rate": 0.5, "mean_acceptance_length": 3.0, "drafts": 50.0,
+        "draft_tokens": 200.0, "accepted_tokens": 100.0, "drafts_per_second": 5.0,
+        "estimated_speedup": 3.0 / 1.4, "break_even_acceptance_rate": 0.1, "threshold": 0.5,
+        "draft_cost_ratio": 0.1, "draft_cost_ratio_source": "default", "verdict": "borderline"}
+
+
+def test_the_bucket_verdict_takes_check_s_threshold_and_the_speedup() -> None:
+    """The bucket rows are model rows (``core.report.entry``): --threshold and a net loss
+    apply to them too."""
+    before = parse_bucket_counters(EXPOSITION)
+    after = parse_bucket_counters(EXPOSITION.replace("160.0", "360.0").replace("120.0", "220.0")
+                                  .replace("40.0", "90.0"))
+    strict = Criteria(threshold=0.6, healthy_above=0.65)
+    assert rows_of(before, after, criteria=strict)[0].entry.verdict == "below threshold"
+    costly = bucket_rows(before, after, snapshot=MODEL_K4, seconds=10.0,
+                         cost=DraftCost(0.6, "flag"), criteria=DEFAULT_CRITERIA)
+    assert costly[0].entry.estimated_speedup == 3.0 / 3.4
+    assert costly[0].entry.verdict == "disable"
+
+
+def test_a_bucket_without_drafts_is_not_drafting_or_not_enabled() -> None:
+    idle = {("m", "0"): BucketCounts(requests=3.0)}
+    assert rows_of({}, idle)[0].entry.verdict == "not drafting"
+    assert rows_of({}, idle, snapshot=Snapshot(False))[0].entry.verdict == "not enabled"
 
 
 def test_a_sidecar_restart_counts_as_a_reset() -> None:
     before = parse_bucket_counters(EXPOSITION)
     after = parse_bucket_counters(EXPOSITION.replace("160.0", "8.0").replace("120.0", "2.0"))
-    assert bucket_deltas(before, after)[0].draft_tokens == 8.0
+    assert rows_of(before, after)[0].entry.draft_tokens == 8.0
 
 
 def test_check_with_the_tap_reports_each_bucket_of_the_window_exactly() -> None:

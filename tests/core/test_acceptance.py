@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from specdec_exporter.core.acceptance import Totals, counter_delta, figures, totals_delta
+from specdec_exporter.core.acceptance import (
+    Totals,
+    acceptance_rate,
+    counter_delta,
+    figures,
+    mean_acceptance_length,
+    totals_delta,
+)
 
 
 def test_counter_delta_treats_a_lower_value_as_a_reset() -> None:
@@ -45,3 +52,10 @@ def test_figures_without_drafts_are_undefined_not_zero() -> None:
     assert result.per_position_acceptance_rate == (None, None)
     assert result.draft_share is None
     assert result.mean_draft_length is None
+
+
+def test_the_two_ratios_of_one_set_of_counts() -> None:
+    assert acceptance_rate(12, 32) == 0.375
+    assert mean_acceptance_length(12, 8) == 2.5
+    assert mean_acceptance_length(0, 8) == 1.0  # drafted, nothing accepted: the bonus token only
+    assert acceptance_rate(0, 0) is None and mean_acceptance_length(0, 0) is None

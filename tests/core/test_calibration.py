@@ -8,7 +8,6 @@ import pytest
 from pydantic import ValidationError
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.model import modelled_speedup as estimated_speedup
 from specdec_exporter.core.calibration import (
     Calibration,
     CalibrationError,
@@ -25,6 +24,7 @@ from specdec_exporter.core.calibration import (
     range_edges,
 )
 from specdec_exporter.core.exposition import requests_running
+from specdec_exporter.core.model import modelled_speedup as estimated_speedup
 from variants import V033
 
 COUNTS = Totals(drafts=100, draft_tokens=400, accepted_tokens=200)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from specdec_exporter.core.exposition import EngineCounters, ExpositionError, parse
+from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.exposition import ExpositionError, parse
 from variants import (
     FIXTURES,
     MODEL,
@@ -22,12 +23,13 @@ GROUND_TRUTH = json.loads((V033 / "spec_ngram_k4.ground-truth.json").read_text()
 SNAPSHOTS = GROUND_TRUTH["snapshots"]
 
 
-def expected_counters(cumulative: dict[str, object]) -> EngineCounters:
-    return EngineCounters(
+def expected_counters(cumulative: dict[str, object]) -> Totals:
+    return Totals(
         drafts=cumulative["num_drafts"],  # type: ignore[arg-type]
         draft_tokens=cumulative["num_draft_tokens"],  # type: ignore[arg-type]
         accepted_tokens=cumulative["num_accepted_tokens"],  # type: ignore[arg-type]
         accepted_per_position=tuple(cumulative["num_accepted_tokens_per_pos"]),  # type: ignore[arg-type]
+        generation_tokens=cumulative["num_generation_tokens"],  # type: ignore[arg-type]
     )
 
 
@@ -37,7 +39,7 @@ def test_every_capture_equals_ground_truth(snapshot: dict[str, object]) -> None:
     cumulative = snapshot["per_engine"]["0"]["cumulative"]  # type: ignore[index]
     assert parsed.spec_decode_enabled
     assert parsed.counters == {(MODEL, "0"): expected_counters(cumulative)}
-    assert parsed.generation_tokens == {(MODEL, "0"): cumulative["num_generation_tokens"]}
+    assert parsed.spec_series == parsed.generation_series == {(MODEL, "0")}
     assert parsed.num_speculative_tokens(MODEL) == 4
 
 
@@ -59,9 +61,10 @@ def test_variants_parse_to_the_same_snapshot(variant: str) -> None:
 def test_several_data_parallel_engines() -> None:
     parsed = parse(with_engines(capture("t3"), 4))
     assert sorted(engine for _, engine in parsed.counters) == ["0", "1", "2", "3"]
-    assert parsed.counters[(MODEL, "2")] == EngineCounters(22140.0, 88560.0, 69582.0,
-                                                           (20070.0, 18141.0, 16428.0, 14943.0))
-    assert parsed.generation_tokens[(MODEL, "3")] == 4 * 31030.0
+    assert parsed.counters[(MODEL, "2")] == Totals(22140.0, 88560.0, 69582.0,
+                                                   (20070.0, 18141.0, 16428.0, 14943.0),
+                                                   3 * 31030.0)
+    assert parsed.counters[(MODEL, "3")].generation_tokens == 4 * 31030.0
 
 
 def test_label_order_does_not_matter() -> None:
@@ -73,22 +76,24 @@ def test_label_order_does_not_matter() -> None:
 
 def test_created_gauges_are_never_added_to_counters() -> None:
     parsed = parse(capture("t0"))
-    assert parsed.counters[(MODEL, "0")] == EngineCounters(0.0, 0.0, 0.0, (0.0, 0.0, 0.0, 0.0))
+    assert parsed.counters[(MODEL, "0")] == Totals(0.0, 0.0, 0.0, (0.0, 0.0, 0.0, 0.0), 0.0)
+    assert parsed.spec_series == {(MODEL, "0")}
 
 
 def test_spec_decoding_off() -> None:
     parsed = parse((V033 / "nospec.t1.prom").read_text())
     assert not parsed.spec_decode_enabled
-    assert parsed.counters == {}
+    assert parsed.counters == {(MODEL, "0"): Totals(generation_tokens=6141.0)}
+    assert parsed.spec_series == frozenset()
+    assert parsed.generation_series == {(MODEL, "0")}
     assert parsed.models == frozenset({MODEL})
-    assert parsed.generation_tokens == {(MODEL, "0"): 6141.0}
 
 
 def test_real_cpu_server_capture() -> None:
     capture_file = FIXTURES / "vllm-0.32.0-cpu/metrics/chat_T0p8_nonstream.after.prom"
     parsed = parse(capture_file.read_text())
     positions = (2212.0, 1676.0, 1396.0, 1220.0)
-    expected = EngineCounters(3131.0, 12524.0, 6504.0, positions)
+    expected = Totals(3131.0, 12524.0, 6504.0, positions, 9600.0)
     assert parsed.counters == {("tiny-llama", "0"): expected}
 
 
@@ -99,10 +104,10 @@ V0 = json.loads((FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.ground-truth.json").rea
 def test_legacy_v0_never_reports_inflated_counters(snapshot: dict[str, object]) -> None:
     text = (FIXTURES / "vllm-0.7.3" / str(snapshot["file"])).read_text()
     parsed = parse(text)
-    assert parsed.counters == {}  # V0's counters sum cumulative snapshots: never true counts
+    assert parsed.spec_series == frozenset()  # V0's counters sum cumulative snapshots
     true_generated = snapshot["cumulative_true"]["generation_tokens"]  # type: ignore[index]
     if true_generated:
-        assert parsed.generation_tokens == {(MODEL, "0"): true_generated}
+        assert parsed.counters == {(MODEL, "0"): Totals(generation_tokens=true_generated)}
     if "vllm:spec_decode_draft_acceptance_rate{" in text:
         gauge_line = next(line for line in text.splitlines()
                           if line.startswith("vllm:spec_decode_draft_acceptance_rate{"))

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from specdec_exporter.core import vllm_names as names
-from specdec_exporter.core.exposition import EngineCounters, InvalidSeries, parse
+from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.exposition import InvalidSeries, parse
 from variants import FIXTURES, MODEL, capture, with_engines
 
 KEY = (MODEL, "0")
-T3 = EngineCounters(7380.0, 29520.0, 23194.0, (6690.0, 6047.0, 5476.0, 4981.0))
+T3 = Totals(7380.0, 29520.0, 23194.0, (6690.0, 6047.0, 5476.0, 4981.0), 31030.0)
+GENERATION_ONLY = Totals(generation_tokens=31030.0)
 
 
 def with_value(text: str, sample: str, value: str, engine: str = "0") -> str:
@@ -36,9 +38,9 @@ def test_t3_as_captured() -> None:
 def test_a_bad_spec_counter_drops_its_engine_and_keeps_the_rest(sample: str, value: str,
                                                                 reason: str) -> None:
     parsed = parse(with_value(capture("t3"), sample, value))
-    assert parsed.counters == {}
+    assert parsed.counters == {KEY: GENERATION_ONLY}
+    assert parsed.spec_series == frozenset() and parsed.generation_series == {KEY}
     assert parsed.invalid == (InvalidSeries(sample, KEY, reason),)  # type: ignore[arg-type]
-    assert parsed.generation_tokens == {KEY: 31030.0}
     assert parsed.num_speculative_tokens(MODEL) is None  # so no k, speedup or break-even
 
 
@@ -49,20 +51,21 @@ def test_a_bad_position_drops_its_engine() -> None:
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",'
         f'model_name="{MODEL}",position="2"}} NaN')
     parsed = parse(text)
-    assert parsed.counters == {}
+    assert parsed.counters == {KEY: GENERATION_ONLY} and parsed.spec_series == frozenset()
     assert parsed.invalid == (InvalidSeries(names.ACCEPTED_PER_POSITION, KEY, "nan"),)
 
 
 def test_a_bad_generation_counter_drops_only_itself() -> None:
     parsed = parse(with_value(capture("t3"), names.GENERATION_TOKENS, "NaN"))
-    assert parsed.generation_tokens == {}
-    assert parsed.counters == {KEY: T3}
+    assert parsed.counters == {KEY: Totals(7380.0, 29520.0, 23194.0,
+                                           (6690.0, 6047.0, 5476.0, 4981.0))}
+    assert parsed.spec_series == {KEY} and parsed.generation_series == frozenset()
     assert parsed.invalid == (InvalidSeries(names.GENERATION_TOKENS, KEY, "nan"),)
 
 
 def test_more_accepted_than_drafted_since_start_is_invalid() -> None:
     parsed = parse(with_value(capture("t3"), names.ACCEPTED_TOKENS, "29521.0"))
-    assert parsed.counters == {}
+    assert parsed.counters == {KEY: GENERATION_ONLY} and parsed.spec_series == frozenset()
     assert parsed.invalid == (InvalidSeries(names.ACCEPTED_TOKENS, KEY, "accepted_over_drafted"),)
 
 
@@ -75,7 +78,7 @@ def test_as_many_accepted_as_drafted_is_valid() -> None:
 def test_a_position_accepted_more_often_than_drafts_is_invalid() -> None:
     text = with_value(capture("t3"), names.DRAFTS, "6689.0")  # position 0 accepted 6690 times
     parsed = parse(text)
-    assert parsed.counters == {}
+    assert parsed.counters == {KEY: GENERATION_ONLY} and parsed.spec_series == frozenset()
     assert parsed.invalid == (
         InvalidSeries(names.ACCEPTED_PER_POSITION, KEY, "accepted_over_drafted"),)
 
@@ -83,8 +86,9 @@ def test_a_position_accepted_more_often_than_drafts_is_invalid() -> None:
 def test_only_the_bad_engine_is_dropped() -> None:
     text = with_value(with_engines(capture("t3"), 2), names.DRAFTS, "NaN", engine="1")
     parsed = parse(text)
-    assert parsed.counters == {KEY: T3}
-    assert parsed.generation_tokens == {KEY: 31030.0, (MODEL, "1"): 62060.0}
+    assert parsed.counters == {KEY: T3, (MODEL, "1"): Totals(generation_tokens=62060.0)}
+    assert parsed.spec_series == {KEY}
+    assert parsed.generation_series == {KEY, (MODEL, "1")}
     assert parsed.invalid == (InvalidSeries(names.DRAFTS, (MODEL, "1"), "nan"),)
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse
 from specdec_exporter.core.model import DraftCost
-from specdec_exporter.core.report import build_report, snapshot_totals
+from specdec_exporter.core.report import build_report
 from specdec_exporter.core.timeline import Timeline
 from variants import FIXTURES, multiprocess, openmetrics, underscore, with_engines
 
@@ -116,8 +116,8 @@ def test_every_spelling_gives_the_same_counters(pair: tuple[str, str]) -> None:
 def report_of(snapshot: Snapshot) -> None:
     """Everything the poller derives from a snapshot (a hostile label must not break it)."""
     timeline: Timeline[tuple[str, str]] = Timeline(60)
-    timeline.observe(0, snapshot_totals(snapshot))
-    timeline.observe(5, snapshot_totals(snapshot))
+    timeline.observe(0, snapshot.counters)
+    timeline.observe(5, snapshot.counters)
     build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
 
 

@@ -9,7 +9,7 @@ import pytest
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import parse
 from specdec_exporter.core.model import DraftCost
-from specdec_exporter.core.report import ALL_ENGINES, build_report, overall_verdict, snapshot_totals
+from specdec_exporter.core.report import ALL_ENGINES, build_report, overall_verdict
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from variants import MODEL, V033, capture, with_engines
@@ -24,7 +24,7 @@ def window_report(tags: list[str], engines: int = 1, cost: float = 0.1,  # type:
     snapshot = None
     for index, tag in enumerate(tags):
         snapshot = parse(with_engines(capture(tag), engines) if engines > 1 else capture(tag))
-        timeline.observe(5.0 * index, snapshot_totals(snapshot))
+        timeline.observe(5.0 * index, snapshot.counters)
     assert snapshot is not None
     return build_report(snapshot, timeline.window(), DraftCost(cost, "flag"), criteria)
 
@@ -119,8 +119,8 @@ def test_modelled_speedup_uses_mean_acceptance_length() -> None:
 def test_spec_off_is_not_enabled() -> None:
     snapshot = parse((V033 / "nospec.t1.prom").read_text())
     timeline: Timeline[tuple[str, str]] = Timeline(60)
-    timeline.observe(0, snapshot_totals(snapshot))
-    timeline.observe(5, snapshot_totals(snapshot))
+    timeline.observe(0, snapshot.counters)
+    timeline.observe(5, snapshot.counters)
     entries = build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
     assert [(e.model_name, e.engine, e.verdict) for e in entries] == [
         (MODEL, "0", "not enabled"), (MODEL, ALL_ENGINES, "not enabled")]

@@ -11,131 +11,66 @@ the real sidecar with its tap (see docs/alerting.md, "End-to-end test").
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from alert_stack import (
+    EVENT_TIMEOUT,
+    ROUTING_KEY,
+    WINDOW,
+    Stack,
+    alerting,
+    bucket_acceptance,
+    chat_mentions,
+    running_stack,
+)
 from fake_specdec_exporter import BucketTraffic, FakeSpecdecExporter
-from monitoring_processes import (
-    ALERTMANAGER_BINARIES,
-    PROMETHEUS_BINARIES,
-    Process,
-    start_alertmanager,
-    start_prometheus,
-    wait_until,
-)
-from pagerduty_stub import PagerDutyStub
+from monitoring_processes import Process, wait_until
 from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
-from required_tools import require
-from specdec_artifacts.alertmanager import DEFAULT_RECEIVER, Endpoints, standalone_config
 from specdec_artifacts.dashboard import dashboard
-from specdec_artifacts.settings import (
-    CONFIG_PATH,
-    REPO_ROOT,
-    Settings,
-    load,
-    with_test_overrides,
-)
+from specdec_artifacts.settings import Settings, load, with_test_overrides
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "llama-e2e"
 HEALTHY, DEGRADED = "0", "0.7-1.0"
-FOR, WINDOW, GROUP_TIMING, SCRAPE = "3s", "10s", "1s", "1s"
-ROUTING_KEY = "e2e-routing-key"
-EVENT_TIMEOUT = 60.0
-TARGET_LABELS = {"namespace": "e2e", "pod": "vllm-e2e-0"}
-
-
-@dataclass
-class Stack:
-    exporter: FakeSpecdecExporter
-    stub: PagerDutyStub
-    prometheus: Process
-    alertmanager: Process
-    generated: Path
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    prometheus_binary = require(*PROMETHEUS_BINARIES)
-    alertmanager_binary = require(*ALERTMANAGER_BINARIES)
-    work = tmp_path_factory.mktemp("e2e")
-    generated = generate_test_variant(work / "generated")
-    stub = PagerDutyStub().start()
-    exporter = FakeSpecdecExporter(MODEL, {HEALTHY: BucketTraffic(100, 0.8),
-                                           DEGRADED: BucketTraffic(100, 0.8)}).start()
-    processes: list[Process] = []
+def exporter() -> Iterator[FakeSpecdecExporter]:
+    fake = FakeSpecdecExporter(MODEL, {HEALTHY: BucketTraffic(100, 0.8),
+                                       DEGRADED: BucketTraffic(100, 0.8)}).start()
     try:
-        processes.append(start_alertmanager(alertmanager_binary, work / "alertmanager",
-                                            alertmanager_config(work, stub)))
-        processes.append(start_prometheus(
-            prometheus_binary, work / "prometheus",
-            rules_file=generated / "alerts" / "specdec-rules.yaml",
-            scrape_targets=[exporter.target], alertmanager_url=processes[0].url,
-            interval=SCRAPE, target_labels=TARGET_LABELS))
-        yield Stack(exporter, stub, processes[1], processes[0], generated)
+        yield fake
     finally:
-        for process in reversed(processes):
-            process.stop()
-        exporter.stop()
-        stub.stop()
+        fake.stop()
 
 
-def generate_test_variant(out_dir: Path, config: Path = CONFIG_PATH) -> Path:
-    """The generator's own test option: every file with short `for` and windows."""
-    subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "generate.py"), "--config",
-                    str(config), "--out-dir", str(out_dir), "--for", FOR, "--rate-window", WINDOW,
-                    "--group-timing", GROUP_TIMING], check=True, capture_output=True, timeout=60)
-    return out_dir
+@pytest.fixture(scope="module")
+def stack(exporter: FakeSpecdecExporter, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("e2e"), [exporter.target]) as running:
+        yield running
 
 
-def alertmanager_config(work: Path, stub: PagerDutyStub) -> dict[str, Any]:
-    """The generated routing under a root whose default receiver posts to the stub's /default,
-    with our receivers pointed at the stub."""
-    key_file, chat_file = work / "routing-key", work / "chat-url"
-    key_file.write_text(ROUTING_KEY)
-    chat_file.write_text(stub.base_url + "/chat")
-    settings = with_test_overrides(load(), group_timing=GROUP_TIMING)
-    default = {"name": DEFAULT_RECEIVER,
-               "webhook_configs": [{"url": stub.base_url + "/default", "send_resolved": False}]}
-    return standalone_config(settings, Endpoints(stub.url, str(key_file), str(chat_file)),
-                             default)
-
-
-def instant(prometheus: Process, query: str) -> list[dict[str, Any]]:
-    reply = httpx.get(prometheus.url + "/api/v1/query", params={"query": query}, timeout=5.0)
-    reply.raise_for_status()
-    result: list[dict[str, Any]] = reply.json()["data"]["result"]
-    return result
-
-
-def bucket_acceptance(prometheus: Process) -> dict[str, float]:
-    rule = ("instance_model_name_temperature_bucket:specdec_request_acceptance_rate:"
-            f"ratio_rate{WINDOW}")
-    return {s["metric"]["temperature_bucket"]: float(s["value"][1])
-            for s in instant(prometheus, rule)}
-
-
-def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(stack: Stack) -> None:
+def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(
+        stack: Stack, exporter: FakeSpecdecExporter) -> None:
     wait_until(lambda: set(bucket_acceptance(stack.prometheus)) == {HEALTHY, DEGRADED},
                EVENT_TIMEOUT, "both buckets' acceptance to be recorded")
     assert stack.stub.events() == [], "nothing may page while acceptance is 0.8"
 
-    stack.exporter.set_acceptance(DEGRADED, 0.3)
+    exporter.set_acceptance(DEGRADED, 0.3)
     wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceLow"),
                EVENT_TIMEOUT, "the bucket's ticket to reach the chat receiver")
     wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
                EVENT_TIMEOUT, "the bucket's P10 warning to reach the chat receiver")
     assert stack.stub.events() == [], "a bucket tickets by default; it does not page"
 
-    stack.exporter.set_speedup(0.8)
+    exporter.set_speedup(0.8)
     trigger = stack.stub.wait_for_event(lambda e: e["event_action"] == "trigger", EVENT_TIMEOUT)
     details = trigger["payload"]["custom_details"]
     assert trigger["routing_key"] == ROUTING_KEY
@@ -147,7 +82,7 @@ def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(stack: Sta
     assert "var-model=llama-e2e" in trigger["links"][1]["href"]
     assert "c = 0.1" in details["alerts"] and "a net loss" in trigger["payload"]["summary"]
 
-    stack.exporter.set_speedup(1.5)
+    exporter.set_speedup(1.5)
     stack.stub.wait_for_event(
         lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
         EVENT_TIMEOUT)
@@ -156,19 +91,13 @@ def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(stack: Sta
 
 
 def test_another_teams_critical_alert_goes_to_the_default_receiver(tmp_path: Path) -> None:
-    binary = require(*ALERTMANAGER_BINARIES)
-    stub = PagerDutyStub().start()
-    alertmanager = start_alertmanager(binary, tmp_path / "am", alertmanager_config(tmp_path, stub))
-    try:
+    with alerting(tmp_path) as (alertmanager, stub):
         _post_alerts(alertmanager, [{"alertname": "KubePodCrashLooping", "severity": "critical",
                                      "namespace": "e2e", "pod": "vllm-e2e-0"}])
         wait_until(lambda: bool(stub.posts("/default")), EVENT_TIMEOUT,
                    "the other team's alert to reach the default receiver")
         assert "KubePodCrashLooping" in json.dumps(stub.posts("/default")[0].body)
         assert stub.events() == [] and stub.posts("/chat") == []
-    finally:
-        alertmanager.stop()
-        stub.stop()
 
 
 def test_every_dashboard_query_and_rule_evaluates(stack: Stack) -> None:
@@ -208,16 +137,9 @@ def _may_be_empty(expr: str, groups: list[dict[str, Any]]) -> bool:
     return is_alert or "vllm:" in expr or " offset " in expr
 
 
-def chat_mentions(stub: PagerDutyStub, text: str) -> bool:
-    return any(text in json.dumps(post.body) for post in stub.posts("/chat"))
-
-
 def test_a_down_sidecar_inhibits_only_its_own_pods_acceptance_alerts(
         tmp_path: Path) -> None:
-    binary = require(*ALERTMANAGER_BINARIES)
-    stub = PagerDutyStub().start()
-    alertmanager = start_alertmanager(binary, tmp_path / "am", alertmanager_config(tmp_path, stub))
-    try:
+    with alerting(tmp_path) as (alertmanager, _):
         pod_a = {"namespace": "e2e", "pod": "vllm-a", "instance": "10.0.0.1:10088"}
         pod_b = {"namespace": "e2e", "pod": "vllm-b", "instance": "10.0.0.2:10088"}
         _post_alerts(alertmanager, [
@@ -229,9 +151,6 @@ def test_a_down_sidecar_inhibits_only_its_own_pods_acceptance_alerts(
         ])
         wait_until(lambda: _inhibited_pods(alertmanager) == {"vllm-a"}, EVENT_TIMEOUT,
                    "pod a's acceptance alert, and only it, to be inhibited")
-    finally:
-        alertmanager.stop()
-        stub.stop()
 
 
 def _post_alerts(alertmanager: Process, label_sets: list[dict[str, str]]) -> None:

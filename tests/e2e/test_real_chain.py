@@ -8,9 +8,7 @@ the runbook link; the drafter recovers: the page resolves.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,30 +17,22 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from monitoring_processes import (
-    ALERTMANAGER_BINARIES,
-    PROMETHEUS_BINARIES,
-    Process,
-    start_alertmanager,
-    start_prometheus,
-    wait_until,
+from alert_stack import (
+    EVENT_TIMEOUT,
+    WINDOW,
+    BackgroundLoad,
+    Stack,
+    bucket_acceptance,
+    running_stack,
 )
+from monitoring_processes import wait_until
 from pagerduty_stub import PagerDutyStub
 from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
-from required_tools import require
 from specdec_artifacts.settings import CONFIG_PATH
-from test_alert_chain import (
-    EVENT_TIMEOUT,
-    TARGET_LABELS,
-    WINDOW,
-    alertmanager_config,
-    bucket_acceptance,
-    generate_test_variant,
-)
 
 from sidecar_process import address_of, sidecar
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.runner import LoadConfig, run_load
+from specdec_exporter.devtools.load.runner import LoadConfig
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
 
@@ -56,72 +46,33 @@ MIX = "0:0.7,0.8:0.3"
 HOT_BUCKET, GREEDY_BUCKET = "0.7-1.0", "0"
 
 
-class BackgroundLoad:
-    """Keeps mixed-temperature load flowing through the tap until stopped."""
-
-    def __init__(self, url: str) -> None:
-        self._config = LoadConfig(url=url, model=MODEL, concurrency=4, requests=24,
-                                  mix=parse_mix(MIX), stream_share=0.5, max_tokens=48, seed=7)
-        self._stop = threading.Event()
-        self.errors = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            result = asyncio.run(run_load(self._config))
-            self.errors += sum(1 for r in result.results if r.error)
-
-    def __enter__(self) -> BackgroundLoad:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-
 @dataclass
 class Chain:
     simulator_url: str
-    stub: PagerDutyStub
-    prometheus: Process
-    generated: Path
+    stack: Stack
     load: BackgroundLoad
 
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
-    prometheus_binary = require(*PROMETHEUS_BINARIES)
-    alertmanager_binary = require(*ALERTMANAGER_BINARIES)
     work = tmp_path_factory.mktemp("chain")
-    generated = generate_test_variant(work / "generated", bucket_pages(work / "config.toml"))
     config = SimConfig(served_model_name=MODEL, seed=5, drafter_quality=GOOD,
                        speculative=SpeculativeConfig(method="draft_model",
                                                      num_speculative_tokens=4),
                        per_request_spec_decode_metrics="summary")
-    stub = PagerDutyStub().start()
-    processes: list[Process] = []
     with running_simulator(config) as simulator, sidecar(
             simulator.url, "--proxy-listen", "127.0.0.1:0", "--speculative-method",
-            "draft_model") as (sidecar_url, records):
-        try:
-            processes.append(start_alertmanager(alertmanager_binary, work / "alertmanager",
-                                                alertmanager_config(work, stub)))
+            "draft_model") as (sidecar_url, records), running_stack(
             # As deployed: Prometheus scrapes the sidecar, and vLLM itself as job "vllm" (the
             # configured vLLM selector) for vLLM's latency.
-            processes.append(start_prometheus(
-                prometheus_binary, work / "prometheus",
-                rules_file=generated / "alerts" / "specdec-rules.yaml",
-                scrape_targets=[sidecar_url.removeprefix("http://")],
-                other_jobs={"vllm": [simulator.url.removeprefix("http://")]},
-                alertmanager_url=processes[0].url, target_labels=TARGET_LABELS))
-            tap_url = "http://" + address_of(records, "tap")
-            with BackgroundLoad(tap_url) as load:
-                yield Chain(simulator.url, stub, processes[1], generated, load)
-        finally:
-            for process in reversed(processes):
-                process.stop()
-            stub.stop()
+            work, [sidecar_url.removeprefix("http://")],
+            config=bucket_pages(work / "config.toml"),
+            other_jobs={"vllm": [simulator.url.removeprefix("http://")]}) as stack:
+        load = LoadConfig(url="http://" + address_of(records, "tap"), model=MODEL,
+                          concurrency=4, requests=24, mix=parse_mix(MIX), stream_share=0.5,
+                          max_tokens=48, seed=7)
+        with BackgroundLoad(load) as running_load:
+            yield Chain(simulator.url, stack, running_load)
 
 
 def bucket_pages(path: Path) -> Path:
@@ -143,38 +94,39 @@ def pages(stub: PagerDutyStub) -> list[dict[str, Any]]:
 
 
 def test_degraded_drafter_pages_for_the_hot_bucket_then_resolves(chain: Chain) -> None:
-    wait_until(lambda: {HOT_BUCKET, GREEDY_BUCKET} <= set(bucket_acceptance(chain.prometheus)),
-               EVENT_TIMEOUT, "both buckets' acceptance to be recorded from the tap")
-    healthy = bucket_acceptance(chain.prometheus)
+    wait_until(
+        lambda: {HOT_BUCKET, GREEDY_BUCKET} <= set(bucket_acceptance(chain.stack.prometheus)),
+        EVENT_TIMEOUT, "both buckets' acceptance to be recorded from the tap")
+    healthy = bucket_acceptance(chain.stack.prometheus)
     assert healthy[HOT_BUCKET] > 0.5 and healthy[GREEDY_BUCKET] > 0.8, healthy
-    assert pages(chain.stub) == [], "nothing may page while the drafter is good"
+    assert pages(chain.stack.stub) == [], "nothing may page while the drafter is good"
 
     set_drafter(chain, DEGRADED)
-    trigger = chain.stub.wait_for_event(
+    trigger = chain.stack.stub.wait_for_event(
         lambda e: e["event_action"] == "trigger"
         and e["payload"]["class"] == "SpecDecodeBucketAcceptanceLow", 2 * EVENT_TIMEOUT)
     details = trigger["payload"]["custom_details"]
     assert (details["model_name"], details["temperature_bucket"]) == (MODEL, HOT_BUCKET)
     assert trigger["payload"]["severity"] == "critical"
     assert details["runbook_url"].endswith("docs/runbook.md#specdecodebucketacceptancelow")
-    degraded = bucket_acceptance(chain.prometheus)
+    degraded = bucket_acceptance(chain.stack.prometheus)
     assert degraded[HOT_BUCKET] < 0.5 <= degraded[GREEDY_BUCKET], degraded
 
     set_drafter(chain, GOOD)
-    chain.stub.wait_for_event(
+    chain.stack.stub.wait_for_event(
         lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
         2 * EVENT_TIMEOUT)
     paged = {(e["payload"]["class"], e["payload"]["custom_details"].get("temperature_bucket"))
-             for e in pages(chain.stub)}
+             for e in pages(chain.stack.stub)}
     assert paged == {("SpecDecodeBucketAcceptanceLow", HOT_BUCKET)}, paged
     assert chain.load.errors == 0
 
 
 def test_every_dashboard_query_and_rule_has_data_under_load(chain: Chain) -> None:
-    wait_until(lambda: bool(bucket_acceptance(chain.prometheus)), EVENT_TIMEOUT, "data")
-    board = json.loads((chain.generated / "dashboards" / "vllm-specdec.json").read_text())
-    groups = yaml.safe_load((chain.generated / "alerts" / "specdec-rules.yaml").read_text())
-    report = evaluate(chain.prometheus.url,
+    wait_until(lambda: bool(bucket_acceptance(chain.stack.prometheus)), EVENT_TIMEOUT, "data")
+    board = json.loads((chain.stack.generated / "dashboards" / "vllm-specdec.json").read_text())
+    groups = yaml.safe_load((chain.stack.generated / "alerts" / "specdec-rules.yaml").read_text())
+    report = evaluate(chain.stack.prometheus.url,
                       dashboard_expressions(board) + rule_expressions(groups["groups"]), WINDOW)
     assert report.errors == []
     alerts = {r["expr"] for g in groups["groups"] for r in g["rules"] if r.get("alert")}

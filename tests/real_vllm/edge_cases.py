@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from real_vllm.shapes import Shape, json_shape, stream_shape
+from specdec_exporter.devtools.load.sse import DONE, SseDecoder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0-cpu" / "edge-cases"
 MODEL = "tiny-llama"
@@ -172,12 +173,9 @@ CASES: dict[str, Case] = {case.name: case for case in [*stream_matrix(), *error_
 
 def events(raw: bytes) -> list[Any]:
     """An SSE body's data payloads, JSON-decoded ("[DONE]" kept as the string)."""
-    found: list[Any] = []
-    for block in raw.decode().split("\n\n"):
-        data = "\n".join(line[6:] for line in block.split("\n") if line.startswith("data: "))
-        if data:
-            found.append(data if data == "[DONE]" else json.loads(data))
-    return found
+    decoder = SseDecoder()
+    return [DONE.decode() if data == DONE else json.loads(data)
+            for data in (*decoder.feed(raw), *decoder.close())]
 
 
 def record(client: httpx.Client, case: Case) -> dict[str, Any]:

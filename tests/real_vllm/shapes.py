@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specdec_exporter.devtools.load.sse import SseDecoder
+
 Shape = Any
 """A JSON-like value whose leaves are type names ("str", "int", "null", ...)."""
 
@@ -101,13 +103,8 @@ def _scalar_type(value: Any) -> str:
 
 def sse_events(raw: bytes) -> list[str]:
     """The `data:` payloads of an SSE body, in order (comments and other fields dropped)."""
-    events = []
-    for block in raw.decode().replace("\r\n", "\n").split("\n\n"):
-        data = [line[5:].removeprefix(" ") for line in block.split("\n")
-                if line.startswith("data:")]
-        if data:
-            events.append("\n".join(data))
-    return events
+    decoder = SseDecoder()
+    return [event.decode() for event in (*decoder.feed(raw), *decoder.close())]
 
 
 def stream_shape(raw: bytes) -> list[str]:

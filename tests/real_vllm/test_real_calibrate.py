@@ -20,7 +20,6 @@ from real_vllm.traffic import MODEL, NUM_SPEC_TOKENS
 from specdec_exporter.cli import main
 from specdec_exporter.core.acceptance import Totals, sum_totals
 from specdec_exporter.core.exposition import parse
-from specdec_exporter.core.report import snapshot_totals
 
 pytestmark = pytest.mark.real_vllm
 
@@ -32,7 +31,7 @@ REQUESTS = 8
 
 def spec_counts(url: str) -> Totals:
     text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
-    return sum_totals(snapshot_totals(parse(text)).values())
+    return sum_totals(parse(text).counters.values())
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from specdec_exporter.devtools.load.sse import SseDecoder
+
 MODEL = "tiny-llama"
 NUM_SPEC_TOKENS = 4
 PROMPTS = (
@@ -187,11 +189,13 @@ def stream_chunks(client: httpx.Client, body: dict[str, Any]) -> list[dict[str, 
 
 
 def stream_events(client: httpx.Client, body: dict[str, Any]) -> Iterator[str]:
+    """The data of each SSE event of a streamed chat completion, in order."""
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
-        for line in response.iter_lines():
-            if line.startswith("data: "):
-                yield line[6:]
+        decoder = SseDecoder()
+        for chunk in response.iter_bytes():
+            yield from (event.decode() for event in decoder.feed(chunk))
+        yield from (event.decode() for event in decoder.close())
 
 
 def stream_raw(client: httpx.Client, body: dict[str, Any],

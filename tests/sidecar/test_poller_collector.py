@@ -16,8 +16,9 @@ from prometheus_client.registry import CollectorRegistry
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import parse
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
-from specdec_exporter.sidecar.poller import BucketKey, Poller
+from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scrape, ScrapeError
 from variants import FIXTURES, MODEL, capture, with_engines
 

@@ -98,10 +98,6 @@ def panels_of(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from panel.get("panels", [])
 
 
-def dashboard_queries(board: dict[str, Any]) -> list[str]:
-    return [t["expr"] for panel in panels_of(board) for t in panel["targets"]]
-
-
 def _panel_problems(panel: dict[str, Any], recorded: frozenset[str],
                     extra_labels: tuple[str, ...]) -> list[str]:
     defaults = panel["fieldConfig"]["defaults"]

@@ -20,13 +20,12 @@ from specdec_exporter.core.report import (
     Entry,
     build_report,
     overall_verdict,
-    snapshot_totals,
 )
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
 from specdec_exporter.sidecar.config import HttpUrl, VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
-from specdec_exporter.sidecar.tap_counters import TapReader, bucket_deltas, bucket_table
+from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_UNREACHABLE = 3
@@ -83,7 +82,7 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
         try:
             first = await scraper.scrape()
             tap_before = await tap.read() if tap else {}
-            timeline.observe(time.monotonic(), snapshot_totals(first.snapshot))
+            timeline.observe(time.monotonic(), first.snapshot.counters)
             await asyncio.sleep(window)
             second = await scraper.scrape()
             tap_after = await tap.read() if tap else {}
@@ -93,11 +92,14 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
         except httpx.HTTPError as exc:
             outcome["error"] = f"sidecar at {sidecar_url}: {type(exc).__name__}: {exc}"
             return
-    outcome["buckets"] = bucket_deltas(tap_before, tap_after) if tap else None
-    timeline.observe(time.monotonic(), snapshot_totals(second.snapshot))
+    timeline.observe(time.monotonic(), second.snapshot.counters)
     measured = timeline.window()
     served = sorted(second.snapshot.models)
     cost = settings.draft_cost_for(served[0] if len(served) == 1 else None)
+    if tap:
+        outcome["buckets"] = bucket_rows(tap_before, tap_after, snapshot=second.snapshot,
+                                         seconds=measured.seconds, cost=cost,
+                                         criteria=settings.criteria)
     outcome.update(entries=build_report(second.snapshot, measured, cost, settings.criteria),
                    cost=cost, snapshot=second.snapshot, seconds=measured.seconds)
 

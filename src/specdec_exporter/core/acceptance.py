@@ -86,6 +86,17 @@ def ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator > 0 else None
 
 
+def acceptance_rate(accepted_tokens: float, draft_tokens: float) -> float | None:
+    """accepted / draft tokens; None when nothing was drafted (not drafting is not 0%)."""
+    return ratio(accepted_tokens, draft_tokens)
+
+
+def mean_acceptance_length(accepted_tokens: float, drafts: float) -> float | None:
+    """1 + accepted tokens / drafts: tokens per verify step, the bonus token counted."""
+    mean_accepted = ratio(accepted_tokens, drafts)
+    return None if mean_accepted is None else 1.0 + mean_accepted
+
+
 @dataclass(frozen=True, slots=True)
 class Figures:
     """Derived figures of one set of counts; None where the denominator is zero."""
@@ -99,10 +110,9 @@ class Figures:
 
 
 def figures(totals: Totals) -> Figures:
-    mean_length = ratio(totals.accepted_tokens, totals.drafts)
     return Figures(
-        acceptance_rate=ratio(totals.accepted_tokens, totals.draft_tokens),
-        mean_acceptance_length=None if mean_length is None else 1.0 + mean_length,
+        acceptance_rate=acceptance_rate(totals.accepted_tokens, totals.draft_tokens),
+        mean_acceptance_length=mean_acceptance_length(totals.accepted_tokens, totals.drafts),
         per_position_acceptance_rate=tuple(
             ratio(accepted, totals.drafts) for accepted in totals.accepted_per_position
         ),

@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec_exporter.core import vllm_names as names
+from specdec_exporter.core.acceptance import Totals
 
 # One regex pass picks the sample lines we need out of ~650 lines per engine; only those few go
 # to prometheus_client's parser (about 15 µs a line), which is what makes a scrape cheap.
@@ -36,16 +37,6 @@ _EXEMPLAR = " # {"
 
 class ExpositionError(ValueError):
     """The body is not a usable vLLM exposition (garbage, HTML, truncated)."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineCounters:
-    """The four spec-decode counters of one (model, engine), as vLLM reports them."""
-
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted_tokens: float = 0.0
-    accepted_per_position: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +70,20 @@ class Snapshot:
     """What one scrape of vLLM says about speculative decoding."""
 
     spec_decode_enabled: bool
-    counters: dict[SeriesKey, EngineCounters] = field(default_factory=dict)
-    generation_tokens: dict[SeriesKey, float] = field(default_factory=dict)
+    counters: dict[SeriesKey, Totals] = field(default_factory=dict)
+    """Cumulative counts per (model, engine): the spec-decode counters and the generation tokens.
+    What vLLM did not show, or showed invalid, counts 0 here and its key is not in the set below
+    (``spec_series`` or ``generation_series``)."""
+    spec_series: frozenset[SeriesKey] = frozenset()
+    """The keys whose spec-decode counters vLLM showed (valid)."""
+    generation_series: frozenset[SeriesKey] = frozenset()
+    """The keys whose generation-token counter vLLM showed (valid)."""
     legacy_v0: dict[str, LegacyV0] = field(default_factory=dict)
     invalid: tuple[InvalidSeries, ...] = ()
 
     @property
     def models(self) -> frozenset[str]:
-        keys = [*self.counters, *self.generation_tokens]
-        return frozenset(model for model, _ in keys) | frozenset(self.legacy_v0)
+        return frozenset(model for model, _ in self.counters) | frozenset(self.legacy_v0)
 
     def num_speculative_tokens(self, model_name: str) -> int | None:
         """k, from the number of per-position series (None when vLLM does not say)."""
@@ -174,30 +170,29 @@ def _build(samples: list[Sample], enabled: bool) -> Snapshot:
             positions.setdefault(key, {})[position] = value
         elif name in _FIELD_OF:
             fields.setdefault(key, {})[_FIELD_OF[name]] = value
-    counters = {
-        key: EngineCounters(
-            accepted_per_position=_dense(positions.get(key, {})), **fields.get(key, {})
-        )
+    spec = {
+        key: Totals(accepted_per_position=_dense(positions.get(key, {})), **fields.get(key, {}))
         for key in fields.keys() | positions.keys()
     }
     bad_generation = {item.key for item in invalid if item.name == names.GENERATION_TOKENS}
     bad_spec = {item.key for item in invalid if item.name != names.GENERATION_TOKENS}
-    for key, engine in counters.items():
+    for key, engine in spec.items():
         over = None if key in bad_spec else _over_drafted(engine)
         if over is not None:
             invalid.append(InvalidSeries(over, key, "accepted_over_drafted"))
             bad_spec.add(key)
+    spec_series = frozenset(spec.keys() - bad_spec)
+    generation_series = frozenset(generation.keys() - bad_generation)
+    counters = {
+        key: replace(spec[key] if key in spec_series else Totals(),
+                     generation_tokens=generation[key] if key in generation_series else 0.0)
+        for key in spec_series | generation_series
+    }
     v0 = {
         model: LegacyV0(values.get(names.V0_ACCEPTANCE_RATE), values.get(names.V0_EFFICIENCY))
         for model, values in legacy.items()
     }
-    return Snapshot(
-        enabled,
-        {key: engine for key, engine in counters.items() if key not in bad_spec},
-        {key: value for key, value in generation.items() if key not in bad_generation},
-        v0,
-        tuple(invalid),
-    )
+    return Snapshot(enabled, counters, spec_series, generation_series, v0, tuple(invalid))
 
 
 def _value_problem(value: float) -> InvalidReason | None:
@@ -208,7 +203,7 @@ def _value_problem(value: float) -> InvalidReason | None:
     return "negative" if value < 0 else None
 
 
-def _over_drafted(engine: EngineCounters) -> str | None:
+def _over_drafted(engine: Totals) -> str | None:
     """The accepted series that exceeds what was drafted, in cumulative values (a window's
     reset-corrected deltas can legitimately show it after a restart; totals since start cannot)."""
     if engine.accepted_tokens > engine.draft_tokens:

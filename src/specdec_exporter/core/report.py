@@ -1,9 +1,10 @@
-"""Window counts -> per-engine and per-model report entries (the figures and verdicts `check`, `/`,
-`/api/report` and the collector show). Pure: no I/O.
+"""Window counts -> report entries per engine, per model and per temperature bucket (the figures
+and verdicts `check`, `/`, `/api/report` and the collector show). Pure: no I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -16,25 +17,8 @@ from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria, Verdict, v
 ALL_ENGINES = "all"
 LEGACY_V0 = "legacy V0: see its own gauges"
 
-
-def snapshot_totals(snapshot: Snapshot) -> dict[SeriesKey, Totals]:
-    """The cumulative counts of a snapshot per (model, engine), spec counters and generation."""
-    keys = snapshot.counters.keys() | snapshot.generation_tokens.keys()
-    totals = {}
-    for key in keys:
-        counters = snapshot.counters.get(key)
-        generated = snapshot.generation_tokens.get(key, 0.0)
-        if counters is None:
-            totals[key] = Totals(generation_tokens=generated)
-        else:
-            totals[key] = Totals(
-                counters.drafts,
-                counters.draft_tokens,
-                counters.accepted_tokens,
-                counters.accepted_per_position,
-                generated,
-            )
-    return totals
+BucketKey = tuple[str, str]
+"""(model_name, temperature_bucket)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +109,30 @@ def _model_entries(model: str, snapshot: Snapshot, window: Window[SeriesKey], co
     if model in snapshot.legacy_v0:  # V0's counters are not true counts: no window verdict
         rows = [replace(row, verdict=LEGACY_V0) for row in rows]
     return rows
+
+
+def bucket_entries(snapshot: Snapshot, deltas: Mapping[BucketKey, Totals], *, seconds: float,
+                   cost: DraftCost, criteria: Criteria) -> dict[BucketKey, Entry]:
+    """The request tap's figures per (model, temperature bucket) over a window: the same ``entry``
+    as a model's rows, with the model's k, and engine "all" (the tap sees no engine)."""
+    return {
+        (model, bucket): entry(model, ALL_ENGINES, counts, seconds=seconds,
+                               enabled=snapshot.spec_decode_enabled,
+                               k=snapshot.num_speculative_tokens(model), cost=cost,
+                               criteria=criteria)
+        for (model, bucket), counts in deltas.items()
+    }
+
+
+NOT_PER_BUCKET = ("engine", "per_position_acceptance_rate", "draft_share", "generation_tokens")
+"""Entry fields the tap cannot know per bucket (it sees no per-position or generation counts)."""
+
+
+def bucket_json(key: BucketKey, bucket: Entry) -> dict[str, Any]:
+    """A bucket's entry as JSON (`/api/report`, `check --json`): the fields the tap can know."""
+    figures = {name: value for name, value in bucket.as_json().items()
+               if name not in NOT_PER_BUCKET}
+    return {"model_name": key[0], "temperature_bucket": key[1], **figures}
 
 
 def overall_verdict(entries: list[Entry]) -> Verdict:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specdec_exporter.core import vllm_names as names
-from specdec_exporter.core.acceptance import ratio
+from specdec_exporter.core.acceptance import acceptance_rate, mean_acceptance_length
 
 MissingReason = Literal["absent", "not_an_object", "missing_count", "accepted_over_drafted"]
 """Why a response carries no usable summary."""
@@ -28,13 +28,12 @@ class SpecDecodeSummary:
     @property
     def acceptance_rate(self) -> float | None:
         """accepted / draft tokens: vLLM's acceptance rate, as the counters give it."""
-        return ratio(self.accepted_tokens, self.draft_tokens)
+        return acceptance_rate(self.accepted_tokens, self.draft_tokens)
 
     @property
     def acceptance_length(self) -> float | None:
         """1 + accepted / steps: vLLM's mean acceptance length (bonus token included)."""
-        mean = ratio(self.accepted_tokens, self.spec_steps)
-        return None if mean is None else 1.0 + mean
+        return mean_acceptance_length(self.accepted_tokens, self.spec_steps)
 
 
 def count(value: object) -> int | None:

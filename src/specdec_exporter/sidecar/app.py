@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
@@ -11,9 +10,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter import __version__
-from specdec_exporter.core.report import Entry
+from specdec_exporter.core.report import bucket_json
 from specdec_exporter.sidecar.page import Table, refresh_seconds, render_page
-from specdec_exporter.sidecar.poller import BucketKey, PollState
+from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.term import Cell
 
 Rows = tuple[Sequence[str], Sequence[Sequence[Cell]]]
@@ -98,13 +97,3 @@ def bucket_window_rows(state: PollState) -> Rows:
         for (model, bucket), e in sorted(state.buckets.items(), key=lambda item: item[0][0])
     ]
     return BUCKET_HEADERS, rows
-
-
-NOT_PER_BUCKET = ("engine", "per_position_acceptance_rate", "draft_share", "generation_tokens")
-"""Entry fields the tap cannot know per bucket (it sees no per-position or generation counts)."""
-
-
-def bucket_json(key: BucketKey, entry: Entry) -> dict[str, Any]:
-    figures = {name: value for name, value in entry.as_json().items()
-               if name not in NOT_PER_BUCKET}
-    return {"model_name": key[0], "temperature_bucket": key[1], **figures}

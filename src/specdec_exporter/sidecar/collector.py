@@ -98,16 +98,17 @@ class SpecDecodeCollector(Collector):
             "accepted_tokens": ("specdec_accepted_tokens", "Draft tokens accepted "
                                 "(= vllm:spec_decode_num_accepted_tokens_total)."),
         }
+        spec = sorted(item for item in snapshot.counters.items() if item[0] in snapshot.spec_series)
         for attribute, (name, help_text) in families.items():
             family = CounterMetricFamily(name, help_text, labels=MODEL_ENGINE)
-            for (model, engine), counters in sorted(snapshot.counters.items()):
+            for (model, engine), counters in spec:
                 family.add_metric([model, engine], getattr(counters, attribute))
             yield family
         per_position = CounterMetricFamily(
             "specdec_accepted_tokens_per_position",
             "Draft tokens accepted at each position (= vllm:spec_decode_num_accepted_tokens_per_pos"
             "_total).", labels=[*MODEL_ENGINE, "position"])
-        for (model, engine), counters in sorted(snapshot.counters.items()):
+        for (model, engine), counters in spec:
             for position, value in enumerate(counters.accepted_per_position):
                 per_position.add_metric([model, engine, str(position)], value)
         yield per_position
@@ -115,8 +116,9 @@ class SpecDecodeCollector(Collector):
             "specdec_generation_tokens",
             "Output tokens generated (= vllm:generation_tokens_total).",
             labels=MODEL_ENGINE)
-        for (model, engine), value in sorted(snapshot.generation_tokens.items()):
-            generation.add_metric([model, engine], value)
+        for (model, engine), counters in sorted(snapshot.counters.items()):
+            if (model, engine) in snapshot.generation_series:
+                generation.add_metric([model, engine], counters.generation_tokens)
         yield generation
 
     def _model_gauges(self, snapshot: Snapshot) -> Iterator[Metric]:

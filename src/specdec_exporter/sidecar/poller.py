@@ -23,7 +23,13 @@ from specdec_exporter.core.exposition import (
     Snapshot,
 )
 from specdec_exporter.core.model import DraftCost
-from specdec_exporter.core.report import ALL_ENGINES, Entry, build_report, entry, snapshot_totals
+from specdec_exporter.core.report import (
+    ALL_ENGINES,
+    BucketKey,
+    Entry,
+    bucket_entries,
+    build_report,
+)
 from specdec_exporter.core.timeline import Timeline, Window
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.logs import RateLimiter
@@ -33,8 +39,6 @@ from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scr
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
 
-BucketKey = tuple[str, str]
-"""(model_name, temperature_bucket)."""
 TapCounts = Callable[[], Mapping[BucketKey, Totals]]
 """The request tap's cumulative attributed counts (drafts, draft and accepted tokens) per bucket:
 the windowed bucket figures and the coverage ratio come from them."""
@@ -188,8 +192,7 @@ class Poller:
         state.models_seen = self._roster.models
         if snapshot.invalid:
             self._count_invalid(snapshot.invalid)
-        totals = snapshot_totals(snapshot)
-        self._timeline.observe(now, totals)
+        self._timeline.observe(now, snapshot.counters)
         window = self._timeline.window()
         state.report = build_report(snapshot, window, self._cost, self._criteria)
         state.window_seconds = window.seconds
@@ -207,13 +210,8 @@ class Poller:
         assert self._tap_counts is not None
         self._tap_timeline.observe(now, self._tap_counts())
         window: Window[BucketKey] = self._tap_timeline.window()
-        self.state.buckets = {
-            (model, bucket): entry(model, ALL_ENGINES, counts, seconds=window.seconds,
-                                   enabled=snapshot.spec_decode_enabled,
-                                   k=snapshot.num_speculative_tokens(model),
-                                   cost=self._cost, criteria=self._criteria)
-            for (model, bucket), counts in window.deltas.items()
-        }
+        self.state.buckets = bucket_entries(snapshot, window.deltas, seconds=window.seconds,
+                                            cost=self._cost, criteria=self._criteria)
         attributed: dict[str, float] = {}
         for (model, _), counts in window.deltas.items():
             attributed[model] = attributed.get(model, 0.0) + counts.draft_tokens

@@ -17,10 +17,11 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.app import LandingRows, bucket_window_rows, create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
-from specdec_exporter.sidecar.poller import BucketKey, Poller, PollState
+from specdec_exporter.sidecar.poller import Poller, PollState
 from specdec_exporter.sidecar.scraper import Scraper
 from specdec_exporter.term import Cell
 

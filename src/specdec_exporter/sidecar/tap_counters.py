@@ -5,18 +5,20 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec_exporter.core.acceptance import counter_delta, ratio
-from specdec_exporter.core.verdict import Verdict, verdict
+from specdec_exporter.core.acceptance import Totals, counter_delta, totals_delta
+from specdec_exporter.core.exposition import Snapshot
+from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.report import BucketKey, Entry, bucket_entries, bucket_json
+from specdec_exporter.core.verdict import Criteria
 from specdec_exporter.term import render_table
 
-BucketKey = tuple[str, str]
-"""(model_name, temperature_bucket)."""
+REQUESTS = "specdec_requests"
 FIELDS = {
     "specdec_request_drafts": "drafts",
     "specdec_request_draft_tokens": "draft_tokens",
@@ -24,66 +26,74 @@ FIELDS = {
 }
 
 
-def parse_bucket_counters(text: str) -> dict[BucketKey, dict[str, float]]:
-    """Per (model, bucket): drafts, draft_tokens, accepted_tokens, requests, attributed."""
-    counters: dict[BucketKey, dict[str, float]] = {}
+@dataclass(frozen=True, slots=True)
+class BucketCounts:
+    """One (model, bucket)'s tap counters: the attributed requests' spec counts, and requests."""
+
+    totals: Totals = field(default_factory=Totals)
+    requests: float = 0.0
+    attributed: float = 0.0
+
+
+def parse_bucket_counters(text: str) -> dict[BucketKey, BucketCounts]:
+    """Per (model, bucket): drafts, draft and accepted tokens, requests, attributed requests."""
+    counts: dict[BucketKey, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name.removesuffix("_total")
-            if name not in FIELDS and name != "specdec_requests":
+            if name not in FIELDS and name != REQUESTS:
                 continue
             key = (sample.labels["model_name"], sample.labels["temperature_bucket"])
-            values = counters.setdefault(key, dict.fromkeys(
+            values = counts.setdefault(key, dict.fromkeys(
                 (*FIELDS.values(), "requests", "attributed"), 0.0))
-            if name == "specdec_requests":
+            if name == REQUESTS:
                 values["requests"] += sample.value
                 if sample.labels.get("attributed") == "true":
                     values["attributed"] += sample.value
             else:
                 values[FIELDS[name]] = sample.value
-    return counters
+    return {key: BucketCounts(Totals(values["drafts"], values["draft_tokens"],
+                                     values["accepted_tokens"]),
+                              values["requests"], values["attributed"])
+            for key, values in counts.items()}
 
 
 @dataclass(frozen=True)
-class BucketWindow:
-    model_name: str
+class BucketRow:
+    """One bucket over `check`'s window: its requests, and the same Entry as a model's rows."""
+
     temperature_bucket: str
     requests: float
     attributed: float
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    acceptance_rate: float | None
-    mean_acceptance_length: float | None
-    verdict: str
+    entry: Entry
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        key = (self.entry.model_name, self.temperature_bucket)
+        counts = {"model_name": key[0], "temperature_bucket": key[1],
+                  "requests": self.requests, "attributed": self.attributed}
+        return {**counts, **bucket_json(key, self.entry)}
 
 
-def bucket_deltas(before: dict[BucketKey, dict[str, float]],
-                  after: dict[BucketKey, dict[str, float]]) -> list[BucketWindow]:
-    """Window counts per bucket (a sidecar restart in between counts as a reset)."""
-    rows = []
-    for key in sorted(after):
-        earlier = before.get(key, {})
-        delta = {name: counter_delta(earlier.get(name, 0.0), value)
-                 for name, value in after[key].items()}
-        rate = ratio(delta["accepted_tokens"], delta["draft_tokens"])
-        length = ratio(delta["accepted_tokens"], delta["drafts"])
-        rows.append(BucketWindow(
-            *key, delta["requests"], delta["attributed"], delta["drafts"], delta["draft_tokens"],
-            delta["accepted_tokens"], rate, None if length is None else 1.0 + length,
-            verdict(True, delta["drafts"], rate).value))
-    return rows
+def bucket_rows(before: dict[BucketKey, BucketCounts], after: dict[BucketKey, BucketCounts], *,
+                snapshot: Snapshot, seconds: float, cost: DraftCost,
+                criteria: Criteria) -> list[BucketRow]:
+    """Window counts per bucket (a sidecar restart in between counts as a reset), with the
+    figures and verdict of ``core.report.bucket_entries``, as the sidecar shows them."""
+    earlier = {key: before.get(key, BucketCounts()) for key in after}
+    deltas = {key: totals_delta(earlier[key].totals, counts.totals)
+              for key, counts in after.items()}
+    entries = bucket_entries(snapshot, deltas, seconds=seconds, cost=cost, criteria=criteria)
+    return [BucketRow(key[1], counter_delta(earlier[key].requests, after[key].requests),
+                      counter_delta(earlier[key].attributed, after[key].attributed), entries[key])
+            for key in sorted(after)]
 
 
-def bucket_table(rows: list[BucketWindow]) -> str:
+def bucket_table(rows: list[BucketRow]) -> str:
     headers = ("model", "temperature bucket", "requests", "attributed", "acceptance",
-               "mean len", "verdict")
-    body = [(r.model_name, r.temperature_bucket, int(r.requests), int(r.attributed),
-             r.acceptance_rate, r.mean_acceptance_length,
-             r.verdict if r.requests else Verdict.NOT_DRAFTING.value) for r in rows]
+               "mean len", "speedup*", "verdict")
+    body = [(r.entry.model_name, r.temperature_bucket, int(r.requests), int(r.attributed),
+             r.entry.acceptance_rate, r.entry.mean_acceptance_length, r.entry.estimated_speedup,
+             r.entry.verdict) for r in rows]
     return "Acceptance by temperature bucket (request tap, same window)\n" + render_table(
         headers, body)
 
@@ -95,7 +105,7 @@ class TapReader:
         self._client = client
         self._url = sidecar_url.rstrip("/") + "/metrics"
 
-    async def read(self) -> dict[BucketKey, dict[str, float]]:
+    async def read(self) -> dict[BucketKey, BucketCounts]:
         response = await self._client.get(self._url, timeout=10)
         response.raise_for_status()
         return parse_bucket_counters(response.text)

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from specdec_exporter.core.acceptance import acceptance_rate, mean_acceptance_length
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.spec import SpecDecodeSummary
 
@@ -58,11 +59,11 @@ class BucketSummary:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+        return acceptance_rate(self.accepted_tokens, self.draft_tokens)
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        return 1 + self.accepted_tokens / self.drafts if self.drafts else None
+        return mean_acceptance_length(self.accepted_tokens, self.drafts)
 
 
 class Histogram:
@@ -181,7 +182,7 @@ class RequestStats(Collector):
         if k is None:
             try:
                 k = self._num_speculative_tokens(model_name)
-            except Exception:  # the lead's callback must not break a scrape or a request
+            except Exception:  # the poller's k callback must not break a scrape or a request
                 k = None
             k = k or spec_tokens
             if k is None or k <= 0:

@@ -17,6 +17,8 @@ from typing import Any
 
 import uvicorn
 
+from specdec_exporter.devtools.load.sse import DONE, SseDecoder
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32.0-cpu"
 MODEL = "tiny-llama"
 
@@ -31,20 +33,24 @@ def fixture_response(name: str) -> dict[str, Any]:
     return dict(document["response"])
 
 
-def fixture_events(name: str) -> list[bytes]:
-    """The raw SSE events of a capture, each with its blank-line terminator."""
-    raw = (FIXTURES / "streams" / name).read_bytes()
-    return [event + b"\n\n" for event in raw.split(b"\n\n") if event.strip()]
+def fixture_payloads(name: str) -> list[bytes]:
+    """The data of each SSE event of a capture, in order."""
+    decoder = SseDecoder()
+    return [*decoder.feed((FIXTURES / "streams" / name).read_bytes()), *decoder.close()]
 
 
-def as_completions_event(event: bytes) -> bytes:
+def sse_event(payload: bytes) -> bytes:
+    """One event as vLLM frames it."""
+    return b"data: " + payload + b"\n\n"
+
+
+def as_completions_payload(payload: bytes) -> bytes:
     """Rewrite a chat chunk as a /v1/completions chunk (``text`` instead of ``delta``)."""
-    payload = event.strip().removeprefix(b"data: ")
-    if payload == b"[DONE]":
-        return event
+    if payload == DONE:
+        return payload
     chunk = json.loads(payload)
     chunk["choices"] = [as_completions_choice(choice) for choice in chunk["choices"]]
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return json.dumps(chunk).encode()
 
 
 def as_completions_choice(choice: dict[str, Any]) -> dict[str, Any]:
@@ -124,10 +130,10 @@ class FakeVllm:
     async def _stream(
         self, behaviour: str, body: dict[str, Any], completions: bool, send: Send
     ) -> None:
-        events = fixture_events(stream_fixture(body))
+        payloads = fixture_payloads(stream_fixture(body))
         if completions:
-            events = [as_completions_event(event) for event in events]
-        events = scripted_events(behaviour, events)
+            payloads = [as_completions_payload(payload) for payload in payloads]
+        events = scripted_events(behaviour, [sse_event(payload) for payload in payloads])
         await send_start(send, 200, "text/event-stream")
         for event in events:
             await send({"type": "http.response.body", "body": event, "more_body": True})

@@ -87,6 +87,8 @@ def _plans(seed: int | None, count: int, deck_size: int) -> list[tuple[float | N
 
 
 def test_same_seed_same_plans_other_seed_other_order() -> None:
+    assert _plans(3, 50, 50)[:6] == [(0.7, False, "a"), (None, False, "a"), (0.0, False, "b"),
+                                     (0.7, True, "a"), (0.0, True, "b"), (0.7, False, "c")]
     assert _plans(3, 50, 50) == _plans(3, 50, 50)
     assert _plans(3, 50, 50) != _plans(4, 50, 50)
     assert Counter(t for t, _, _ in _plans(3, 50, 50)) == Counter(

@@ -58,7 +58,6 @@ def test_stream_with_usage_gives_exact_tokens_and_spec_metrics() -> None:
     assert (tally.chunks, tally.content_chunks) == (46, 44)
     assert (tally.usage_tokens, tally.output_tokens) == (96, 96)
     assert tally.ttft == 2.0  # chunk 1 is the role chunk with empty content
-    assert tally.last_content_at == 45.0
     assert tally.spec == SpecDecoding(
         num_spec_steps=43,
         num_draft_tokens=172,

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdec_exporter.devtools.load.sse import SseDecoder
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 V033 = FIXTURES / "vllm-0.33.0"
 V073 = FIXTURES / "vllm-0.7.3"
@@ -104,14 +106,13 @@ def key_paths(value: Any, prefix: str = "") -> list[str]:
 
 
 def sse_payloads(raw: bytes) -> list[str]:
-    """The data of each SSE event, in order."""
-    events = raw.decode().split("\n\n")
-    assert events[-1] == "", "a stream ends with a blank line"
-    payloads = []
-    for event in events[:-1]:
-        assert event.startswith("data: "), event
-        payloads.append(event[len("data: "):])
-    return payloads
+    """The data of each SSE event, in order; the framing must be vLLM's exactly: one
+    ``data: <payload>`` line per event, each followed by a blank line, nothing else."""
+    decoder = SseDecoder()
+    payloads = decoder.feed(raw)
+    assert decoder.close() == [], "a stream ends with a blank line"
+    assert raw == b"".join(b"data: " + payload + b"\n\n" for payload in payloads), raw[:200]
+    return [payload.decode() for payload in payloads]
 
 
 def chunk_kind(chunk: dict[str, Any]) -> str:

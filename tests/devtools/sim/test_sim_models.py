@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import random
 
@@ -78,7 +79,19 @@ def test_temperatures_between_grid_points_interpolate() -> None:
 
 
 def test_contexts_are_the_same_for_every_run() -> None:
-    assert make_contexts(4) == make_contexts(4)
+    """Pinned values: a change of seed, draw order or formula changes every simulated figure."""
+    contexts = make_contexts(4)
+    first = contexts[0]
+    assert [f"{x:.12g}" for x in first.logits[:3]] == ["0", "-2.19841976272", "-2.89156694328"]
+    assert [f"{x:.12g}" for x in first.knowledge_draws[:3]] == [
+        "0.120993566798", "0.548604856201", "0.126694624123"]
+    assert [f"{x:.12g}" for x in first.noise[:3]] == [
+        "-0.335157300038", "-0.93445760856", "1.72338650479"]
+    every_value = " ".join(f"{x:.12g}" for context in contexts
+                           for values in (context.logits, context.knowledge_draws, context.noise)
+                           for x in values)
+    assert hashlib.sha256(every_value.encode()).hexdigest() == (
+        "bec5e0fea06214367c13961e158bb179068893e0ca1eb8c20f53c6b330dfdf60")
 
 
 def test_sampling_stops_at_the_first_rejection() -> None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from specdec_exporter.core.acceptance import Totals, sum_totals, totals_delta
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
-from specdec_exporter.core.report import snapshot_totals
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.devtools.load.results import RequestResult
 
@@ -25,7 +24,7 @@ class CounterReading:
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> CounterReading:
-        return cls(snapshot_totals(snapshot), snapshot.spec_decode_enabled)
+        return cls(dict(snapshot.counters), snapshot.spec_decode_enabled)
 
 
 def phase_delta(before: CounterReading, after: CounterReading, model: str) -> Totals:

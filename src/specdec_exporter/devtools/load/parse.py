@@ -73,7 +73,6 @@ class StreamTally:
         self.chunks = 0
         self.content_chunks = 0
         self.first_content_at: float | None = None
-        self.last_content_at: float | None = None
         self.usage_tokens: int | None = None
         self.spec: SpecDecoding | None = None
         self.server_tpot: float | None = None
@@ -92,7 +91,6 @@ class StreamTally:
             self.content_chunks += 1
             if self.first_content_at is None:
                 self.first_content_at = now
-            self.last_content_at = now
         if "usage" in chunk:
             self._take_usage(chunk)
         if "metrics" in chunk:

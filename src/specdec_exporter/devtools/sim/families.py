@@ -265,6 +265,3 @@ FAMILIES: tuple[Family, ...] = (
            scope='http'),
 )
 """Every family in registration order, except vllm:cache_config_info (an info gauge, see above)."""
-
-VLLM_FAMILIES = tuple(family for family in FAMILIES if family.scope == "vllm")
-HTTP_FAMILIES = tuple(family for family in FAMILIES if family.scope == "http")

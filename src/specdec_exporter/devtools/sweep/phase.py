@@ -9,7 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specdec_exporter.core.acceptance import Totals, ratio
+from specdec_exporter.core.acceptance import (
+    Totals,
+    acceptance_rate,
+    mean_acceptance_length,
+)
 from specdec_exporter.core.verdict import Verdict, verdict
 from specdec_exporter.devtools.load.results import RequestResult, SpecDecoding
 from specdec_exporter.devtools.load.stats import TemperatureRow, percentile, summarise_bucket
@@ -37,12 +41,11 @@ class PhaseAcceptance:
 
     @property
     def acceptance_rate(self) -> float | None:
-        return ratio(self.accepted_tokens, self.draft_tokens)
+        return acceptance_rate(self.accepted_tokens, self.draft_tokens)
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        mean_accepted = ratio(self.accepted_tokens, self.drafts)
-        return None if mean_accepted is None else 1.0 + mean_accepted
+        return mean_acceptance_length(self.accepted_tokens, self.drafts)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -53,7 +56,7 @@ class PhaseAcceptance:
 
 def request_rate(spec: SpecDecoding) -> float | None:
     """One request's acceptance rate; None when it drafted nothing (not 0%)."""
-    return ratio(spec.num_accepted_draft_tokens, spec.num_draft_tokens)
+    return acceptance_rate(spec.num_accepted_draft_tokens, spec.num_draft_tokens)
 
 
 def per_request_acceptance(results: Sequence[RequestResult]) -> PhaseAcceptance:
