@@ -14,6 +14,7 @@ from typing import Any
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.tap.proxy import run_tap
+from specdec_exporter.tap.sse import iter_events
 from specdec_exporter.tap.stats import RequestStats
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-0.32.0-cpu"
@@ -27,8 +28,9 @@ def fixture_stream(name: str) -> bytes:
     return (FIXTURES / "streams" / name).read_bytes()
 
 def sse_events(stream: bytes) -> list[bytes]:
-    """Each event of a capture, with its blank line (as vLLM writes one per HTTP chunk)."""
-    return [part + b"\n\n" for part in stream.split(b"\n\n") if part]
+    """Each event of a capture, with its blank line (as vLLM writes one per HTTP chunk), cut by
+    the tap's own splitter."""
+    return iter_events(stream)
 
 @dataclass
 class Received:
