@@ -14,11 +14,13 @@ from tapfakes import (
     Handler,
     Received,
     Reply,
+    chunk_sequence,
     consistent_vllm,
     fixture_response,
     fixture_stream,
     replay_vllm,
     running_tap,
+    shape,
     without_usage,
 )
 
@@ -42,23 +44,6 @@ async def chat_stream(base: str, **options: Any) -> list[Any]:
         stream = await api.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
                                                    **options)
         return [chunk.model_dump() async for chunk in stream]
-
-
-def shape(value: Any) -> Any:
-    """A JSON value's shape: every key in its order, the type of every leaf, list lengths."""
-    if isinstance(value, dict):
-        return tuple((key, shape(item)) for key, item in value.items())
-    if isinstance(value, list):
-        return tuple(shape(item) for item in value)
-    return type(value).__name__
-
-
-def chunk_sequence(stream: bytes) -> list[Any]:
-    """The shape of each event's data, runs of equal shapes (the content chunks) as one."""
-    decoder = SseDecoder()
-    payloads = decoder.feed(stream) + decoder.close()
-    shapes = [DONE if data == DONE else shape(json.loads(data)) for data in payloads]
-    return [item for index, item in enumerate(shapes) if index == 0 or shapes[index - 1] != item]
 
 
 def captured_request(document: dict[str, Any]) -> Received:
