@@ -112,17 +112,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-UNBROKEN_EDGES = {("specdec_exporter.tap.exchange", "specdec_exporter.tap.proxy")}
-"""Type-checking imports still to be replaced by narrow Protocols (tap/exchange <-> tap/proxy)."""
-
-
 def package_graph() -> dict[str, set[str]]:
     """The import graph without edges to a package's own ``__init__`` (re-exports, not cycles)."""
     graph = internal_graph()
     return {
-        name: {
-            t for t in targets if not name.startswith(t + ".") and (name, t) not in UNBROKEN_EDGES
-        }
+        name: {t for t in targets if not name.startswith(t + ".")}
         for name, targets in graph.items()
     }
 

@@ -23,7 +23,8 @@ def require_atheris() -> None:
 
 
 def test_each_harness_has_a_seed_corpus() -> None:
-    assert [path.stem for path in HARNESSES] == ["fuzz_exposition", "fuzz_sse"]
+    names = [path.stem for path in HARNESSES]
+    assert names == ["fuzz_exposition", "fuzz_sse", "fuzz_tap_request"]
     for harness in HARNESSES:
         seeds = list((FUZZ / "corpus" / harness.stem.removeprefix("fuzz_")).iterdir())
         assert seeds and all(seed.stat().st_size <= 16_384 for seed in seeds)

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from specdec_exporter.core.buckets import TemperatureBuckets
+from specdec_exporter.devtools.load.sse import DONE, SseDecoder
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.tap.proxy import run_tap
+from specdec_exporter.tap.sse import iter_events
 from specdec_exporter.tap.stats import RequestStats
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-0.32.0-cpu"
@@ -27,8 +29,28 @@ def fixture_stream(name: str) -> bytes:
     return (FIXTURES / "streams" / name).read_bytes()
 
 def sse_events(stream: bytes) -> list[bytes]:
-    """Each event of a capture, with its blank line (as vLLM writes one per HTTP chunk)."""
-    return [part + b"\n\n" for part in stream.split(b"\n\n") if part]
+    """Each event of a capture, with its blank line (as vLLM writes one per HTTP chunk), cut by
+    the tap's own splitter."""
+    return iter_events(stream)
+
+def shape(value: Any) -> Any:
+    """A chunk's structure: every key in its order, the type of every leaf (not the generated
+    text), list lengths; the fingerprint's value is kept, it must be exactly where vLLM puts it."""
+    if isinstance(value, dict):
+        return tuple((key, shape(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return tuple(shape(item) for item in value)
+    if isinstance(value, str) and value.startswith("vllm-"):
+        return value
+    return type(value).__name__
+
+def chunk_sequence(stream: bytes) -> list[Any]:
+    """The shape of each event's data (the load generator's decoder), runs of equal shapes (the
+    content chunks) as one."""
+    decoder = SseDecoder()
+    payloads = decoder.feed(stream) + decoder.close()
+    shapes = [DONE if data == DONE else shape(json.loads(data)) for data in payloads]
+    return [item for index, item in enumerate(shapes) if index == 0 or shapes[index - 1] != item]
 
 @dataclass
 class Received:

@@ -212,7 +212,7 @@ async def test_a_request_inspection_bug_fails_open(monkeypatch: pytest.MonkeyPat
     def broken(*_: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("specdec_exporter.tap.exchange.plan_request", broken)
+    monkeypatch.setattr("specdec_exporter.tap.request_side.plan_request", broken)
     async with running_tap() as tap:
         raw = await raw_exchange(tap.address, post_request(CHAT, STREAM_BODY))
         assert raw.startswith(b"HTTP/1.1 200")

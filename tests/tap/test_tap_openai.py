@@ -1,19 +1,30 @@
-"""A real client (the ``openai`` package) gets the same responses through the tap as directly."""
+"""A real client (the ``openai`` package) gets the same responses through the tap as directly,
+from fakes that answer as the real vLLM captures did."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai
 import pytest
 from tapfakes import (
+    FIXTURES,
     MODEL,
+    Handler,
+    Received,
+    Reply,
+    chunk_sequence,
     consistent_vllm,
+    fixture_response,
     fixture_stream,
+    replay_vllm,
     running_tap,
-    sse_events,
+    shape,
     without_usage,
 )
+
+from specdec_exporter.devtools.load.sse import DONE, SseDecoder
 
 pytestmark = pytest.mark.anyio
 MESSAGES: Any = [{"role": "user", "content": "def main():"}]
@@ -35,11 +46,74 @@ async def chat_stream(base: str, **options: Any) -> list[Any]:
         return [chunk.model_dump() async for chunk in stream]
 
 
-def test_the_fake_models_vllm_like_the_captures() -> None:
-    derived = without_usage(fixture_stream("chat_T0p8_stream_0.sse"))
-    real = fixture_stream("chat_T0p8_stream_no_include_usage_0.sse")
-    assert len(sse_events(derived)[-2]) > 0
-    assert sse_events(derived)[-2].endswith(sse_events(real)[-2][-48:])  # same fingerprint tail
+def captured_request(document: dict[str, Any]) -> Received:
+    return Received("POST", document["path"], {"content-type": "application/json"},
+                    json.dumps(document["body"]).encode())
+
+
+def real_headers(edge_case: str) -> dict[str, str]:
+    headers: dict[str, str] = json.loads(
+        (FIXTURES / "edge-cases" / edge_case).read_text())["headers"]
+    return headers
+
+
+def assert_framed_like_vllm(reply: Reply, edge_case: str) -> None:
+    """Status, content type and framing as the real vLLM answered a request of this kind."""
+    real = real_headers(edge_case)
+    assert reply.status == 200
+    assert dict(reply.headers)["content-type"] == real["content-type"]
+    assert reply.chunked == (real.get("transfer-encoding") == "chunked")
+    assert reply.chunked != ("content-length" in real)
+
+
+STREAMS = ["chat_T0p0_stream_0", "chat_T0p8_stream_0", "chat_T0p8_stream_no_include_usage_0"]
+FAKES = [replay_vllm, consistent_vllm]
+
+
+@pytest.mark.parametrize("fake", FAKES, ids=lambda fake: fake.__name__)
+@pytest.mark.parametrize("capture", STREAMS)
+def test_the_fake_streams_like_the_captures(fake: Handler, capture: str) -> None:
+    """Asked what vLLM was asked, the fakes stream what vLLM streamed: the same chunk sequence
+    (role chunk, content chunks, finish chunk, usage chunk only with include_usage, [DONE]),
+    every chunk with vLLM's keys in vLLM's order and types, the fingerprint vLLM sent."""
+    request = json.loads((FIXTURES / "streams" / f"{capture}.request.json").read_text())
+    reply = fake(captured_request(request))
+    assert_framed_like_vllm(reply, "chat_stream_true_options_absent.json")
+    streamed, real = b"".join(reply.pieces), fixture_stream(f"{capture}.sse")
+    assert chunk_sequence(streamed) == chunk_sequence(real)
+    assert fingerprints(streamed) == fingerprints(real)
+
+
+def fingerprints(stream: bytes) -> list[str]:
+    decoder = SseDecoder()
+    chunks = [json.loads(data) for data in decoder.feed(stream) if data != DONE]
+    return [chunk["system_fingerprint"] for chunk in chunks if "system_fingerprint" in chunk]
+
+
+def test_the_derived_greedy_stream_has_the_shape_of_a_real_one() -> None:
+    """``consistent_vllm`` derives the greedy stream without include_usage (not captured) from
+    the greedy one with it; the real captures show that temperature changes no shape."""
+    with_usage = [fixture_stream(f"{name}.sse") for name in STREAMS[:2]]
+    assert chunk_sequence(with_usage[0]) == chunk_sequence(with_usage[1])
+    request = json.loads((FIXTURES / "streams" / f"{STREAMS[2]}.request.json").read_text())
+    request["body"]["temperature"] = 0.0
+    derived = b"".join(consistent_vllm(captured_request(request)).pieces)
+    real = fixture_stream(f"{STREAMS[2]}.sse")
+    assert chunk_sequence(derived) == chunk_sequence(real)
+    assert fingerprints(derived) == fingerprints(real)
+    assert derived != without_usage(fixture_stream(f"{STREAMS[1]}.sse"))  # the greedy one
+
+
+@pytest.mark.parametrize("fake", FAKES, ids=lambda fake: fake.__name__)
+@pytest.mark.parametrize("capture", sorted(p.name for p in (FIXTURES / "responses").iterdir()))
+def test_the_fake_answers_like_the_captures(fake: Handler, capture: str) -> None:
+    """Asked what vLLM was asked, the fakes answer with vLLM's response to that request."""
+    document = fixture_response(capture)
+    reply = fake(captured_request(document["request"]))
+    assert_framed_like_vllm(reply, "chat_stream_false_options_absent.json")
+    answered = json.loads(b"".join(reply.pieces))
+    assert shape(answered) == shape(document["response"])
+    assert answered == document["response"]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])

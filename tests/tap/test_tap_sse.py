@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-from tapfakes import fixture_stream, sse_events
+from tapfakes import chunk_sequence, fixture_stream, sse_events
 
 from specdec_exporter.tap.sse import EventSplitter, IncludeUsageUndo, UsageWatcher
 
@@ -24,31 +23,9 @@ def undo(stream: bytes, piece_size: int | None = None) -> tuple[bytes, IncludeUs
     return out, undoer
 
 
-def shape(value: Any) -> Any:
-    """The structure of a chunk: keys and value types, not the generated text."""
-    if isinstance(value, dict):
-        return {key: shape(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [shape(item) for item in value]
-    if isinstance(value, str) and value.startswith("vllm-"):
-        return value  # the fingerprint must be exactly where vLLM puts it
-    return type(value).__name__
-
-
-def shapes(stream: bytes) -> list[Any]:
-    """Run-length-free list of distinct consecutive chunk shapes."""
-    result: list[Any] = []
-    for event in sse_events(stream):
-        payload = event.removeprefix(b"data: ").strip()
-        item = payload.decode() if payload == b"[DONE]" else shape(json.loads(payload))
-        if not result or result[-1] != item:
-            result.append(item)
-    return result
-
-
 def test_undo_gives_the_structure_vllm_sends_without_include_usage() -> None:
     out, undoer = undo(WITH_USAGE)
-    assert shapes(out) == shapes(WITHOUT_USAGE)
+    assert chunk_sequence(out) == chunk_sequence(WITHOUT_USAGE)
     assert b'"usage"' not in out and b'"metrics"' not in out
     assert undoer.final_chunk is not None
     assert undoer.final_chunk["metrics"]["speculative_decoding"]["num_draft_tokens"] == 172

@@ -19,6 +19,8 @@ FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 CONTINUE_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
 HEAD_END = b"\r\n\r\n"
+MAX_HEAD_BYTES = 64 * 1024
+"""The largest request or response head the tap reads (a 400 from the client, a 502 from vLLM)."""
 
 
 class Framing(Enum):

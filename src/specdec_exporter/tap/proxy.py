@@ -17,8 +17,9 @@ import httptools
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import ConfigError, Settings
 from specdec_exporter.tap import http1
-from specdec_exporter.tap.exchange import MAX_HEAD_BYTES, Exchange
-from specdec_exporter.tap.http1 import Headers
+from specdec_exporter.tap.contracts import LiveExchange
+from specdec_exporter.tap.exchange import Exchange
+from specdec_exporter.tap.http1 import MAX_HEAD_BYTES, Headers
 from specdec_exporter.tap.request import model_label
 from specdec_exporter.tap.stats import RequestRecord, RequestStats
 from specdec_exporter.tap.upstream import Origin, UpstreamPool
@@ -52,7 +53,7 @@ class Tap:
         self.origin = Origin.from_url(settings.vllm_url)
         self.pool = UpstreamPool(self.origin, min(CONNECT_TIMEOUT, settings.proxy_timeout))
         self.clients: set[ClientConnection] = set()
-        self.exchanges: set[Exchange] = set()
+        self.exchanges: set[LiveExchange] = set()
         self._known_models = known_models
         self._models_seen: frozenset[str] | None = None
         self._log_limiter = RateLimiter(ERROR_LOG_INTERVAL)
