@@ -64,7 +64,7 @@ class Tap:
         """Map a requested model to a served name or ``other``; pre-create served models' series."""
         try:
             served = self._known_models()
-        except Exception:  # the lead's callback must not break traffic
+        except Exception:  # the sidecar's callback must not break traffic
             served = frozenset()
         if served != self._models_seen:
             self._models_seen = served

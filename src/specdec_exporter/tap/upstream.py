@@ -159,7 +159,3 @@ class UpstreamPool:
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
-
-    @property
-    def idle_count(self) -> int:
-        return len(self._idle)
