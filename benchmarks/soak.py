@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -129,15 +129,16 @@ def chat(rng: random.Random, **extra: object) -> dict[str, object]:
 
 def completion(rng: random.Random, **extra: object) -> dict[str, object]:
     document = chat(rng, **extra)
-    document["prompt"] = document.pop("messages").__repr__()  # type: ignore[union-attr]
+    del document["messages"]
+    document["prompt"] = f"soak prompt {rng.randrange(10**6)}"
     return document
 
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 USAGE = {"include_usage": True}
 
-# kind -> (share of every 100 requests, builder)
-MIX: dict[str, tuple[int, object]] = {
+# kind -> (its share of every 100 requests, a builder)
+MIX: dict[str, tuple[int, Callable[[random.Random], Planned]]] = {
     "chat stream (tap adds include_usage)": (
         28, lambda r: post("chat-stream", CHAT, chat(r, stream=True))),
     "chat stream, include_usage": (
@@ -188,7 +189,7 @@ def traffic(seed: int) -> Iterator[Planned]:
     while True:
         rng.shuffle(deck)
         for builder in deck:
-            yield builder(rng)  # type: ignore[operator]
+            yield builder(rng)
 
 
 # ---------------------------------------------------------------- the clients
@@ -570,10 +571,11 @@ class Driven:
     cpu: dict[str, float]
 
 
-async def settle(condition: object, timeout: float = SETTLE_TIMEOUT) -> None:
+async def settle(condition: Callable[[], Awaitable[bool]],
+                 timeout: float = SETTLE_TIMEOUT) -> None:
     """Poll an async predicate until it holds or the deadline passes (no fixed sleeps)."""
     deadline = time.monotonic() + timeout
-    while not await condition():  # type: ignore[operator]
+    while not await condition():
         if time.monotonic() > deadline:
             return
         await asyncio.sleep(0.05)
