@@ -9,8 +9,9 @@ Loopback only. The simulator (`specdec-exporter simulate --speed 20`) and the si
 processes; this process is the clients. Traffic is a fixed mix, shuffled in decks of 100 so every
 kind occurs in every 100 requests: streams with and without include_usage, non-streaming chat and
 completions, several temperatures, client aborts mid-stream, 404s, 400s, n=2, bodies over the
-inspection cap, GET /v1/models; and every --fault-every requests a /sim/fault (500, garbage,
-truncated, html, slow /metrics, or vLLM refusing connections, which cuts streams and gives 502s).
+inspection cap, GET /v1/models; and every --fault-every requests, a moment into a batch, a fault:
+a /sim/fault on /metrics (500, garbage, truncated, html, slow), vLLM refusing connections (502s),
+or a vLLM restart (streams in flight end early, non-streaming requests get a 500, counters reset).
 Every 1,000 requests the clients pause and the sidecar is sampled: VmRSS, /proc/PID/fd count, the
 sample lines of its /metrics. Samples go to samples.csv, the judgement to summary.json, and the
 last line printed is the verdict. "Flat" is defined in ``judge``.
@@ -67,14 +68,17 @@ LONG_STREAM_TOKENS = 20_000
 TEMPERATURES = (0.0, 0.3, 0.6, 0.7, 0.9, 1.0, 1.3)
 VLLM_DEFAULT_TEMPERATURE = 1.0
 """The simulator's (and vLLM's) temperature for a request without one; the tap's too, unset."""
-FAULTS: tuple[dict[str, object], ...] = (
-    {"kind": "500", "seconds": 1.0},
-    {"kind": "garbage", "seconds": 1.0},
-    {"kind": "truncated", "seconds": 1.0},
-    {"kind": "html", "seconds": 1.0},
-    {"kind": "slow", "seconds": 1.0, "delay": 0.6},
-    {"kind": "refuse", "seconds": 0.2},
+FAULTS: tuple[tuple[str, dict[str, object]], ...] = (
+    ("/sim/fault", {"kind": "500", "seconds": 1.0}),
+    ("/sim/fault", {"kind": "garbage", "seconds": 1.0}),
+    ("/sim/restart", {"downtime": 0.2}),  # streams in flight end early, counters restart at 0
+    ("/sim/fault", {"kind": "truncated", "seconds": 1.0}),
+    ("/sim/fault", {"kind": "html", "seconds": 1.0}),
+    ("/sim/fault", {"kind": "slow", "seconds": 1.0, "delay": 0.6}),
+    ("/sim/fault", {"kind": "refuse", "seconds": 0.2}),  # new connections refused: 502s
 )
+FAULT_DELAY = 0.2
+"""Seconds into a batch of requests at which a fault starts (a batch takes about a second)."""
 END_REFUSAL: dict[str, object] = {"kind": "refuse", "seconds": 0.1}
 BUCKETS = TemperatureBuckets()
 
@@ -135,6 +139,7 @@ def completion(rng: random.Random, **extra: object) -> dict[str, object]:
 
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+DONE = b"data: [DONE]\n\n"
 USAGE = {"include_usage": True}
 
 # kind -> (its share of every 100 requests, a builder)
@@ -277,8 +282,6 @@ def check_body(plan: Planned, response: Response) -> str | None:
     if plan.model_label is None:
         return None if body.startswith(b"{") else "models: not JSON"
     if plan.stream:
-        if not body.endswith(b"data: [DONE]\n\n"):
-            return f"{plan.kind}: stream without data: [DONE]"
         if plan.client_usage != (b'"choices":[]' in body):
             return f"{plan.kind}: usage chunk {'missing' if plan.client_usage else 'leaked'}"
         if plan.client_usage and plan.attributable and b'"speculative_decoding"' not in body:
@@ -296,7 +299,10 @@ async def run_one(client: Client, plan: Planned, ledger: Ledger) -> None:
         client.abort()
         response, ending = Response(), f"error {exc.__class__.__name__}"
         ledger.anomalies[f"{plan.kind}: {ending}"] += 1
-    if plan.abort and response.status == 200 and ending != "aborted":
+    if (ending == "complete" and response.status == 200 and plan.stream
+            and not response.body.endswith(DONE)):
+        ending = "ended early"  # vLLM restarted under it: no usage chunk, no [DONE]
+    if plan.abort and response.status == 200 and ending == "complete":
         ledger.anomalies[f"{plan.kind}: not aborted ({ending}, {response.status})"] += 1
     ledger.outcomes[f"{plan.kind} {response.status or '-'} {ending}"] += 1
     if ending == "complete" and response.status == 200:
@@ -371,6 +377,8 @@ class Child:
             self.process.kill()
             code = self.process.wait()
         self._thread.join(5)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
         return code
 
 
@@ -581,8 +589,10 @@ async def settle(condition: Callable[[], Awaitable[bool]],
         await asyncio.sleep(0.05)
 
 
-async def control(sim_url: str, path: str, document: dict[str, object]) -> None:
-    """POST to the simulator's control API; retried while it refuses connections."""
+async def control(sim_url: str, path: str, document: dict[str, object],
+                  delay: float = 0.0) -> None:
+    """POST to the simulator's control API after ``delay``; retried while it refuses connections."""
+    await asyncio.sleep(delay)
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while True:
         try:
@@ -612,13 +622,17 @@ async def soak(requests: int, *, concurrency: int, fault_every: int, max_seconds
     plans, ledger, faults = traffic(seed), Ledger(), 0
     next_fault = fault_every // 2 if fault_every else requests + 1
     while ledger.sent < requests and time.monotonic() - started < max_seconds:
-        if ledger.sent >= next_fault:
-            await control(sim_url, "/sim/fault", dict(FAULTS[faults % len(FAULTS)]))
+        fault = None
+        if ledger.sent >= next_fault:  # injected once the batch runs, so it hits live streams
+            path, document = FAULTS[faults % len(FAULTS)]
+            fault = asyncio.create_task(control(sim_url, path, document, FAULT_DELAY))
             faults += 1
             next_fault += fault_every
         batch = collections.deque(next(plans) for _ in range(min(SAMPLE_EVERY,
                                                                  requests - ledger.sent)))
         await run_batch(clients, batch, ledger)
+        if fault is not None:
+            await fault
         samples.append(await take_sample(pid, metrics_url, ledger.sent, started))
         if progress and len(samples) % 10 == 1:
             print(json.dumps(asdict(samples[-1])), flush=True)

@@ -135,7 +135,7 @@ def scenarios(quick: bool) -> list[Scenario]:
 
 
 def idle_scenarios(target: str, quick: bool) -> list[Scenario]:
-    streams, documents = (10, 50) if quick else (30, 200)
+    streams, documents = (10, 200) if quick else (60, 1000)
     return [Scenario(target, 1, streams, "rewrite"), Scenario(target, 1, documents, "json")]
 
 
