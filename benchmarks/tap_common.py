@@ -1,5 +1,6 @@
 """Shared pieces of the tap benchmarks: a paced raw-asyncio SSE upstream, a raw streaming load
-client, the tap and nginx as child processes, and CPU/RSS readings from /proc."""
+client, idle keep-alive connections, the baselines (nginx; the obvious Starlette+httpx proxy) and
+CPU/RSS/fd readings from /proc."""
 
 from __future__ import annotations
 
@@ -257,6 +258,102 @@ async def run_load(port: int, concurrency: int, per_connection: int,
     return result
 
 
+class IdleClient(asyncio.Protocol):
+    """Sends one request, reads its response, then keeps the connection open and idle."""
+
+    def __init__(self, request: bytes, answered: asyncio.Future[bool]) -> None:
+        self.request = request
+        self.answered = answered
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self._answer(False)
+
+    def on_message_complete(self) -> None:
+        self._answer(self.parser.get_status_code() == 200)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._answer(False)
+
+    def _answer(self, ok: bool) -> None:
+        if not self.answered.done():
+            self.answered.set_result(ok)
+
+
+async def open_idle(port: int, count: int, request: bytes, wave: int = 256
+                    ) -> list[asyncio.BaseTransport]:
+    """``count`` keep-alive connections that each had one answered request and now sit idle."""
+    loop = asyncio.get_running_loop()
+    transports: list[asyncio.BaseTransport] = []
+    for start in range(0, count, wave):
+        answers = []
+        for _ in range(min(wave, count - start)):
+            answered: asyncio.Future[bool] = loop.create_future()
+            transport, _ = await loop.create_connection(
+                lambda answered=answered: IdleClient(request, answered),  # type: ignore[misc]
+                "127.0.0.1", port)
+            transports.append(transport)
+            answers.append(answered)
+        if not all(await asyncio.gather(*answers)):
+            raise RuntimeError(f"an idle connection's request failed (after {start})")
+    return transports
+
+
+def raise_fd_limit() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit (inherited by the children); returns it."""
+    import resource  # noqa: PLC0415
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+# ---------------------------------------------------------------- the obvious Python proxy
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                        "transfer-encoding", "upgrade", "host", "content-length"})
+
+
+def serve_starlette(port: int, upstream_port: int) -> None:
+    """The obvious stack: Starlette ``StreamingResponse`` over httpx ``aiter_raw`` under
+    uvicorn (uvloop, httptools). Pure pass-through: it inspects nothing, the tap does."""
+    import httpx  # noqa: PLC0415
+    import uvicorn  # noqa: PLC0415
+    from starlette.applications import Starlette  # noqa: PLC0415
+    from starlette.background import BackgroundTask  # noqa: PLC0415
+    from starlette.requests import Request  # noqa: PLC0415
+    from starlette.responses import StreamingResponse  # noqa: PLC0415
+    from starlette.routing import Route  # noqa: PLC0415
+
+    client = httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{upstream_port}", timeout=None, trust_env=False,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+
+    async def proxy(request: Request) -> StreamingResponse:
+        headers = [(name, value) for name, value in request.headers.raw
+                   if name.decode("latin-1").lower() not in HOP_BY_HOP]
+        upstream = client.build_request(request.method, request.url.path,
+                                        params=request.url.query, headers=headers,
+                                        content=await request.body())
+        response = await client.send(upstream, stream=True)
+        passed = {name: value for name, value in response.headers.items()
+                  if name.lower() not in HOP_BY_HOP}
+        return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
+                                 headers=passed, background=BackgroundTask(response.aclose))
+
+    app = Starlette(routes=[Route("/{path:path}", proxy, methods=["GET", "POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
+                log_level="warning", access_log=False, timeout_keep_alive=75)
+
+
 # ---------------------------------------------------------------- processes and /proc
 
 
@@ -267,6 +364,10 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     return total / CLOCK_TICKS
+
+
+def open_fds(pids: list[int]) -> int:
+    return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in pids)
 
 
 def rss_bytes(pid: int) -> int:
@@ -318,7 +419,8 @@ master_process on;
 {user}
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
-events {{ worker_connections 4096; }}
+worker_rlimit_nofile 32768;
+events {{ worker_connections 16384; }}
 http {{
   access_log off;
   client_body_temp_path {prefix}/body;

@@ -1,12 +1,16 @@
-"""Tap cost on loopback: added time to first token (P50/P99 at 1 and 64 streams) and CPU per
-1,000 streamed chunks of the tap process, against direct and nginx (the pass-through reference).
+"""Tap cost on loopback: added time to first token (P50/P99 at 1, 64 and 256 streams), CPU per
+streamed chunk of the proxy process, and a normal request's latency with 10,000 idle keep-alive
+connections open, for the tap against direct and two baselines measured in the same run: nginx
+(the pass-through reference) and the obvious Starlette+httpx proxy.
 
-    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~2 minutes
-    .venv/bin/python benchmarks/tap_latency_cpu.py --quick    # smoke run, ~20 s
+    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~7 minutes
+    .venv/bin/python benchmarks/tap_latency_cpu.py --quick    # smoke run, ~2 minutes
 
 Each server runs in its own process: a paced raw-asyncio SSE upstream shaped like vLLM (one
 ~230-byte chunk per step), the tap (uvloop), nginx (1 worker, proxy_buffering off, upstream
-keepalive). The load client is another process. CPU comes from /proc/<pid>/stat.
+keepalive; `apt-get install nginx`), Starlette `StreamingResponse` over httpx `aiter_raw` under
+uvicorn (uvloop, httptools). The load client is another process, and so is the holder of the idle
+connections. CPU comes from /proc/<pid>/stat; the proxy is pinned alone on the last core.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,17 +36,29 @@ from tap_common import (
     cpu_split,
     free_port,
     install_uvloop,
+    open_fds,
+    open_idle,
+    raise_fd_limit,
+    rss_bytes,
     run_load,
+    serve_starlette,
     serve_upstream,
     spawn,
     stop,
     wait_for_port,
 )
 
+SCRIPT = str(HERE.parent / "tap_latency_cpu.py")
 KINDS = {
     "rewrite": chat_request(stream=True),  # the common client: no include_usage
     "passthrough": chat_request(stream=True, include_usage=True),
+    "json": chat_request(stream=False),
 }
+TARGETS = ("direct", "tap", "nginx", "starlette")
+IDLE_TARGETS = ("tap", "nginx")
+"""uvicorn (under Starlette) closes idle connections after its keep-alive timeout like the others
+(75 s here), but it is the slow baseline; the idle comparison is the tap against nginx."""
+IDLE_READY_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
@@ -71,17 +89,29 @@ def load_once(port: int, concurrency: int, per_connection: int, kind: str,
     return result.summary()
 
 
+def hold_idle(port: int, connections: int) -> None:
+    """Open the idle connections, say so on stdout, hold them until stdin closes."""
+    raise_fd_limit()
+    install_uvloop()
+
+    async def hold() -> None:
+        transports = await open_idle(port, connections, KINDS["json"])
+        print(json.dumps({"connections": len(transports)}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    asyncio.run(hold())
+
+
 def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]
             ) -> dict[str, float]:
     """Run the load in its own process; the target's CPU is read around it."""
     warm = ["load", "--port", str(port), "--concurrency", str(scenario.concurrency),
             "--per-connection", "1", "--kind", scenario.kind, *shape]
-    subprocess.run([sys.executable, str(HERE.parent / "tap_latency_cpu.py"), *warm],
-                   check=True, capture_output=True)
+    subprocess.run([sys.executable, SCRIPT, *warm], check=True, capture_output=True)
     before = cpu_seconds(pids)
     args = ["load", "--port", str(port), "--concurrency", str(scenario.concurrency),
             "--per-connection", str(scenario.per_connection), "--kind", scenario.kind, *shape]
-    output = subprocess.run([sys.executable, str(HERE.parent / "tap_latency_cpu.py"), *args],
+    output = subprocess.run([sys.executable, SCRIPT, *args],
                             check=True, capture_output=True, text=True).stdout
     used = cpu_seconds(pids) - before
     result: dict[str, float] = json.loads(output)
@@ -93,36 +123,76 @@ def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]
 
 
 def scenarios(quick: bool) -> list[Scenario]:
-    one, many = (15, 6) if quick else (60, 25)
+    one, many, most = (15, 6, 3) if quick else (60, 25, 8)
     rows = []
-    for target in ("direct", "tap", "nginx"):
+    for target in TARGETS:
         rows.append(Scenario(target, 1, one, "rewrite"))
         rows.append(Scenario(target, 64, many, "rewrite"))
+        rows.append(Scenario(target, 256, most, "rewrite"))
     rows.append(Scenario("tap", 64, many, "passthrough"))
     rows.append(Scenario("nginx", 64, many, "passthrough"))
     return rows
 
 
-def orchestrate(quick: bool, chunks: int, interval_ms: float, stagger: bool, pin: bool) -> None:
+def idle_scenarios(target: str, quick: bool) -> list[Scenario]:
+    streams, documents = (10, 200) if quick else (60, 1000)
+    return [Scenario(target, 1, streams, "rewrite"), Scenario(target, 1, documents, "json")]
+
+
+def with_idle_connections(port: int, pids: list[int], count: int, *, cpus: set[int] | None,
+                          work: list[Scenario], shape: list[str]
+                          ) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """Open ``count`` idle connections in a holder process, measure ``work``, close them."""
+    holder = subprocess.Popen([sys.executable, SCRIPT, "idle", "--port", str(port),
+                               "--connections", str(count)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        if cpus:
+            os.sched_setaffinity(holder.pid, cpus)
+        assert holder.stdout is not None
+        ready, _, _ = select.select([holder.stdout], [], [], IDLE_READY_TIMEOUT)
+        line = holder.stdout.readline() if ready else ""
+        if not line:
+            raise RuntimeError(f"the idle connections were not opened ({holder.poll()})")
+        rest_before = cpu_seconds(pids)
+        time.sleep(5.0)  # a fixed window to measure the proxy's CPU at rest, not a wait
+        at_rest = {"idle_connections": float(json.loads(line)["connections"]),
+                   "rest_cpu_ms_per_s": round((cpu_seconds(pids) - rest_before) / 5.0 * 1e3, 2),
+                   "rss_mib": round(sum(rss_bytes(pid) for pid in pids) / 2**20, 1)}
+        results = [measure(scenario, port, pids, shape) for scenario in work]
+        at_rest["fds_after"] = float(open_fds(pids))  # still held: the idle timeout is 75 s
+        return results, at_rest
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.close()
+        stop(holder)  # type: ignore[arg-type]
+
+
+def orchestrate(quick: bool, chunks: int, interval_ms: float, *, stagger: bool, pin: bool,
+                idle: int) -> None:
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    raise_fd_limit()  # inherited: the proxies hold the idle connections
     shape = ["--chunks", str(chunks), "--interval-ms", str(interval_ms)]
     if not stagger:
         shape.append("--no-stagger")
     proxy_cpus, load_cpus = cpu_split() if pin else (None, None)
     if load_cpus:
         os.sched_setaffinity(0, load_cpus)  # inherited by the load client processes
-    upstream_port, tap_port = free_port(), free_port()
-    upstream = spawn(str(HERE.parent / "tap_latency_cpu.py"), "upstream", "--port",
-                     str(upstream_port), "--chunks", str(chunks), "--interval-ms",
-                     str(interval_ms), cpus=load_cpus)
-    tap = spawn(str(HERE.parent / "tap_latency_cpu.py"), "tap", "--port", str(tap_port),
-                "--upstream-port", str(upstream_port), cpus=proxy_cpus)
+    upstream_port, tap_port, starlette_port = free_port(), free_port(), free_port()
+    upstream = spawn(SCRIPT, "upstream", "--port", str(upstream_port), "--chunks", str(chunks),
+                     "--interval-ms", str(interval_ms), cpus=load_cpus)
+    tap = spawn(SCRIPT, "tap", "--port", str(tap_port), "--upstream-port", str(upstream_port),
+                cpus=proxy_cpus)
+    starlette = spawn(SCRIPT, "starlette", "--port", str(starlette_port), "--upstream-port",
+                      str(upstream_port), cpus=proxy_cpus)
     nginx = None
     try:
-        wait_for_port(upstream_port)
-        wait_for_port(tap_port)
+        for port in (upstream_port, tap_port, starlette_port):
+            wait_for_port(port)
         nginx = Nginx(upstream_port, proxy_cpus)
         targets = {"direct": (upstream_port, [upstream.pid]), "tap": (tap_port, [tap.pid]),
-                   "nginx": (nginx.port, nginx.pids())}
+                   "nginx": (nginx.port, nginx.pids()),
+                   "starlette": (starlette_port, [starlette.pid])}
         results = []
         for scenario in scenarios(quick):
             port, pids = targets[scenario.target]
@@ -130,12 +200,32 @@ def orchestrate(quick: bool, chunks: int, interval_ms: float, stagger: bool, pin
                    "kind": scenario.kind, **measure(scenario, port, pids, shape)}
             results.append(row)
             print(json.dumps(row), flush=True)
+        idle_results = []
+        for target in IDLE_TARGETS if idle else ():
+            port, pids = targets[target]
+            work = idle_scenarios(target, quick)
+            for scenario in work:
+                row = {"target": target, "idle": 0, "kind": scenario.kind,
+                       **measure(scenario, port, pids, shape)}
+                idle_results.append(row)
+                print(json.dumps(row), flush=True)
+            loaded, at_rest = with_idle_connections(port, pids, idle, cpus=load_cpus, work=work,
+                                                    shape=shape)
+            for scenario, measured in zip(work, loaded, strict=True):
+                row = {"target": target, "idle": idle, "kind": scenario.kind, **measured,
+                       **at_rest}
+                idle_results.append(row)
+                print(json.dumps(row), flush=True)
         print_table(results)
+        print_idle_table(idle_results)
+        print_goals(results, idle_results)
     finally:
         if nginx is not None:
             nginx.stop()
+        stop(starlette)
         stop(tap)
         stop(upstream)
+        print(f"load average at end: {os.getloadavg()}", flush=True)
 
 
 def print_table(results: list[dict[str, object]]) -> None:
@@ -157,11 +247,60 @@ def print_table(results: list[dict[str, object]]) -> None:
                         "proxy cpu us/chunk"], rows))  # type: ignore[arg-type]
 
 
+def print_idle_table(results: list[dict[str, object]]) -> None:
+    from specdec_exporter.term import render_table  # noqa: PLC0415
+
+    if not results:
+        return
+    rows = [[row["target"], row["kind"], row["idle"], row["requests"], row["errors"],
+             row["ttft_p50_ms"], row["ttft_p99_ms"], row.get("rest_cpu_ms_per_s"),
+             row.get("rss_mib"), row.get("fds_after")] for row in results]
+    print()
+    print(render_table(["target", "request", "idle conns", "requests", "errors",
+                        "latency p50 ms", "latency p99 ms", "cpu at rest ms/s", "rss MiB",
+                        "fds after"], rows))  # type: ignore[arg-type]
+
+
+def print_goals(results: list[dict[str, object]], idle: list[dict[str, object]]) -> None:
+    """The issue's goals as ratios within this run."""
+    def row(target: str, streams: int, kind: str = "rewrite") -> dict[str, object]:
+        return next(r for r in results
+                    if (r["target"], r["streams"], r["kind"]) == (target, streams, kind))
+
+    def number(value: object) -> float:
+        return float(value)  # type: ignore[arg-type]
+
+    print()
+    for kind in ("rewrite", "passthrough"):
+        ratio = number(row("tap", 64, kind)["cpu_us_per_chunk"]) / number(
+            row("nginx", 64, kind)["cpu_us_per_chunk"])
+        print(f"tap CPU per chunk / nginx, 64 streams, {kind}: {ratio:.2f}x (goal <= 1.5x)")
+    for streams in (64, 256):
+        ratio = number(row("starlette", streams)["cpu_us_per_chunk"]) / number(
+            row("tap", streams)["cpu_us_per_chunk"])
+        print(f"Starlette+httpx CPU per chunk / tap, {streams} streams: {ratio:.2f}x")
+    for kind in ("rewrite", "passthrough"):
+        added = number(row("tap", 64, kind)["ttft_p99_ms"]) - number(
+            row("direct", 64)["ttft_p99_ms"])
+        print(f"tap added P99 TTFT, 64 streams, {kind}: {added:.3f} ms (goal < 1 ms, idle "
+              "machine)")
+    for target in sorted({str(r["target"]) for r in idle}):
+        for kind in ("rewrite", "json"):
+            pair = {r["idle"]: r for r in idle if (r["target"], r["kind"]) == (target, kind)}
+            if len(pair) == 2:
+                calm, crowded = (pair[key] for key in sorted(pair))
+                for stat in ("ttft_p50_ms", "ttft_p99_ms"):
+                    ratio = number(crowded[stat]) / number(calm[stat])
+                    print(f"{target} {kind} {stat.split('_')[1]} latency with "
+                          f"{int(number(crowded['idle'])):,} idle connections / none: "
+                          f"{ratio:.2f}x (goal <= 2x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("role", nargs="?", default="run",
-                        choices=["run", "upstream", "tap", "load"])
+                        choices=["run", "upstream", "tap", "starlette", "load", "idle"])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--port", type=int)
     parser.add_argument("--upstream-port", type=int)
@@ -170,6 +309,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--per-connection", type=int, default=10)
     parser.add_argument("--kind", choices=sorted(KINDS), default="rewrite")
+    parser.add_argument("--connections", type=int, default=10_000,
+                        help="idle keep-alive connections (0: skip the idle comparison)")
     parser.add_argument("--no-stagger", dest="stagger", action="store_false",
                         help="start all streams at once (phase-aligned bursts)")
     parser.add_argument("--no-pin", dest="pin", action="store_false",
@@ -180,12 +321,17 @@ def main() -> None:
         asyncio.run(serve_upstream(args.port, args.chunks, args.interval_ms / 1000))
     elif args.role == "tap":
         serve_tap(args.port, args.upstream_port)
+    elif args.role == "starlette":
+        serve_starlette(args.port, args.upstream_port)
+    elif args.role == "idle":
+        hold_idle(args.port, args.connections)
     elif args.role == "load":
         stagger = (args.chunks + 2) * args.interval_ms / 1000 if args.stagger else 0.0
         print(json.dumps(load_once(args.port, args.concurrency, args.per_connection, args.kind,
                                    stagger)))
     else:
-        orchestrate(args.quick, args.chunks, args.interval_ms, args.stagger, args.pin)
+        orchestrate(args.quick, args.chunks, args.interval_ms, stagger=args.stagger,
+                    pin=args.pin, idle=args.connections)
 
 
 if __name__ == "__main__":
