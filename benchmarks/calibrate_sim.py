@@ -27,8 +27,16 @@ SIM_FLAGS = ["--enable-per-request-metrics", "--mean-output-tokens", "100000"]
 
 
 def start_simulator(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    command = [sys.executable, "-m", "specdec_exporter.cli", "simulate", "--port", "0",
-               *SIM_FLAGS, *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "specdec_exporter.cli",
+        "simulate",
+        "--port",
+        "0",
+        *SIM_FLAGS,
+        *extra,
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE)
     assert process.stderr is not None
     line = process.stderr.readline().decode()
@@ -46,10 +54,27 @@ def step_totals(url: str) -> tuple[float, float]:
 
 
 def calibrate(spec: str, base: str, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, "-m", "specdec_exporter.cli", "calibrate", "--spec-url", spec,
-               "--base-url", base, "--concurrency", str(concurrency), "--temperatures",
-               args.temperatures, "--max-tokens", str(args.max_tokens), "--requests",
-               str(args.rounds * concurrency), "--tpot-source", args.tpot_source, "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "specdec_exporter.cli",
+        "calibrate",
+        "--spec-url",
+        spec,
+        "--base-url",
+        base,
+        "--concurrency",
+        str(concurrency),
+        "--temperatures",
+        args.temperatures,
+        "--max-tokens",
+        str(args.max_tokens),
+        "--requests",
+        str(args.rounds * concurrency),
+        "--tpot-source",
+        args.tpot_source,
+        "--json",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
     if result.returncode != 0:
         raise SystemExit(f"calibrate failed: {result.stderr}")
@@ -67,8 +92,10 @@ def main() -> int:
     args = parser.parse_args()
     spec_process, spec = start_simulator(["--speculative-config", SPEC_CONFIG])
     base_process, base = start_simulator([])
-    print("| concurrency | running spec / base | server-side c | fitted c (wall clock) "
-          "| fitted / server-side | per-temperature fitted c |")
+    print(
+        "| concurrency | running spec / base | server-side c | fitted c (wall clock) "
+        "| fitted / server-side | per-temperature fitted c |"
+    )
     print("|---:|---|---:|---:|---:|---|")
     try:
         for concurrency in (int(part) for part in args.concurrency.split(",")):
@@ -78,11 +105,13 @@ def main() -> int:
             server_c = ((after[0] - before[0]) / (after[1] - before[1]) - 1) / K
             fit = document["concurrency_fits"][0]
             fitted = fit["draft_cost_ratio"]
-            per_temperature = ", ".join(f"{p['draft_cost_ratio']:.3f}"
-                                        for p in document["points"])
-            print(f"| {concurrency} | {fit['num_requests_running_spec']:.1f} / "
-                  f"{fit['num_requests_running_base']:.1f} | {server_c:.3f} | {fitted:.3f} | "
-                  f"{fitted / server_c:.2f} | {per_temperature} |", flush=True)
+            per_temperature = ", ".join(f"{p['draft_cost_ratio']:.3f}" for p in document["points"])
+            print(
+                f"| {concurrency} | {fit['num_requests_running_spec']:.1f} / "
+                f"{fit['num_requests_running_base']:.1f} | {server_c:.3f} | {fitted:.3f} | "
+                f"{fitted / server_c:.2f} | {per_temperature} |",
+                flush=True,
+            )
     finally:
         for process in (spec_process, base_process):
             process.terminate()

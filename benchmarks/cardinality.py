@@ -60,9 +60,24 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(args.src), "SPECDEC_MODEL_EXPIRY": "3"}
     with fake_vllm(capture("t3")) as vllm:
         process = subprocess.Popen(
-            [sys.executable, "-m", "specdec_exporter.cli", "run", "--vllm-url", vllm.url,
-             "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0", "--interval", "1"],
-            stderr=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                "-m",
+                "specdec_exporter.cli",
+                "run",
+                "--vllm-url",
+                vllm.url,
+                "--listen",
+                "127.0.0.1:0",
+                "--proxy-listen",
+                "127.0.0.1:0",
+                "--interval",
+                "1",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert process.stderr is not None
         address = ""
         while not address:
@@ -78,10 +93,15 @@ def main() -> None:
         wait_for(url, lambda text: 'model_name="m1999"' in text, 600)
         rows.append(("2,000 names shown", *measure(url, process.pid)))
         vllm.serve(capture("t3"))
-        expired = wait_for(url, lambda text: 'specdec_request_drafts_total{model_name="m0000"'
-                           not in text, 60)
-        rows.append(("vLLM back to one model" + ("" if expired else " (60 s later)"),
-                     *measure(url, process.pid)))
+        expired = wait_for(
+            url, lambda text: 'specdec_request_drafts_total{model_name="m0000"' not in text, 60
+        )
+        rows.append(
+            (
+                "vLLM back to one model" + ("" if expired else " (60 s later)"),
+                *measure(url, process.pid),
+            )
+        )
         process.terminate()
         process.wait()
     print(f"code: {args.src}")

@@ -52,11 +52,19 @@ async def serve_connection(
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                         b"transfer-encoding: chunked\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
             for _ in range(chunks):
                 writer.write(content)
                 await (asyncio.sleep(interval) if interval else writer.drain())
@@ -84,8 +92,15 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def start_server(chunks: int, interval: float) -> tuple[subprocess.Popen[str], int]:
-    command = [sys.executable, __file__, "--serve", "--chunks", str(chunks),
-               "--interval", str(interval)]
+    command = [
+        sys.executable,
+        __file__,
+        "--serve",
+        "--chunks",
+        str(chunks),
+        "--interval",
+        str(interval),
+    ]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     return child, int(child.stdout.readline())
@@ -94,7 +109,7 @@ def start_server(chunks: int, interval: float) -> tuple[subprocess.Popen[str], i
 def parse_cost_per_chunk(chunks: int, repeat: int) -> float:
     """Seconds of CPU per chunk for the pure part only: SSE decoding plus chunk accounting."""
     body = b"".join(b"data: " + p + b"\n\n" for p in [CONTENT_CHUNK] * chunks) + b"data: [DONE]\n\n"
-    pieces = [body[i:i + 300] for i in range(0, len(body), 300)]
+    pieces = [body[i : i + 300] for i in range(0, len(body), 300)]
     started = time.process_time()
     for _ in range(repeat):
         decoder, tally = SseDecoder(), StreamTally(0.0)
@@ -115,9 +130,15 @@ def run_client(config: LoadConfig, loop: str) -> LoadResult:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     child, port = start_server(args.chunks, args.interval)
     try:
-        config = LoadConfig(url=f"http://127.0.0.1:{port}", model="bench",
-                            concurrency=args.concurrency, requests=args.requests,
-                            mix=parse_mix("0.7"), stream_share=1.0, seed=1)
+        config = LoadConfig(
+            url=f"http://127.0.0.1:{port}",
+            model="bench",
+            concurrency=args.concurrency,
+            requests=args.requests,
+            mix=parse_mix("0.7"),
+            stream_share=1.0,
+            seed=1,
+        )
         server_cpu, cpu, wall = process_cpu_seconds(child.pid), time.process_time(), time.time()
         result = run_client(config, args.loop)
         cpu, wall = time.process_time() - cpu, time.time() - wall
@@ -127,9 +148,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         child.wait()
     chunks = sum(request.chunks for request in result.results)
     return {
-        "loop": args.loop, "concurrency": args.concurrency, "interval_s": args.interval,
-        "requests": len(result.results), "succeeded": result.succeeded, "chunks": chunks,
-        "wall_s": round(wall, 3), "chunks_per_s": round(chunks / wall),
+        "loop": args.loop,
+        "concurrency": args.concurrency,
+        "interval_s": args.interval,
+        "requests": len(result.results),
+        "succeeded": result.succeeded,
+        "chunks": chunks,
+        "wall_s": round(wall, 3),
+        "chunks_per_s": round(chunks / wall),
         "client_cpu_us_per_chunk": round(cpu / chunks * 1e6, 1),
         "client_cpu_share_of_one_core": round(cpu / wall, 3),
         "client_chunks_per_cpu_second": round(chunks / cpu),
@@ -144,10 +170,18 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--chunks", type=int, default=64, help="content chunks per stream")
-    parser.add_argument("--interval", type=float, default=0.0,
-                        help="server pause between chunks of one stream (0: as fast as it can)")
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="uvloop",
-                        help="client event loop (the CLI uses uvloop where installed)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.0,
+        help="server pause between chunks of one stream (0: as fast as it can)",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="uvloop",
+        help="client event loop (the CLI uses uvloop where installed)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs, one JSON line each")
     args = parser.parse_args()
     if args.serve:

@@ -54,14 +54,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}; best of 5 runs x {args.repeat} calls; CPU time\n")
-    print(f"{'exposition':<12} {'lines':>6} {'bytes':>8} {'whole parse ms':>15} "
-          f"{'ours ms':>9} {'ratio':>7}")
+    print(
+        f"{'exposition':<12} {'lines':>6} {'bytes':>8} {'whole parse ms':>15} "
+        f"{'ours ms':>9} {'ratio':>7}"
+    )
     for engines in (1, 16):
         text = capture("t3") if engines == 1 else with_engines(capture("t3"), engines)
         baseline = cpu_per_call(whole, text, max(1, args.repeat // engines))
         filtered = cpu_per_call(ours, text, args.repeat)
-        print(f"{engines:>2} engine(s) {len(text.splitlines()):>6} {len(text):>8} "
-              f"{baseline * 1000:>15.3f} {filtered * 1000:>9.3f} {baseline / filtered:>6.1f}x")
+        print(
+            f"{engines:>2} engine(s) {len(text.splitlines()):>6} {len(text):>8} "
+            f"{baseline * 1000:>15.3f} {filtered * 1000:>9.3f} {baseline / filtered:>6.1f}x"
+        )
 
 
 if __name__ == "__main__":

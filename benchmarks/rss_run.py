@@ -35,8 +35,21 @@ def main() -> None:
     args = parser.parse_args()
     with fake_vllm(with_engines(capture("t3"), 16)) as vllm:
         process = subprocess.Popen(
-            [sys.executable, "-m", "specdec_exporter.cli", "run", "--vllm-url", vllm.url,
-             "--listen", "127.0.0.1:0", "--interval", "0.1"], stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "specdec_exporter.cli",
+                "run",
+                "--vllm-url",
+                vllm.url,
+                "--listen",
+                "127.0.0.1:0",
+                "--interval",
+                "0.1",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert process.stderr is not None
         address = ""
         while not address:

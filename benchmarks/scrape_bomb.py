@@ -71,8 +71,12 @@ def main() -> None:
     with serving(bodies) as base:
         for _ in range(args.repeat):
             for mode, runs in results.items():
-                out = subprocess.run([sys.executable, "-c", CHILD, mode, base, str(CAP)],
-                                     capture_output=True, text=True, check=True).stdout
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, mode, base, str(CAP)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
                 runs.append(json.loads(out))
     print(f"bomb: {len(bomb):,} bytes on the wire, {DECODED:,} decoded; cap {CAP >> 20} MiB")
     print("| decoding | reason | peak RSS increase MiB (max of runs) | x cap | CPU s |")
@@ -80,8 +84,9 @@ def main() -> None:
     for mode, runs in results.items():
         peak = max(run["increase_kib"] for run in runs) / 1024
         cpu = min(run["cpu"] for run in runs)
-        print(f"| {mode} | {runs[0]['reason']} | {peak:.1f} | {peak / (CAP >> 20):.2f} | "
-              f"{cpu:.3f} |")
+        print(
+            f"| {mode} | {runs[0]['reason']} | {peak:.1f} | {peak / (CAP >> 20):.2f} | {cpu:.3f} |"
+        )
 
 
 if __name__ == "__main__":

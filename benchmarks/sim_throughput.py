@@ -35,9 +35,19 @@ class Totals:
 
 
 def start_simulator(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    command = [sys.executable, "-m", "specdec_exporter.cli", "simulate", "--port", "0",
-               "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}',
-               "--per-request-spec-decode-metrics", "summary", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "specdec_exporter.cli",
+        "simulate",
+        "--port",
+        "0",
+        "--speculative-config",
+        '{"method": "ngram", "num_speculative_tokens": 4}',
+        "--per-request-spec-decode-metrics",
+        "summary",
+        *extra,
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE)
     assert process.stderr is not None
     line = process.stderr.readline().decode()
@@ -55,14 +65,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def worker(client: httpx.AsyncClient, index: int, deadline: float, max_tokens: int,
-                 totals: Totals) -> None:
+async def worker(
+    client: httpx.AsyncClient, index: int, deadline: float, max_tokens: int, totals: Totals
+) -> None:
     number = 0
     while time.monotonic() < deadline:
-        body = {"messages": [{"role": "user", "content": "Tell me about speculative decoding."}],
-                "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True},
-                "temperature": TEMPERATURES[(index + number) % len(TEMPERATURES)],
-                "ignore_eos": True}
+        body = {
+            "messages": [{"role": "user", "content": "Tell me about speculative decoding."}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": TEMPERATURES[(index + number) % len(TEMPERATURES)],
+            "ignore_eos": True,
+        }
         number += 1
         try:
             async with client.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -82,8 +97,9 @@ async def run_load(url: str, concurrency: int, seconds: float, max_tokens: int) 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
         deadline = time.monotonic() + seconds
-        await asyncio.gather(*(worker(client, i, deadline, max_tokens, totals)
-                               for i in range(concurrency)))
+        await asyncio.gather(
+            *(worker(client, i, deadline, max_tokens, totals) for i in range(concurrency))
+        )
     return totals
 
 
@@ -110,8 +126,10 @@ def main() -> int:
     # A completed stream also carries the role chunk, the usage chunk and [DONE].
     content_chunks = totals.chunks - 3 * totals.requests
     report = {
-        "concurrency": args.concurrency, "seconds": round(elapsed, 2),
-        "requests": totals.requests, "errors": totals.errors,
+        "concurrency": args.concurrency,
+        "seconds": round(elapsed, 2),
+        "requests": totals.requests,
+        "errors": totals.errors,
         "sse_events_per_second": round(totals.chunks / elapsed),
         "content_chunks_per_second": round(content_chunks / elapsed),
         "tokens_per_second": round(totals.tokens / elapsed),

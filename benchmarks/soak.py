@@ -104,12 +104,21 @@ def http_request(method: str, path: str, body: bytes | None = None) -> bytes:
     head = f"{method} {path} HTTP/1.1\r\nhost: soak\r\nauthorization: Bearer sk-soak\r\n"
     if body is None:
         return (head + "\r\n").encode()
-    return (head + f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-            ).encode() + body
+    return (
+        head + f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
-def post(kind: str, path: str, document: dict[str, object], *, model_label: str | None = MODEL,
-         bucket: str | None = None, attributable: bool = True, abort: bool = False) -> Planned:
+def post(
+    kind: str,
+    path: str,
+    document: dict[str, object],
+    *,
+    model_label: str | None = MODEL,
+    bucket: str | None = None,
+    attributable: bool = True,
+    abort: bool = False,
+) -> Planned:
     temperature = document.get("temperature", VLLM_DEFAULT_TEMPERATURE)
     if bucket is None:
         assert isinstance(temperature, float)
@@ -117,13 +126,22 @@ def post(kind: str, path: str, document: dict[str, object], *, model_label: str 
     options = document.get("stream_options")
     client_usage = isinstance(options, dict) and options.get("include_usage") is True
     body = json.dumps(document, separators=(",", ":")).encode()
-    return Planned(kind, http_request("POST", path, body), model_label, bucket, attributable,
-                   stream=document.get("stream") is True, client_usage=client_usage, abort=abort)
+    return Planned(
+        kind,
+        http_request("POST", path, body),
+        model_label,
+        bucket,
+        attributable,
+        stream=document.get("stream") is True,
+        client_usage=client_usage,
+        abort=abort,
+    )
 
 
 def chat(rng: random.Random, **extra: object) -> dict[str, object]:
     document: dict[str, object] = {
-        "model": MODEL, "temperature": rng.choice(TEMPERATURES),
+        "model": MODEL,
+        "temperature": rng.choice(TEMPERATURES),
         "max_tokens": rng.randint(4, 24),
         "messages": [{"role": "user", "content": f"soak request {rng.randrange(10**6)}"}],
     }
@@ -145,44 +163,93 @@ USAGE = {"include_usage": True}
 # kind -> (its share of every 100 requests, a builder)
 MIX: dict[str, tuple[int, Callable[[random.Random], Planned]]] = {
     "chat stream (tap adds include_usage)": (
-        28, lambda r: post("chat-stream", CHAT, chat(r, stream=True))),
+        28,
+        lambda r: post("chat-stream", CHAT, chat(r, stream=True)),
+    ),
     "chat stream, include_usage": (
-        12, lambda r: post("chat-stream-usage", CHAT, chat(r, stream=True, stream_options=USAGE))),
+        12,
+        lambda r: post("chat-stream-usage", CHAT, chat(r, stream=True, stream_options=USAGE)),
+    ),
     "chat stream, stream_options {}": (
-        3, lambda r: post("chat-stream-options", CHAT, chat(r, stream=True, stream_options={}))),
+        3,
+        lambda r: post("chat-stream-options", CHAT, chat(r, stream=True, stream_options={})),
+    ),
     "chat stream, no model, no temperature": (
-        4, lambda r: post("chat-stream-defaults", CHAT,
-                          chat(r, stream=True, model=None, temperature=None))),
+        4,
+        lambda r: post(
+            "chat-stream-defaults", CHAT, chat(r, stream=True, model=None, temperature=None)
+        ),
+    ),
     "chat": (18, lambda r: post("chat", CHAT, chat(r))),
     "completions": (8, lambda r: post("completions", COMPLETIONS, completion(r))),
     "completions stream": (
-        8, lambda r: post("completions-stream", COMPLETIONS, completion(r, stream=True))),
+        8,
+        lambda r: post("completions-stream", COMPLETIONS, completion(r, stream=True)),
+    ),
     "chat stream aborted by the client": (
-        3, lambda r: post("chat-abort", CHAT,
-                          chat(r, stream=True, max_tokens=LONG_STREAM_TOKENS, ignore_eos=True),
-                          attributable=False, abort=True)),
+        3,
+        lambda r: post(
+            "chat-abort",
+            CHAT,
+            chat(r, stream=True, max_tokens=LONG_STREAM_TOKENS, ignore_eos=True),
+            attributable=False,
+            abort=True,
+        ),
+    ),
     "completions stream, include_usage, aborted": (
-        1, lambda r: post("completions-abort", COMPLETIONS,
-                          completion(r, stream=True, stream_options=USAGE,
-                                     max_tokens=LONG_STREAM_TOKENS, ignore_eos=True),
-                          attributable=False, abort=True)),
+        1,
+        lambda r: post(
+            "completions-abort",
+            COMPLETIONS,
+            completion(
+                r, stream=True, stream_options=USAGE, max_tokens=LONG_STREAM_TOKENS, ignore_eos=True
+            ),
+            attributable=False,
+            abort=True,
+        ),
+    ),
     "unknown model (404)": (
-        2, lambda r: post("unknown-model", CHAT, chat(r, model="not-served", temperature=0.7),
-                          model_label=OTHER_MODEL, attributable=False)),
+        2,
+        lambda r: post(
+            "unknown-model",
+            CHAT,
+            chat(r, model="not-served", temperature=0.7),
+            model_label=OTHER_MODEL,
+            attributable=False,
+        ),
+    ),
     "temperature a string (400, bucket invalid)": (
-        1, lambda r: post("invalid-temperature", CHAT, chat(r, temperature="hot"),
-                          bucket=INVALID_LABEL, attributable=False)),
+        1,
+        lambda r: post(
+            "invalid-temperature",
+            CHAT,
+            chat(r, temperature="hot"),
+            bucket=INVALID_LABEL,
+            attributable=False,
+        ),
+    ),
     "temperature 2.5 (400)": (
-        1, lambda r: post("temperature-2.5", CHAT, chat(r, temperature=2.5),
-                          attributable=False)),
+        1,
+        lambda r: post("temperature-2.5", CHAT, chat(r, temperature=2.5), attributable=False),
+    ),
     "n=2 (no per-request metrics)": (
-        2, lambda r: post("n2", CHAT, chat(r, n=2, temperature=0.8), attributable=False)),
+        2,
+        lambda r: post("n2", CHAT, chat(r, n=2, temperature=0.8), attributable=False),
+    ),
     "body over the inspection cap": (
-        1, lambda r: post("over-cap", CHAT,
-                          chat(r, messages=[{"role": "user", "content": "x" * (INSPECT_CAP + 1)}]),
-                          bucket=UNKNOWN_LABEL, attributable=False)),
+        1,
+        lambda r: post(
+            "over-cap",
+            CHAT,
+            chat(r, messages=[{"role": "user", "content": "x" * (INSPECT_CAP + 1)}]),
+            bucket=UNKNOWN_LABEL,
+            attributable=False,
+        ),
+    ),
     "GET /v1/models (not inspected)": (
-        8, lambda r: Planned("models", http_request("GET", "/v1/models"), None, "", False)),
+        8,
+        lambda r: Planned("models", http_request("GET", "/v1/models"), None, "", False),
+    ),
 }
 
 
@@ -230,8 +297,7 @@ class Ledger:
 
     sent: int = 0
     inspected: int = 0
-    expected: collections.Counter[tuple[str, str, str]] = field(
-        default_factory=collections.Counter)
+    expected: collections.Counter[tuple[str, str, str]] = field(default_factory=collections.Counter)
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     anomalies: collections.Counter[str] = field(default_factory=collections.Counter)
 
@@ -299,8 +365,12 @@ async def run_one(client: Client, plan: Planned, ledger: Ledger) -> None:
         client.abort()
         response, ending = Response(), f"error {exc.__class__.__name__}"
         ledger.anomalies[f"{plan.kind}: {ending}"] += 1
-    if (ending == "complete" and response.status == 200 and plan.stream
-            and not response.body.endswith(DONE)):
+    if (
+        ending == "complete"
+        and response.status == 200
+        and plan.stream
+        and not response.body.endswith(DONE)
+    ):
         ending = "ended early"  # vLLM restarted under it: no usage chunk, no [DONE]
     if plan.abort and response.status == 200 and ending == "complete":
         ledger.anomalies[f"{plan.kind}: not aborted ({ending}, {response.status})"] += 1
@@ -316,8 +386,9 @@ async def run_one(client: Client, plan: Planned, ledger: Ledger) -> None:
     ledger.expected[(plan.model_label, plan.bucket, "true" if attributed else "false")] += 1
 
 
-async def run_batch(clients: list[Client], plans: collections.deque[Planned],
-                    ledger: Ledger) -> None:
+async def run_batch(
+    clients: list[Client], plans: collections.deque[Planned], ledger: Ledger
+) -> None:
     async def worker(client: Client) -> None:
         while plans:
             await run_one(client, plans.popleft(), ledger)
@@ -333,9 +404,13 @@ class Child:
 
     def __init__(self, args: list[str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "specdec_exporter.cli", *args], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            [sys.executable, "-m", "specdec_exporter.cli", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.lines: collections.deque[str] = collections.deque(maxlen=40)
         self.counts: collections.Counter[str] = collections.Counter()
         self.found: dict[str, str] = {}
@@ -362,8 +437,9 @@ class Child:
         deadline = time.monotonic() + timeout
         while not all(key in self.found for key in patterns):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.process.args[3]} did not start: "
-                                   + "\n".join(self.lines))
+                raise RuntimeError(
+                    f"{self.process.args[3]} did not start: " + "\n".join(self.lines)
+                )
             self._event.wait(0.1)
             self._event.clear()
         return {key: self.found[key] for key in patterns}
@@ -385,21 +461,53 @@ class Child:
 @contextlib.contextmanager
 def processes(speed: float, seed: int) -> Iterator[tuple[Child, str, Child, str, str]]:
     """(simulator, its URL, sidecar, its metrics URL, the tap's host:port)."""
-    sim = Child(["simulate", "--port", "0", "--served-model-name", MODEL,
-                 "--speculative-config", SPECULATIVE_CONFIG,
-                 "--per-request-spec-decode-metrics", "summary", "--speed", f"{speed:g}",
-                 "--mean-output-tokens", "16", "--max-model-len", str(2 * LONG_STREAM_TOKENS),
-                 "--seed", str(seed)])
+    sim = Child(
+        [
+            "simulate",
+            "--port",
+            "0",
+            "--served-model-name",
+            MODEL,
+            "--speculative-config",
+            SPECULATIVE_CONFIG,
+            "--per-request-spec-decode-metrics",
+            "summary",
+            "--speed",
+            f"{speed:g}",
+            "--mean-output-tokens",
+            "16",
+            "--max-model-len",
+            str(2 * LONG_STREAM_TOKENS),
+            "--seed",
+            str(seed),
+        ]
+    )
     sidecar: Child | None = None
     try:
         sim_url = sim.wait_for({"url": r"at (http://127\.0\.0\.1:\d+)"})["url"]
-        sidecar = Child(["run", "--vllm-url", sim_url, "--listen", "127.0.0.1:0",
-                         "--proxy-listen", "127.0.0.1:0", "--interval", "0.5",
-                         "--scrape-timeout", "0.4", "--proxy-inspect-max-bytes",
-                         str(INSPECT_CAP)])
-        found = sidecar.wait_for({
-            "metrics": r'"component": ?"metrics".*"address": ?"([\d.:]+)"',
-            "tap": r'"component": ?"tap".*"address": ?"([\d.:]+)"'})
+        sidecar = Child(
+            [
+                "run",
+                "--vllm-url",
+                sim_url,
+                "--listen",
+                "127.0.0.1:0",
+                "--proxy-listen",
+                "127.0.0.1:0",
+                "--interval",
+                "0.5",
+                "--scrape-timeout",
+                "0.4",
+                "--proxy-inspect-max-bytes",
+                str(INSPECT_CAP),
+            ]
+        )
+        found = sidecar.wait_for(
+            {
+                "metrics": r'"component": ?"metrics".*"address": ?"([\d.:]+)"',
+                "tap": r'"component": ?"tap".*"address": ?"([\d.:]+)"',
+            }
+        )
         yield sim, sim_url, sidecar, f"http://{found['metrics']}", found["tap"]
     finally:
         if sidecar is not None:
@@ -472,8 +580,16 @@ async def scrape(metrics_url: str) -> Exposition:
 async def take_sample(pid: int, metrics_url: str, requests: int, started: float) -> Sample:
     fds, rss = open_fds(pid), rss_bytes(pid)  # read before our scrape opens a connection
     exposition = await scrape(metrics_url)
-    return Sample(requests, round(time.monotonic() - started, 3), rss, fds, exposition.series,
-                  exposition.up, sum(exposition.requests.values()), os.getloadavg()[0])
+    return Sample(
+        requests,
+        round(time.monotonic() - started, 3),
+        rss,
+        fds,
+        exposition.series,
+        exposition.up,
+        sum(exposition.requests.values()),
+        os.getloadavg()[0],
+    )
 
 
 @dataclass(frozen=True)
@@ -483,8 +599,9 @@ class Check:
     detail: str
 
 
-def judge(samples: list[Sample], *, baseline_fds: int, end_fds: int, end_series: int,
-          concurrency: int) -> list[Check]:
+def judge(
+    samples: list[Sample], *, baseline_fds: int, end_fds: int, end_series: int, concurrency: int
+) -> list[Check]:
     """Flat, precisely. The first 10 % of the samples (at least one) are the warm-up. After it:
 
     - RSS: max - min <= 10 MiB;
@@ -502,21 +619,40 @@ def judge(samples: list[Sample], *, baseline_fds: int, end_fds: int, end_series:
     steady = samples[warm:]
     rss = [sample.rss_bytes for sample in steady]
     spread = max(rss) - min(rss)
-    checks = [Check("rss", spread <= RSS_SPREAD_LIMIT,
-                    f"RSS {min(rss) / MIB:.1f}-{max(rss) / MIB:.1f} MiB after the warm-up, "
-                    f"spread {spread / MIB:.2f} MiB (limit {RSS_SPREAD_LIMIT / MIB:.0f} MiB)")]
+    checks = [
+        Check(
+            "rss",
+            spread <= RSS_SPREAD_LIMIT,
+            f"RSS {min(rss) / MIB:.1f}-{max(rss) / MIB:.1f} MiB after the warm-up, "
+            f"spread {spread / MIB:.2f} MiB (limit {RSS_SPREAD_LIMIT / MIB:.0f} MiB)",
+        )
+    ]
     fds = [sample.fds for sample in steady]
     ceiling_fds = baseline_fds + 2 * concurrency + FD_FIXED_SLACK
-    checks.append(Check("fds", max(fds) <= ceiling_fds,
-                        f"fds {min(fds)}-{max(fds)} after the warm-up (limit {ceiling_fds})"))
-    checks.append(Check("fds at the end", end_fds - baseline_fds <= FD_END_SLACK,
-                        f"fds {baseline_fds} before traffic, {end_fds} after "
-                        f"(limit +{FD_END_SLACK})"))
+    checks.append(
+        Check(
+            "fds",
+            max(fds) <= ceiling_fds,
+            f"fds {min(fds)}-{max(fds)} after the warm-up (limit {ceiling_fds})",
+        )
+    )
+    checks.append(
+        Check(
+            "fds at the end",
+            end_fds - baseline_fds <= FD_END_SLACK,
+            f"fds {baseline_fds} before traffic, {end_fds} after (limit +{FD_END_SLACK})",
+        )
+    )
     ceiling = max(sample.series for sample in samples[:warm])
     highest = max(sample.series for sample in steady)
-    checks.append(Check("series", highest <= ceiling and end_series == ceiling,
-                        f"series at most {ceiling} in the warm-up, at most {highest} after, "
-                        f"{end_series} at the end"))
+    checks.append(
+        Check(
+            "series",
+            highest <= ceiling and end_series == ceiling,
+            f"series at most {ceiling} in the warm-up, at most {highest} after, "
+            f"{end_series} at the end",
+        )
+    )
     return checks
 
 
@@ -526,13 +662,23 @@ def count_check(ledger: Ledger, counted: dict[tuple[str, str, str], int]) -> Che
     got = {key: value for key, value in counted.items() if value}
     total = sum(got.values())
     if got == expected:
-        return Check("counts", True, f"tap counted {total:,} = {ledger.inspected:,} inspected "
-                     f"requests sent (exact, in {len(expected)} label sets)")
-    differences = {"/".join(key): (expected.get(key, 0), got.get(key, 0))
-                   for key in sorted(expected.keys() | got.keys())
-                   if expected.get(key, 0) != got.get(key, 0)}
-    return Check("counts", False, f"tap counted {total:,}, sent {ledger.inspected:,}; "
-                 f"(sent, counted) per label set differing: {differences}")
+        return Check(
+            "counts",
+            True,
+            f"tap counted {total:,} = {ledger.inspected:,} inspected "
+            f"requests sent (exact, in {len(expected)} label sets)",
+        )
+    differences = {
+        "/".join(key): (expected.get(key, 0), got.get(key, 0))
+        for key in sorted(expected.keys() | got.keys())
+        if expected.get(key, 0) != got.get(key, 0)
+    }
+    return Check(
+        "counts",
+        False,
+        f"tap counted {total:,}, sent {ledger.inspected:,}; "
+        f"(sent, counted) per label set differing: {differences}",
+    )
 
 
 # ---------------------------------------------------------------- the run
@@ -559,9 +705,11 @@ class SoakResult:
         failed = [check.name for check in self.checks if not check.ok]
         head = "PASS" if self.passed else f"FAIL ({', '.join(failed)})"
         rate = self.requests / self.seconds if self.seconds else 0.0
-        return (f"soak {head}: {self.requests:,} of {self.target:,} requests in "
-                f"{self.seconds / 60:.1f} min ({rate:.0f}/s), {self.faults} faults; "
-                + "; ".join(check.detail for check in self.checks))
+        return (
+            f"soak {head}: {self.requests:,} of {self.target:,} requests in "
+            f"{self.seconds / 60:.1f} min ({rate:.0f}/s), {self.faults} faults; "
+            + "; ".join(check.detail for check in self.checks)
+        )
 
 
 @dataclass
@@ -579,8 +727,7 @@ class Driven:
     cpu: dict[str, float]
 
 
-async def settle(condition: Callable[[], Awaitable[bool]],
-                 timeout: float = SETTLE_TIMEOUT) -> None:
+async def settle(condition: Callable[[], Awaitable[bool]], timeout: float = SETTLE_TIMEOUT) -> None:
     """Poll an async predicate until it holds or the deadline passes (no fixed sleeps)."""
     deadline = time.monotonic() + timeout
     while not await condition():
@@ -589,8 +736,7 @@ async def settle(condition: Callable[[], Awaitable[bool]],
         await asyncio.sleep(0.05)
 
 
-async def control(sim_url: str, path: str, document: dict[str, object],
-                  delay: float = 0.0) -> None:
+async def control(sim_url: str, path: str, document: dict[str, object], delay: float = 0.0) -> None:
     """POST to the simulator's control API after ``delay``; retried while it refuses connections."""
     await asyncio.sleep(delay)
     deadline = time.monotonic() + SETTLE_TIMEOUT
@@ -605,10 +751,22 @@ async def control(sim_url: str, path: str, document: dict[str, object],
             await asyncio.sleep(0.05)
 
 
-async def soak(requests: int, *, concurrency: int, fault_every: int, max_seconds: float,
-               seed: int, pid: int, sim_pid: int, sim_url: str, metrics_url: str, tap: str,
-               progress: bool) -> Driven:
+async def soak(
+    requests: int,
+    *,
+    concurrency: int,
+    fault_every: int,
+    max_seconds: float,
+    seed: int,
+    pid: int,
+    sim_pid: int,
+    sim_url: str,
+    metrics_url: str,
+    tap: str,
+    progress: bool,
+) -> Driven:
     """Drive the traffic, sampling every 1,000 requests; then let the sidecar settle."""
+
     async def model_known() -> bool:
         exposition = await scrape(metrics_url)
         return exposition.up == 1 and any(key[0] == MODEL for key in exposition.requests)
@@ -628,8 +786,9 @@ async def soak(requests: int, *, concurrency: int, fault_every: int, max_seconds
             fault = asyncio.create_task(control(sim_url, path, document, FAULT_DELAY))
             faults += 1
             next_fault += fault_every
-        batch = collections.deque(next(plans) for _ in range(min(SAMPLE_EVERY,
-                                                                 requests - ledger.sent)))
+        batch = collections.deque(
+            next(plans) for _ in range(min(SAMPLE_EVERY, requests - ledger.sent))
+        )
         await run_batch(clients, batch, ledger)
         if fault is not None:
             await fault
@@ -654,35 +813,84 @@ async def soak(requests: int, *, concurrency: int, fault_every: int, max_seconds
     await settle(fds_back)
     end_fds = open_fds(pid)
     end = await scrape(metrics_url)
-    samples.append(Sample(ledger.sent, round(elapsed, 3), rss_bytes(pid), end_fds, end.series,
-                          end.up, sum(end.requests.values()), os.getloadavg()[0]))
+    samples.append(
+        Sample(
+            ledger.sent,
+            round(elapsed, 3),
+            rss_bytes(pid),
+            end_fds,
+            end.series,
+            end.up,
+            sum(end.requests.values()),
+            os.getloadavg()[0],
+        )
+    )
     cpu = {"sidecar": cpu_seconds(pid), "simulator": cpu_seconds(sim_pid)}
-    return Driven(samples, ledger, baseline.fds, end_fds, end.series, end.requests, faults,
-                  elapsed, cpu)
+    return Driven(
+        samples, ledger, baseline.fds, end_fds, end.series, end.requests, faults, elapsed, cpu
+    )
 
 
-def run_soak(requests: int, *, concurrency: int = 32, fault_every: int = 10_000,
-             max_seconds: float = 6 * 3600, speed: float = 20.0, seed: int = 0,
-             out: Path | None = None, progress: bool = False) -> SoakResult:
+def run_soak(
+    requests: int,
+    *,
+    concurrency: int = 32,
+    fault_every: int = 10_000,
+    max_seconds: float = 6 * 3600,
+    speed: float = 20.0,
+    seed: int = 0,
+    out: Path | None = None,
+    progress: bool = False,
+) -> SoakResult:
     import uvloop  # noqa: PLC0415
 
     with processes(speed, seed) as (sim, sim_url, sidecar, metrics_url, tap):
-        run = uvloop.run(soak(
-            requests, concurrency=concurrency, fault_every=fault_every,
-            max_seconds=max_seconds, seed=seed, pid=sidecar.process.pid,
-            sim_pid=sim.process.pid, sim_url=sim_url,
-            metrics_url=metrics_url, tap=tap, progress=progress))
+        run = uvloop.run(
+            soak(
+                requests,
+                concurrency=concurrency,
+                fault_every=fault_every,
+                max_seconds=max_seconds,
+                seed=seed,
+                pid=sidecar.process.pid,
+                sim_pid=sim.process.pid,
+                sim_url=sim_url,
+                metrics_url=metrics_url,
+                tap=tap,
+                progress=progress,
+            )
+        )
     code = sidecar.process.returncode
     # the first sample is before traffic, the last the settled end: flatness is judged between
-    checks = judge(run.samples[1:-1], baseline_fds=run.baseline_fds, end_fds=run.end_fds,
-                   end_series=run.end_series, concurrency=concurrency)
+    checks = judge(
+        run.samples[1:-1],
+        baseline_fds=run.baseline_fds,
+        end_fds=run.end_fds,
+        end_series=run.end_series,
+        concurrency=concurrency,
+    )
     checks.append(count_check(run.ledger, run.counted))
     anomalies = sum(run.ledger.anomalies.values())
-    checks.append(Check("anomalies", anomalies == 0,
-                        f"{anomalies} client-side anomalies {dict(run.ledger.anomalies)}"))
+    checks.append(
+        Check(
+            "anomalies",
+            anomalies == 0,
+            f"{anomalies} client-side anomalies {dict(run.ledger.anomalies)}",
+        )
+    )
     checks.append(Check("exit", code == 0, f"sidecar exit code {code} on SIGTERM"))
-    result = SoakResult(run.ledger.sent, requests, run.seconds, run.samples, checks, run.ledger,
-                        run.faults, code, dict(sidecar.counts), run.cpu)
+    result = SoakResult(
+        run.ledger.sent,
+        requests,
+        run.seconds,
+        run.samples,
+        checks,
+        run.ledger,
+        run.faults,
+        code,
+        dict(sidecar.counts),
+        run.cpu,
+    )
     if out is not None:
         write_results(result, out)
     return result
@@ -695,35 +903,57 @@ def write_results(result: SoakResult, out: Path) -> None:
         writer.writeheader()
         writer.writerows(asdict(sample) for sample in result.samples)
     summary = {
-        "verdict": result.verdict(), "passed": result.passed, "requests": result.requests,
-        "target": result.target, "seconds": round(result.seconds, 1), "faults": result.faults,
+        "verdict": result.verdict(),
+        "passed": result.passed,
+        "requests": result.requests,
+        "target": result.target,
+        "seconds": round(result.seconds, 1),
+        "faults": result.faults,
         "checks": [asdict(check) for check in result.checks],
         "outcomes": dict(sorted(result.ledger.outcomes.items())),
         "sidecar_log_levels": result.sidecar_log_levels,
         "cpu_seconds": result.cpu_seconds,
-        "cpu_us_per_request": {name: round(seconds / max(1, result.requests) * 1e6)
-                               for name, seconds in result.cpu_seconds.items()},
+        "cpu_us_per_request": {
+            name: round(seconds / max(1, result.requests) * 1e6)
+            for name, seconds in result.cpu_seconds.items()
+        },
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=1_000_000)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--fault-every", type=int, default=10_000,
-                        help="requests between two /sim/fault injections (0: none)")
-    parser.add_argument("--max-seconds", type=float, default=6 * 3600,
-                        help="stop sending after this long and judge what was done")
+    parser.add_argument(
+        "--fault-every",
+        type=int,
+        default=10_000,
+        help="requests between two /sim/fault injections (0: none)",
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=6 * 3600,
+        help="stop sending after this long and judge what was done",
+    )
     parser.add_argument("--speed", type=float, default=20.0, help="the simulator's --speed")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("soak-results"))
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    result = run_soak(args.requests, concurrency=args.concurrency, fault_every=args.fault_every,
-                      max_seconds=args.max_seconds, speed=args.speed, seed=args.seed,
-                      out=args.out, progress=True)
+    result = run_soak(
+        args.requests,
+        concurrency=args.concurrency,
+        fault_every=args.fault_every,
+        max_seconds=args.max_seconds,
+        speed=args.speed,
+        seed=args.seed,
+        out=args.out,
+        progress=True,
+    )
     print(f"samples: {args.out / 'samples.csv'}; summary: {args.out / 'summary.json'}")
     print(result.verdict())
     sys.exit(0 if result.passed else 1)

@@ -136,16 +136,19 @@ def compare(baseline: Path | None, repeat: int, streams: int) -> None:
                 runs[name].append(run(src, kind, streams))
         for name, values in runs.items():
             low, median, high = min(values), statistics.median(values), max(values)
-            print(f"{kind:12} {name:14} CPU per chunk: median {median:.2f} µs "
-                  f"(min {low:.2f}, max {high:.2f}, {repeat} runs)")
+            print(
+                f"{kind:12} {name:14} CPU per chunk: median {median:.2f} µs "
+                f"(min {low:.2f}, max {high:.2f}, {repeat} runs)"
+            )
         if baseline is not None:
             ratio = statistics.median(runs["this checkout"]) / statistics.median(runs["baseline"])
             print(f"{kind:12} this checkout / baseline: {ratio:.3f}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("role", nargs="?", default="run", choices=["run", "measure"])
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--repeat", type=int, default=6)

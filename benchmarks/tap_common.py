@@ -23,34 +23,46 @@ import httptools
 HERE = Path(__file__).resolve()
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-CONTENT_EVENT = (b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
-                 b'"created":1795323868,"model":"bench","choices":[{"index":0,"delta":'
-                 b'{"content":"aiaiaiaiai"},"logprobs":null,"finish_reason":null,'
-                 b'"token_ids":null}]}\n\n')
-ROLE_EVENT = (b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
-              b'"created":1795323868,"model":"bench","choices":[{"index":0,"delta":{"role":'
-              b'"assistant","content":""},"logprobs":null,"finish_reason":null}],'
-              b'"prompt_token_ids":null,"prompt_text":null}\n\n')
-FINISH_EVENT = (b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
-                b'"created":1795323868,"model":"bench","choices":[{"index":0,"delta":'
-                b'{"content":" U"},"logprobs":null,"finish_reason":"length","stop_reason":null,'
-                b'"token_ids":null}]}\n\n')
-USAGE_EVENT = (b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
-               b'"created":1795323868,"model":"bench","choices":[],"usage":{"prompt_tokens":10,'
-               b'"total_tokens":106,"completion_tokens":96},"system_fingerprint":'
-               b'"vllm-0.32.0-52476dec","metrics":{"speculative_decoding":{'
-               b'"mean_acceptance_length":2.2093023255813953,"draft_acceptance_rate":'
-               b'0.3023255813953488,"acceptance_histogram":[19,12,3,2,7],"num_spec_steps":43,'
-               b'"num_accepted_draft_tokens":52,"num_draft_tokens":172,"num_spec_tokens":4}}}\n\n')
+CONTENT_EVENT = (
+    b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
+    b'"created":1795323868,"model":"bench","choices":[{"index":0,"delta":'
+    b'{"content":"aiaiaiaiai"},"logprobs":null,"finish_reason":null,'
+    b'"token_ids":null}]}\n\n'
+)
+ROLE_EVENT = (
+    b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
+    b'"created":1795323868,"model":"bench","choices":[{"index":0,"delta":{"role":'
+    b'"assistant","content":""},"logprobs":null,"finish_reason":null}],'
+    b'"prompt_token_ids":null,"prompt_text":null}\n\n'
+)
+FINISH_EVENT = (
+    b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
+    b'"created":1795323868,"model":"bench","choices":[{"index":0,"delta":'
+    b'{"content":" U"},"logprobs":null,"finish_reason":"length","stop_reason":null,'
+    b'"token_ids":null}]}\n\n'
+)
+USAGE_EVENT = (
+    b'data: {"id":"chatcmpl-b69275bd15214acc","object":"chat.completion.chunk",'
+    b'"created":1795323868,"model":"bench","choices":[],"usage":{"prompt_tokens":10,'
+    b'"total_tokens":106,"completion_tokens":96},"system_fingerprint":'
+    b'"vllm-0.32.0-52476dec","metrics":{"speculative_decoding":{'
+    b'"mean_acceptance_length":2.2093023255813953,"draft_acceptance_rate":'
+    b'0.3023255813953488,"acceptance_histogram":[19,12,3,2,7],"num_spec_steps":43,'
+    b'"num_accepted_draft_tokens":52,"num_draft_tokens":172,"num_spec_tokens":4}}}\n\n'
+)
 DONE_EVENT = b"data: [DONE]\n\n"
 FINGERPRINT_MEMBER = b',"system_fingerprint":"vllm-0.32.0-52476dec"'
-RESPONSE_HEAD = (b"HTTP/1.1 200 OK\r\ndate: Sat, 22 Nov 2026 05:20:00 GMT\r\nserver: uvicorn\r\n"
-                 b"content-type: text/event-stream; charset=utf-8\r\n"
-                 b"transfer-encoding: chunked\r\n\r\n")
-JSON_BODY = (b'{"id":"cmpl-1","object":"chat.completion","model":"bench","choices":[],'
-             b'"usage":{"prompt_tokens":1,"total_tokens":2,"completion_tokens":1},'
-             b'"metrics":{"speculative_decoding":{"num_spec_steps":1,"num_draft_tokens":4,'
-             b'"num_accepted_draft_tokens":2,"num_spec_tokens":4}}}')
+RESPONSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ndate: Sat, 22 Nov 2026 05:20:00 GMT\r\nserver: uvicorn\r\n"
+    b"content-type: text/event-stream; charset=utf-8\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+JSON_BODY = (
+    b'{"id":"cmpl-1","object":"chat.completion","model":"bench","choices":[],'
+    b'"usage":{"prompt_tokens":1,"total_tokens":2,"completion_tokens":1},'
+    b'"metrics":{"speculative_decoding":{"num_spec_steps":1,"num_draft_tokens":4,'
+    b'"num_accepted_draft_tokens":2,"num_spec_tokens":4}}}'
+)
 
 
 def frame(event: bytes) -> bytes:
@@ -100,8 +112,10 @@ class SseUpstream(asyncio.Protocol):
     def on_message_complete(self) -> None:
         body = bytes(self.body)
         if b'"stream":true' not in body and b'"stream": true' not in body:
-            self._write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                        b"content-length: %d\r\n\r\n%b" % (len(JSON_BODY), JSON_BODY))
+            self._write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%b" % (len(JSON_BODY), JSON_BODY)
+            )
             return
         with_usage = b'"include_usage":true' in body or b'"include_usage": true' in body
         self._write(RESPONSE_HEAD)
@@ -133,8 +147,9 @@ class SseUpstream(asyncio.Protocol):
 
 async def serve_upstream(port: int, chunks: int, interval: float) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: SseUpstream(chunks, interval), "127.0.0.1", port,
-                                      backlog=1024)
+    server = await loop.create_server(
+        lambda: SseUpstream(chunks, interval), "127.0.0.1", port, backlog=1024
+    )
     async with server:
         await server.serve_forever()
 
@@ -153,7 +168,9 @@ class LoadResult:
     def summary(self) -> dict[str, float]:
         ordered = sorted(self.ttft_ms) or [float("nan")]
         return {
-            "requests": self.requests, "errors": self.errors, "events": self.events,
+            "requests": self.requests,
+            "errors": self.errors,
+            "events": self.events,
             "seconds": round(self.seconds, 3),
             "ttft_p50_ms": round(statistics.median(ordered), 3),
             "ttft_p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3),
@@ -164,8 +181,14 @@ class LoadResult:
 class StreamClient(asyncio.Protocol):
     """One keep-alive connection sending requests one after another."""
 
-    def __init__(self, request: bytes | Callable[[], bytes], count: int, result: LoadResult,
-                 done: asyncio.Future[None], delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        request: bytes | Callable[[], bytes],
+        count: int,
+        result: LoadResult,
+        done: asyncio.Future[None],
+        delay: float = 0.0,
+    ) -> None:
         self.request = request if callable(request) else (lambda: request)
         self.remaining = count
         self.result = result
@@ -218,10 +241,13 @@ class StreamClient(asyncio.Protocol):
             self.done.set_result(None)
 
 
-def chat_request(stream: bool, include_usage: bool = False, temperature: float = 0.7,
-                 model: str = "bench") -> bytes:
+def chat_request(
+    stream: bool, include_usage: bool = False, temperature: float = 0.7, model: str = "bench"
+) -> bytes:
     document: dict[str, object] = {
-        "model": model, "temperature": temperature, "max_tokens": 96,
+        "model": model,
+        "temperature": temperature,
+        "max_tokens": 96,
         "messages": [{"role": "user", "content": "def main():"}],
     }
     if stream:
@@ -229,13 +255,20 @@ def chat_request(stream: bool, include_usage: bool = False, temperature: float =
     if include_usage:
         document["stream_options"] = {"include_usage": True}
     body = json.dumps(document, separators=(",", ":")).encode()
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\n"
-            b"content-type: application/json\r\nauthorization: Bearer sk-bench\r\n"
-            b"content-length: %d\r\n\r\n%b" % (len(body), body))
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\n"
+        b"content-type: application/json\r\nauthorization: Bearer sk-bench\r\n"
+        b"content-length: %d\r\n\r\n%b" % (len(body), body)
+    )
 
 
-async def run_load(port: int, concurrency: int, per_connection: int,
-                   request: bytes | Callable[[], bytes], stagger: float = 0.0) -> LoadResult:
+async def run_load(
+    port: int,
+    concurrency: int,
+    per_connection: int,
+    request: bytes | Callable[[], bytes],
+    stagger: float = 0.0,
+) -> LoadResult:
     """``concurrency`` keep-alive connections, each sending ``per_connection`` requests in turn.
 
     Connection i starts ``i * stagger / concurrency`` seconds late, so streams are spread over
@@ -250,8 +283,11 @@ async def run_load(port: int, concurrency: int, per_connection: int,
         delay = index * stagger / concurrency
         await loop.create_connection(
             lambda done=done, delay=delay: StreamClient(  # type: ignore[misc]
-                request, per_connection, result, done, delay),
-            "127.0.0.1", port)
+                request, per_connection, result, done, delay
+            ),
+            "127.0.0.1",
+            port,
+        )
         waits.append(done)
     await asyncio.gather(*waits)
     result.seconds = time.perf_counter() - started
@@ -288,8 +324,9 @@ class IdleClient(asyncio.Protocol):
             self.answered.set_result(ok)
 
 
-async def open_idle(port: int, count: int, request: bytes, wave: int = 256
-                    ) -> list[asyncio.BaseTransport]:
+async def open_idle(
+    port: int, count: int, request: bytes, wave: int = 256
+) -> list[asyncio.BaseTransport]:
     """``count`` keep-alive connections that each had one answered request and now sit idle."""
     loop = asyncio.get_running_loop()
     transports: list[asyncio.BaseTransport] = []
@@ -299,7 +336,9 @@ async def open_idle(port: int, count: int, request: bytes, wave: int = 256
             answered: asyncio.Future[bool] = loop.create_future()
             transport, _ = await loop.create_connection(
                 lambda answered=answered: IdleClient(request, answered),  # type: ignore[misc]
-                "127.0.0.1", port)
+                "127.0.0.1",
+                port,
+            )
             transports.append(transport)
             answers.append(answered)
         if not all(await asyncio.gather(*answers)):
@@ -318,8 +357,19 @@ def raise_fd_limit() -> int:
 
 # ---------------------------------------------------------------- the obvious Python proxy
 
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
-                        "transfer-encoding", "upgrade", "host", "content-length"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 
 
 def serve_starlette(port: int, upstream_port: int) -> None:
@@ -334,24 +384,49 @@ def serve_starlette(port: int, upstream_port: int) -> None:
     from starlette.routing import Route  # noqa: PLC0415
 
     client = httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{upstream_port}", timeout=None, trust_env=False,
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        base_url=f"http://127.0.0.1:{upstream_port}",
+        timeout=None,
+        trust_env=False,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+    )
 
     async def proxy(request: Request) -> StreamingResponse:
-        headers = [(name, value) for name, value in request.headers.raw
-                   if name.decode("latin-1").lower() not in HOP_BY_HOP]
-        upstream = client.build_request(request.method, request.url.path,
-                                        params=request.url.query, headers=headers,
-                                        content=await request.body())
+        headers = [
+            (name, value)
+            for name, value in request.headers.raw
+            if name.decode("latin-1").lower() not in HOP_BY_HOP
+        ]
+        upstream = client.build_request(
+            request.method,
+            request.url.path,
+            params=request.url.query,
+            headers=headers,
+            content=await request.body(),
+        )
         response = await client.send(upstream, stream=True)
-        passed = {name: value for name, value in response.headers.items()
-                  if name.lower() not in HOP_BY_HOP}
-        return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
-                                 headers=passed, background=BackgroundTask(response.aclose))
+        passed = {
+            name: value
+            for name, value in response.headers.items()
+            if name.lower() not in HOP_BY_HOP
+        }
+        return StreamingResponse(
+            response.aiter_raw(),
+            status_code=response.status_code,
+            headers=passed,
+            background=BackgroundTask(response.aclose),
+        )
 
     app = Starlette(routes=[Route("/{path:path}", proxy, methods=["GET", "POST"])])
-    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
-                log_level="warning", access_log=False, timeout_keep_alive=75)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=75,
+    )
 
 
 # ---------------------------------------------------------------- processes and /proc
@@ -453,10 +528,12 @@ class Nginx:
         self.prefix = tempfile.mkdtemp(prefix="tap-bench-nginx-")
         user = "user root;" if os.geteuid() == 0 else ""
         conf = Path(self.prefix) / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(prefix=self.prefix, upstream=upstream_port,
-                                          port=self.port, user=user))
-        self.process = subprocess.Popen([binary, "-c", str(conf), "-p", self.prefix],
-                                        stdin=subprocess.DEVNULL)
+        conf.write_text(
+            NGINX_CONF.format(prefix=self.prefix, upstream=upstream_port, port=self.port, user=user)
+        )
+        self.process = subprocess.Popen(
+            [binary, "-c", str(conf), "-p", self.prefix], stdin=subprocess.DEVNULL
+        )
         wait_for_port(self.port)
         if cpus:
             for pid in self.pids():

@@ -76,14 +76,16 @@ def serve_tap(port: int, upstream_port: int) -> None:
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 
     install_uvloop()
-    settings = Settings(vllm_url=f"http://127.0.0.1:{upstream_port}",
-                        proxy_listen=f"127.0.0.1:{port}")
+    settings = Settings(
+        vllm_url=f"http://127.0.0.1:{upstream_port}", proxy_listen=f"127.0.0.1:{port}"
+    )
     stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
     asyncio.run(run_tap(settings, stats, lambda: frozenset({"bench"})))
 
 
-def load_once(port: int, concurrency: int, per_connection: int, kind: str,
-              stagger: float) -> dict[str, float]:
+def load_once(
+    port: int, concurrency: int, per_connection: int, kind: str, stagger: float
+) -> dict[str, float]:
     install_uvloop()
     result = asyncio.run(run_load(port, concurrency, per_connection, KINDS[kind], stagger))
     return result.summary()
@@ -102,17 +104,37 @@ def hold_idle(port: int, connections: int) -> None:
     asyncio.run(hold())
 
 
-def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]
-            ) -> dict[str, float]:
+def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]) -> dict[str, float]:
     """Run the load in its own process; the target's CPU is read around it."""
-    warm = ["load", "--port", str(port), "--concurrency", str(scenario.concurrency),
-            "--per-connection", "1", "--kind", scenario.kind, *shape]
+    warm = [
+        "load",
+        "--port",
+        str(port),
+        "--concurrency",
+        str(scenario.concurrency),
+        "--per-connection",
+        "1",
+        "--kind",
+        scenario.kind,
+        *shape,
+    ]
     subprocess.run([sys.executable, SCRIPT, *warm], check=True, capture_output=True)
     before = cpu_seconds(pids)
-    args = ["load", "--port", str(port), "--concurrency", str(scenario.concurrency),
-            "--per-connection", str(scenario.per_connection), "--kind", scenario.kind, *shape]
-    output = subprocess.run([sys.executable, SCRIPT, *args],
-                            check=True, capture_output=True, text=True).stdout
+    args = [
+        "load",
+        "--port",
+        str(port),
+        "--concurrency",
+        str(scenario.concurrency),
+        "--per-connection",
+        str(scenario.per_connection),
+        "--kind",
+        scenario.kind,
+        *shape,
+    ]
+    output = subprocess.run(
+        [sys.executable, SCRIPT, *args], check=True, capture_output=True, text=True
+    ).stdout
     used = cpu_seconds(pids) - before
     result: dict[str, float] = json.loads(output)
     events = max(1, int(result["events"]))
@@ -139,13 +161,22 @@ def idle_scenarios(target: str, quick: bool) -> list[Scenario]:
     return [Scenario(target, 1, streams, "rewrite"), Scenario(target, 1, documents, "json")]
 
 
-def with_idle_connections(port: int, pids: list[int], count: int, *, cpus: set[int] | None,
-                          work: list[Scenario], shape: list[str]
-                          ) -> tuple[list[dict[str, float]], dict[str, float]]:
+def with_idle_connections(
+    port: int,
+    pids: list[int],
+    count: int,
+    *,
+    cpus: set[int] | None,
+    work: list[Scenario],
+    shape: list[str],
+) -> tuple[list[dict[str, float]], dict[str, float]]:
     """Open ``count`` idle connections in a holder process, measure ``work``, close them."""
-    holder = subprocess.Popen([sys.executable, SCRIPT, "idle", "--port", str(port),
-                               "--connections", str(count)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, SCRIPT, "idle", "--port", str(port), "--connections", str(count)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         if cpus:
             os.sched_setaffinity(holder.pid, cpus)
@@ -156,9 +187,11 @@ def with_idle_connections(port: int, pids: list[int], count: int, *, cpus: set[i
             raise RuntimeError(f"the idle connections were not opened ({holder.poll()})")
         rest_before = cpu_seconds(pids)
         time.sleep(5.0)  # a fixed window to measure the proxy's CPU at rest, not a wait
-        at_rest = {"idle_connections": float(json.loads(line)["connections"]),
-                   "rest_cpu_ms_per_s": round((cpu_seconds(pids) - rest_before) / 5.0 * 1e3, 2),
-                   "rss_mib": round(sum(rss_bytes(pid) for pid in pids) / 2**20, 1)}
+        at_rest = {
+            "idle_connections": float(json.loads(line)["connections"]),
+            "rest_cpu_ms_per_s": round((cpu_seconds(pids) - rest_before) / 5.0 * 1e3, 2),
+            "rss_mib": round(sum(rss_bytes(pid) for pid in pids) / 2**20, 1),
+        }
         results = [measure(scenario, port, pids, shape) for scenario in work]
         at_rest["fds_after"] = float(open_fds(pids))  # still held: the idle timeout is 75 s
         return results, at_rest
@@ -168,8 +201,9 @@ def with_idle_connections(port: int, pids: list[int], count: int, *, cpus: set[i
         stop(holder)  # type: ignore[arg-type]
 
 
-def orchestrate(quick: bool, chunks: int, interval_ms: float, *, stagger: bool, pin: bool,
-                idle: int) -> None:
+def orchestrate(
+    quick: bool, chunks: int, interval_ms: float, *, stagger: bool, pin: bool, idle: int
+) -> None:
     print(f"load average at start: {os.getloadavg()}", flush=True)
     raise_fd_limit()  # inherited: the proxies hold the idle connections
     shape = ["--chunks", str(chunks), "--interval-ms", str(interval_ms)]
@@ -179,25 +213,55 @@ def orchestrate(quick: bool, chunks: int, interval_ms: float, *, stagger: bool, 
     if load_cpus:
         os.sched_setaffinity(0, load_cpus)  # inherited by the load client processes
     upstream_port, tap_port, starlette_port = free_port(), free_port(), free_port()
-    upstream = spawn(SCRIPT, "upstream", "--port", str(upstream_port), "--chunks", str(chunks),
-                     "--interval-ms", str(interval_ms), cpus=load_cpus)
-    tap = spawn(SCRIPT, "tap", "--port", str(tap_port), "--upstream-port", str(upstream_port),
-                cpus=proxy_cpus)
-    starlette = spawn(SCRIPT, "starlette", "--port", str(starlette_port), "--upstream-port",
-                      str(upstream_port), cpus=proxy_cpus)
+    upstream = spawn(
+        SCRIPT,
+        "upstream",
+        "--port",
+        str(upstream_port),
+        "--chunks",
+        str(chunks),
+        "--interval-ms",
+        str(interval_ms),
+        cpus=load_cpus,
+    )
+    tap = spawn(
+        SCRIPT,
+        "tap",
+        "--port",
+        str(tap_port),
+        "--upstream-port",
+        str(upstream_port),
+        cpus=proxy_cpus,
+    )
+    starlette = spawn(
+        SCRIPT,
+        "starlette",
+        "--port",
+        str(starlette_port),
+        "--upstream-port",
+        str(upstream_port),
+        cpus=proxy_cpus,
+    )
     nginx = None
     try:
         for port in (upstream_port, tap_port, starlette_port):
             wait_for_port(port)
         nginx = Nginx(upstream_port, proxy_cpus)
-        targets = {"direct": (upstream_port, [upstream.pid]), "tap": (tap_port, [tap.pid]),
-                   "nginx": (nginx.port, nginx.pids()),
-                   "starlette": (starlette_port, [starlette.pid])}
+        targets = {
+            "direct": (upstream_port, [upstream.pid]),
+            "tap": (tap_port, [tap.pid]),
+            "nginx": (nginx.port, nginx.pids()),
+            "starlette": (starlette_port, [starlette.pid]),
+        }
         results = []
         for scenario in scenarios(quick):
             port, pids = targets[scenario.target]
-            row = {"target": scenario.target, "streams": scenario.concurrency,
-                   "kind": scenario.kind, **measure(scenario, port, pids, shape)}
+            row = {
+                "target": scenario.target,
+                "streams": scenario.concurrency,
+                "kind": scenario.kind,
+                **measure(scenario, port, pids, shape),
+            }
             results.append(row)
             print(json.dumps(row), flush=True)
         idle_results = []
@@ -205,15 +269,19 @@ def orchestrate(quick: bool, chunks: int, interval_ms: float, *, stagger: bool, 
             port, pids = targets[target]
             work = idle_scenarios(target, quick)
             for scenario in work:
-                row = {"target": target, "idle": 0, "kind": scenario.kind,
-                       **measure(scenario, port, pids, shape)}
+                row = {
+                    "target": target,
+                    "idle": 0,
+                    "kind": scenario.kind,
+                    **measure(scenario, port, pids, shape),
+                }
                 idle_results.append(row)
                 print(json.dumps(row), flush=True)
-            loaded, at_rest = with_idle_connections(port, pids, idle, cpus=load_cpus, work=work,
-                                                    shape=shape)
+            loaded, at_rest = with_idle_connections(
+                port, pids, idle, cpus=load_cpus, work=work, shape=shape
+            )
             for scenario, measured in zip(work, loaded, strict=True):
-                row = {"target": target, "idle": idle, "kind": scenario.kind, **measured,
-                       **at_rest}
+                row = {"target": target, "idle": idle, "kind": scenario.kind, **measured, **at_rest}
                 idle_results.append(row)
                 print(json.dumps(row), flush=True)
         print_table(results)
@@ -238,13 +306,40 @@ def print_table(results: list[dict[str, object]]) -> None:
         added50 = float(row["ttft_p50_ms"]) - float(base["ttft_p50_ms"])  # type: ignore[arg-type]
         added99 = float(row["ttft_p99_ms"]) - float(base["ttft_p99_ms"])  # type: ignore[arg-type]
         cpu = None if row["target"] == "direct" else row["cpu_us_per_chunk"]
-        rows.append([row["target"], row["kind"], row["streams"], row["requests"],
-                     row["errors"], row["ttft_p50_ms"], row["ttft_p99_ms"], round(added50, 3),
-                     round(added99, 3), row["chunks_per_second"], cpu])
+        rows.append(
+            [
+                row["target"],
+                row["kind"],
+                row["streams"],
+                row["requests"],
+                row["errors"],
+                row["ttft_p50_ms"],
+                row["ttft_p99_ms"],
+                round(added50, 3),
+                round(added99, 3),
+                row["chunks_per_second"],
+                cpu,
+            ]
+        )
     print()
-    print(render_table(["target", "client", "streams", "requests", "errors", "ttft p50 ms",
-                        "ttft p99 ms", "added p50", "added p99", "chunks/s",
-                        "proxy cpu us/chunk"], rows))  # type: ignore[arg-type]
+    print(
+        render_table(
+            [
+                "target",
+                "client",
+                "streams",
+                "requests",
+                "errors",
+                "ttft p50 ms",
+                "ttft p99 ms",
+                "added p50",
+                "added p99",
+                "chunks/s",
+                "proxy cpu us/chunk",
+            ],
+            rows,
+        )
+    )  # type: ignore[arg-type]
 
 
 def print_idle_table(results: list[dict[str, object]]) -> None:
@@ -252,20 +347,48 @@ def print_idle_table(results: list[dict[str, object]]) -> None:
 
     if not results:
         return
-    rows = [[row["target"], row["kind"], row["idle"], row["requests"], row["errors"],
-             row["ttft_p50_ms"], row["ttft_p99_ms"], row.get("rest_cpu_ms_per_s"),
-             row.get("rss_mib"), row.get("fds_after")] for row in results]
+    rows = [
+        [
+            row["target"],
+            row["kind"],
+            row["idle"],
+            row["requests"],
+            row["errors"],
+            row["ttft_p50_ms"],
+            row["ttft_p99_ms"],
+            row.get("rest_cpu_ms_per_s"),
+            row.get("rss_mib"),
+            row.get("fds_after"),
+        ]
+        for row in results
+    ]
     print()
-    print(render_table(["target", "request", "idle conns", "requests", "errors",
-                        "latency p50 ms", "latency p99 ms", "cpu at rest ms/s", "rss MiB",
-                        "fds after"], rows))  # type: ignore[arg-type]
+    print(
+        render_table(
+            [
+                "target",
+                "request",
+                "idle conns",
+                "requests",
+                "errors",
+                "latency p50 ms",
+                "latency p99 ms",
+                "cpu at rest ms/s",
+                "rss MiB",
+                "fds after",
+            ],
+            rows,
+        )
+    )  # type: ignore[arg-type]
 
 
 def print_goals(results: list[dict[str, object]], idle: list[dict[str, object]]) -> None:
     """The issue's goals as ratios within this run."""
+
     def row(target: str, streams: int, kind: str = "rewrite") -> dict[str, object]:
-        return next(r for r in results
-                    if (r["target"], r["streams"], r["kind"]) == (target, streams, kind))
+        return next(
+            r for r in results if (r["target"], r["streams"], r["kind"]) == (target, streams, kind)
+        )
 
     def number(value: object) -> float:
         return float(value)  # type: ignore[arg-type]
@@ -273,17 +396,19 @@ def print_goals(results: list[dict[str, object]], idle: list[dict[str, object]])
     print()
     for kind in ("rewrite", "passthrough"):
         ratio = number(row("tap", 64, kind)["cpu_us_per_chunk"]) / number(
-            row("nginx", 64, kind)["cpu_us_per_chunk"])
+            row("nginx", 64, kind)["cpu_us_per_chunk"]
+        )
         print(f"tap CPU per chunk / nginx, 64 streams, {kind}: {ratio:.2f}x (goal <= 1.5x)")
     for streams in (64, 256):
         ratio = number(row("starlette", streams)["cpu_us_per_chunk"]) / number(
-            row("tap", streams)["cpu_us_per_chunk"])
+            row("tap", streams)["cpu_us_per_chunk"]
+        )
         print(f"Starlette+httpx CPU per chunk / tap, {streams} streams: {ratio:.2f}x")
     for kind in ("rewrite", "passthrough"):
         added = number(row("tap", 64, kind)["ttft_p99_ms"]) - number(
-            row("direct", 64)["ttft_p99_ms"])
-        print(f"tap added P99 TTFT, 64 streams, {kind}: {added:.3f} ms (goal < 1 ms, idle "
-              "machine)")
+            row("direct", 64)["ttft_p99_ms"]
+        )
+        print(f"tap added P99 TTFT, 64 streams, {kind}: {added:.3f} ms (goal < 1 ms, idle machine)")
     for target in sorted({str(r["target"]) for r in idle}):
         for kind in ("rewrite", "json"):
             pair = {r["idle"]: r for r in idle if (r["target"], r["kind"]) == (target, kind)}
@@ -291,16 +416,23 @@ def print_goals(results: list[dict[str, object]], idle: list[dict[str, object]])
                 calm, crowded = (pair[key] for key in sorted(pair))
                 for stat in ("ttft_p50_ms", "ttft_p99_ms"):
                     ratio = number(crowded[stat]) / number(calm[stat])
-                    print(f"{target} {kind} {stat.split('_')[1]} latency with "
-                          f"{int(number(crowded['idle'])):,} idle connections / none: "
-                          f"{ratio:.2f}x (goal <= 2x)")
+                    print(
+                        f"{target} {kind} {stat.split('_')[1]} latency with "
+                        f"{int(number(crowded['idle'])):,} idle connections / none: "
+                        f"{ratio:.2f}x (goal <= 2x)"
+                    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("role", nargs="?", default="run",
-                        choices=["run", "upstream", "tap", "starlette", "load", "idle"])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "role",
+        nargs="?",
+        default="run",
+        choices=["run", "upstream", "tap", "starlette", "load", "idle"],
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--port", type=int)
     parser.add_argument("--upstream-port", type=int)
@@ -309,12 +441,24 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--per-connection", type=int, default=10)
     parser.add_argument("--kind", choices=sorted(KINDS), default="rewrite")
-    parser.add_argument("--connections", type=int, default=10_000,
-                        help="idle keep-alive connections (0: skip the idle comparison)")
-    parser.add_argument("--no-stagger", dest="stagger", action="store_false",
-                        help="start all streams at once (phase-aligned bursts)")
-    parser.add_argument("--no-pin", dest="pin", action="store_false",
-                        help="do not put the proxy alone on the last CPU")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=10_000,
+        help="idle keep-alive connections (0: skip the idle comparison)",
+    )
+    parser.add_argument(
+        "--no-stagger",
+        dest="stagger",
+        action="store_false",
+        help="start all streams at once (phase-aligned bursts)",
+    )
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="do not put the proxy alone on the last CPU",
+    )
     args = parser.parse_args()
     if args.role == "upstream":
         install_uvloop()
@@ -327,11 +471,20 @@ def main() -> None:
         hold_idle(args.port, args.connections)
     elif args.role == "load":
         stagger = (args.chunks + 2) * args.interval_ms / 1000 if args.stagger else 0.0
-        print(json.dumps(load_once(args.port, args.concurrency, args.per_connection, args.kind,
-                                   stagger)))
+        print(
+            json.dumps(
+                load_once(args.port, args.concurrency, args.per_connection, args.kind, stagger)
+            )
+        )
     else:
-        orchestrate(args.quick, args.chunks, args.interval_ms, stagger=args.stagger,
-                    pin=args.pin, idle=args.connections)
+        orchestrate(
+            args.quick,
+            args.chunks,
+            args.interval_ms,
+            stagger=args.stagger,
+            pin=args.pin,
+            idle=args.connections,
+        )
 
 
 if __name__ == "__main__":

@@ -65,15 +65,30 @@ async def drive(port: int, pid: int, total: int) -> list[tuple[str, int, float]]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=100_000)
     args = parser.parse_args()
     upstream_port, tap_port = free_port(), free_port()
-    upstream = spawn(str(HERE.parent / "tap_latency_cpu.py"), "upstream", "--port",
-                     str(upstream_port), "--chunks", "5", "--interval-ms", "0")
-    tap = spawn(str(HERE.parent / "tap_latency_cpu.py"), "tap", "--port", str(tap_port),
-                "--upstream-port", str(upstream_port))
+    upstream = spawn(
+        str(HERE.parent / "tap_latency_cpu.py"),
+        "upstream",
+        "--port",
+        str(upstream_port),
+        "--chunks",
+        "5",
+        "--interval-ms",
+        "0",
+    )
+    tap = spawn(
+        str(HERE.parent / "tap_latency_cpu.py"),
+        "tap",
+        "--port",
+        str(tap_port),
+        "--upstream-port",
+        str(upstream_port),
+    )
     try:
         wait_for_port(upstream_port)
         wait_for_port(tap_port)
@@ -85,12 +100,18 @@ def main() -> None:
     from specdec_exporter.term import render_table  # noqa: PLC0415
 
     baseline = rows[0][2]
-    print(render_table(["phase", "requests so far", "tap RSS MiB", "growth MiB"],
-                       [(name, count, rss, rss - baseline) for name, count, rss in rows]))
+    print(
+        render_table(
+            ["phase", "requests so far", "tap RSS MiB", "growth MiB"],
+            [(name, count, rss, rss - baseline) for name, count, rss in rows],
+        )
+    )
     growth = max(rss for _, _, rss in rows) - baseline
     measured = rows[-1][1] - rows[0][1]
-    print(f"\nmax RSS growth after warm-up: {growth:.2f} MiB over {measured:,} requests "
-          f"({'within' if growth <= 10 else 'OVER'} the 10 MB budget)")
+    print(
+        f"\nmax RSS growth after warm-up: {growth:.2f} MiB over {measured:,} requests "
+        f"({'within' if growth <= 10 else 'OVER'} the 10 MB budget)"
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,13 @@ with atheris.instrument_imports(include=["specdec_exporter", "prometheus_client"
 def check(snapshot: Snapshot) -> None:
     """What every accepted snapshot promises: counts are finite, non-negative, consistent."""
     for counters in snapshot.counters.values():
-        values = (counters.drafts, counters.draft_tokens, counters.accepted_tokens,
-                  *counters.accepted_per_position, counters.generation_tokens)
+        values = (
+            counters.drafts,
+            counters.draft_tokens,
+            counters.accepted_tokens,
+            *counters.accepted_per_position,
+            counters.generation_tokens,
+        )
         assert all(math.isfinite(value) and value >= 0 for value in values), counters
         assert counters.accepted_tokens <= counters.draft_tokens, counters
         assert all(value <= counters.drafts for value in counters.accepted_per_position), counters

@@ -47,7 +47,7 @@ def check_shape(steps: list[tuple[str, str]]) -> None:
     labels = " ".join(rest for keyword, rest in steps if keyword == "LABEL")
     for key in ("title", "description", "version", "licenses", "source"):
         assert f"org.opencontainers.image.{key}=" in labels, f"missing OCI label {key}"
-    final = steps[len(steps) - 1 - [k for k, _ in reversed(steps)].index("FROM"):]
+    final = steps[len(steps) - 1 - [k for k, _ in reversed(steps)].index("FROM") :]
     runs = [rest for keyword, rest in final if keyword == "RUN"]
     assert "--require-hashes -r /deps/requirements.lock" in runs[0], "deps not from the lock"
     assert all("--no-deps" in run for run in runs[1:] if "pip install" in run)
@@ -56,8 +56,7 @@ def check_shape(steps: list[tuple[str, str]]) -> None:
 
 
 def run(command: str, venv: Path, scratch: Path, cwd: Path) -> None:
-    moved = re.sub(r"(?<![\w.])/(wheels|src|deps)\b", lambda m: str(scratch / m.group(1)),
-                   command)
+    moved = re.sub(r"(?<![\w.])/(wheels|src|deps)\b", lambda m: str(scratch / m.group(1)), command)
     moved = re.sub(r"\bpython\b", str(venv / "bin" / "python"), moved)
     print(f"+ {moved}", flush=True)
     subprocess.run(moved, shell=True, check=True, cwd=cwd)
@@ -102,8 +101,13 @@ def start_entrypoint(steps: list[tuple[str, str]], venv: Path) -> None:
     command = json.loads([rest for keyword, rest in steps if keyword == "CMD"][-1])
     port = free_port()
     command = [arg.replace("0.0.0.0:10088", f"127.0.0.1:{port}") for arg in command]
-    argv = [str(venv / "bin" / entrypoint[0]), *entrypoint[1:], *command,
-            "--vllm-url", "http://127.0.0.1:9"]
+    argv = [
+        str(venv / "bin" / entrypoint[0]),
+        *entrypoint[1:],
+        *command,
+        "--vllm-url",
+        "http://127.0.0.1:9",
+    ]
     print("+ " + " ".join(argv), flush=True)
     process = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
     try:
@@ -131,14 +135,20 @@ def check_commands(venv: Path) -> None:
     from specdec_exporter.cli import COMMANDS  # noqa: PLC0415  (the checkout's own command list)
 
     for name in COMMANDS:
-        result = subprocess.run([str(venv / "bin" / "specdec-exporter"), name, "--help"],
-                                capture_output=True, text=True, timeout=60, check=False)
+        result = subprocess.run(
+            [str(venv / "bin" / "specdec-exporter"), name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         if result.returncode == 0:
             continue
         assert name not in SIDECAR_COMMANDS, f"{name} fails in the image: {result.stderr}"
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and "left out" in lines[0], (
-            f"{name}: exit {result.returncode}, stderr {result.stderr!r}")
+            f"{name}: exit {result.returncode}, stderr {result.stderr!r}"
+        )
         print(f"{name}: {lines[0]}")
 
 

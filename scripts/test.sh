@@ -37,7 +37,8 @@ python="${PYTHON:-python3}"
 [ -d tools/crd-validate/node_modules ] || npm ci --prefix tools/crd-validate --no-audit --no-fund --silent
 
 stage() { printf '\n=== %s\n' "$*"; }
-stage "ruff";  .venv/bin/ruff check src tests benchmarks scripts $( [ -d tools ] && echo tools )
+stage "ruff"; .venv/bin/ruff check src tests benchmarks scripts tools fuzz
+stage "ruff format"; .venv/bin/ruff format --check src tests benchmarks scripts tools fuzz
 stage "mypy --strict"; .venv/bin/mypy && .venv/bin/mypy --strict tools
 if [ -f tools/generate.py ]; then
   stage "generated files are current"; .venv/bin/python tools/generate.py --check

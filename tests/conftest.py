@@ -12,8 +12,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true",
-                     help="rewrite golden files from the current output instead of comparing")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite golden files from the current output instead of comparing",
+    )
 
 
 @pytest.fixture
@@ -37,6 +40,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """In CI every test must run: a skip there means a missing tool or a stale import guard."""
     if os.environ.get("CI") == "true" and _skipped and exitstatus == 0:
-        print(f"\n{len(_skipped)} test(s) skipped in CI, where every test must run:",
-              *_skipped, sep="\n  ", file=sys.stderr)
+        print(
+            f"\n{len(_skipped)} test(s) skipped in CI, where every test must run:",
+            *_skipped,
+            sep="\n  ",
+            file=sys.stderr,
+        )
         session.exitstatus = 1

@@ -22,14 +22,29 @@ class SidecarProcess:
 
     def __init__(self, vllm_url: str, *extra: str) -> None:
         self.process = subprocess.Popen(
-            [*SPECDEC, "run", "--vllm-url", vllm_url, "--listen", "127.0.0.1:0", "--interval",
-             "0.2", "--scrape-timeout", "0.5", "--log-interval", "0", *extra],
-            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            [
+                *SPECDEC,
+                "run",
+                "--vllm-url",
+                vllm_url,
+                "--listen",
+                "127.0.0.1:0",
+                "--interval",
+                "0.2",
+                "--scrape-timeout",
+                "0.5",
+                "--log-interval",
+                "0",
+                *extra,
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         assert self.process.stderr is not None
         self.records: list[Record] = []
         self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,),
-                                        daemon=True)
+        self._reader = threading.Thread(target=self._read, args=(self.process.stderr,), daemon=True)
         self._reader.start()
 
     def _read(self, stream: IO[str]) -> None:
@@ -48,13 +63,15 @@ class SidecarProcess:
                     return found
                 left = deadline - time.monotonic()
                 assert left > 0 and self.process.poll() is None, (
-                    f"no such log record; exit code {self.process.poll()}: {self.records[-5:]}")
+                    f"no such log record; exit code {self.process.poll()}: {self.records[-5:]}"
+                )
                 self._changed.wait(min(left, 0.5))
 
     def address(self, component: str) -> str:
         """HOST:PORT announced by the ``listening`` line of ``component`` (metrics or tap)."""
         record = self.wait_for_record(
-            lambda r: r.get("msg") == "listening" and r.get("component") == component)
+            lambda r: r.get("msg") == "listening" and r.get("component") == component
+        )
         return str(record["address"])
 
     def stop(self, number: int = signal.SIGTERM, timeout: float = 60) -> int:
@@ -100,5 +117,8 @@ def sidecar(vllm_url: str, *extra: str) -> Iterator[tuple[str, list[dict[str, ob
 
 
 def address_of(records: list[dict[str, object]], component: str) -> str:
-    return next(str(r["address"]) for r in records
-                if r.get("msg") == "listening" and r.get("component") == component)
+    return next(
+        str(r["address"])
+        for r in records
+        if r.get("msg") == "listening" and r.get("component") == component
+    )

@@ -33,14 +33,22 @@ def test_an_exception_keeps_its_message_and_traceback(caplog: pytest.LogCaptureF
     assert (line["msg"], line["error"]) == ("poll failed", "KeyError: 'model'")
     traceback = str(line["traceback"])
     assert traceback.startswith("Traceback (most recent call last):\n  File ")
-    assert "test_logs.py" in traceback and 'in test_an_exception_keeps_its_message_and_traceback' \
-        in traceback and traceback.endswith("KeyError: 'model'")
+    assert (
+        "test_logs.py" in traceback
+        and "in test_an_exception_keeps_its_message_and_traceback" in traceback
+        and traceback.endswith("KeyError: 'model'")
+    )
 
 
 def test_uvicorn_color_message_is_dropped_and_other_extras_kept() -> None:
-    record = logging.makeLogRecord({"msg": "Started server process [%d]", "args": (7,),
-                                    "color_message": "Started server process [\x1b[36m%d\x1b[0m]",
-                                    "component": "metrics"})
+    record = logging.makeLogRecord(
+        {
+            "msg": "Started server process [%d]",
+            "args": (7,),
+            "color_message": "Started server process [\x1b[36m%d\x1b[0m]",
+            "component": "metrics",
+        }
+    )
     line = line_of(record)
     assert line["msg"] == "Started server process [7]"
     assert line["component"] == "metrics" and "color_message" not in line

@@ -109,10 +109,15 @@ def with_models(text: str, names: list[str]) -> str:
     lines = []
     for name in names:
         labels = f'engine="0",model_name="{name}"'
-        lines += [f"vllm:spec_decode_num_drafts_total{{{labels}}} 10.0",
-                  f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} 40.0",
-                  f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 20.0",
-                  *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}}'
-                    f" {8 - 2 * p}.0" for p in range(4)),
-                  f"vllm:generation_tokens_total{{{labels}}} 30.0"]
+        lines += [
+            f"vllm:spec_decode_num_drafts_total{{{labels}}} 10.0",
+            f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} 40.0",
+            f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 20.0",
+            *(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{p}"}}'
+                f" {8 - 2 * p}.0"
+                for p in range(4)
+            ),
+            f"vllm:generation_tokens_total{{{labels}}} 30.0",
+        ]
     return text + "\n".join(lines) + "\n"

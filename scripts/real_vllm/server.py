@@ -138,18 +138,30 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run_step(title: str, command: Sequence[str | Path], log: Path, say: Callable[[str], None],
-             env: dict[str, str] | None = None) -> None:
+def run_step(
+    title: str,
+    command: Sequence[str | Path],
+    log: Path,
+    say: Callable[[str], None],
+    env: dict[str, str] | None = None,
+) -> None:
     """Run one setup command with its output appended to the log; raise with the tail on failure."""
     say(f"setup: {title}")
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(map(str, command))}\n")
         out.flush()
-        result = subprocess.run([str(part) for part in command], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, check=False)
+        result = subprocess.run(
+            [str(part) for part in command],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        )
     if result.returncode != 0:
-        raise RealVllmError(f"setup step failed ({title}), exit {result.returncode}; "
-                            f"last lines of {log}:\n{tail(log)}")
+        raise RealVllmError(
+            f"setup step failed ({title}), exit {result.returncode}; "
+            f"last lines of {log}:\n{tail(log)}"
+        )
 
 
 def pip(layout: Layout, *args: str | Path) -> list[str | Path]:
@@ -161,8 +173,12 @@ def install_fix(layout: Layout, log: Path, say: Callable[[str], None]) -> None:
     with tempfile.TemporaryDirectory(dir=layout.home) as scratch:
         copy = Path(scratch) / FIX_PACKAGE.name
         shutil.copytree(FIX_PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-        run_step("installing vllm_cpu_expand_fix (vllm#55005)",
-                 pip(layout, "install", "-q", "--force-reinstall", "--no-deps", copy), log, say)
+        run_step(
+            "installing vllm_cpu_expand_fix (vllm#55005)",
+            pip(layout, "install", "-q", "--force-reinstall", "--no-deps", copy),
+            log,
+            say,
+        )
 
 
 def build_models(layout: Layout, log: Path, say: Callable[[str], None]) -> None:
@@ -170,8 +186,13 @@ def build_models(layout: Layout, log: Path, say: Callable[[str], None]) -> None:
     scratch = layout.home / "models.partial"
     shutil.rmtree(scratch, ignore_errors=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    run_step("building the tiny target and draft models (~10 s)",
-             [layout.python, MODEL_BUILDER, scratch], log, say, env=env)
+    run_step(
+        "building the tiny target and draft models (~10 s)",
+        [layout.python, MODEL_BUILDER, scratch],
+        log,
+        say,
+        env=env,
+    )
     shutil.rmtree(layout.models, ignore_errors=True)
     scratch.rename(layout.models)
 
@@ -186,12 +207,24 @@ def setup(layout: Layout, say: Callable[[str], None] = print) -> bool:
         log = layout.logs / "setup.log"
         started = time.monotonic()
         if not layout.python.exists():
-            run_step(f"creating the venv {layout.venv}", [sys.executable, "-m", "venv",
-                                                           "--clear", layout.venv], log, say)
-        run_step(f"installing {VLLM_DISTRIBUTION}=={VLLM_VERSION} (~70 s, 3.4 GB)",
-                 pip(layout, "install", "-q", f"{VLLM_DISTRIBUTION}=={VLLM_VERSION}"), log, say)
-        run_step("removing CUDA builds of " + ", ".join(CUDA_BUILDS_TO_REMOVE),
-                 pip(layout, "uninstall", "-q", "-y", *CUDA_BUILDS_TO_REMOVE), log, say)
+            run_step(
+                f"creating the venv {layout.venv}",
+                [sys.executable, "-m", "venv", "--clear", layout.venv],
+                log,
+                say,
+            )
+        run_step(
+            f"installing {VLLM_DISTRIBUTION}=={VLLM_VERSION} (~70 s, 3.4 GB)",
+            pip(layout, "install", "-q", f"{VLLM_DISTRIBUTION}=={VLLM_VERSION}"),
+            log,
+            say,
+        )
+        run_step(
+            "removing CUDA builds of " + ", ".join(CUDA_BUILDS_TO_REMOVE),
+            pip(layout, "uninstall", "-q", "-y", *CUDA_BUILDS_TO_REMOVE),
+            log,
+            say,
+        )
         install_fix(layout, log, say)
         build_models(layout, log, say)
         stamp = {"key": setup_key(), "setup_seconds": round(time.monotonic() - started, 1)}
@@ -219,15 +252,34 @@ def free_port() -> int:
 
 
 def server_command(layout: Layout, port: int, spec: bool, extra_args: Sequence[str]) -> list[str]:
-    command = [str(layout.python), str(CLI_SHIM), "serve", str(layout.models / "target"),
-               "--host", "127.0.0.1", "--port", str(port),
-               "--served-model-name", SERVED_MODEL_NAME,
-               "--max-model-len", "1024", "--dtype", "float32"]
+    command = [
+        str(layout.python),
+        str(CLI_SHIM),
+        "serve",
+        str(layout.models / "target"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--max-model-len",
+        "1024",
+        "--dtype",
+        "float32",
+    ]
     if spec:
-        config = {"method": "draft_model", "model": str(layout.models / "draft"),
-                  "num_speculative_tokens": NUM_SPECULATIVE_TOKENS}
-        command += ["--speculative-config", json.dumps(config),
-                    "--per-request-spec-decode-metrics", SPEC_METRICS_LEVEL]
+        config = {
+            "method": "draft_model",
+            "model": str(layout.models / "draft"),
+            "num_speculative_tokens": NUM_SPECULATIVE_TOKENS,
+        }
+        command += [
+            "--speculative-config",
+            json.dumps(config),
+            "--per-request-spec-decode-metrics",
+            SPEC_METRICS_LEVEL,
+        ]
     return [*command, *extra_args]
 
 
@@ -264,15 +316,16 @@ def group_members(pgid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         state, group = fields[0], int(fields[2])
         if group == pgid and state != "Z":
             members.append(int(entry.name))
     return members
 
 
-def stop_group(pgid: int, process: subprocess.Popen[bytes] | None = None,
-               grace_s: float = STOP_GRACE_S) -> None:
+def stop_group(
+    pgid: int, process: subprocess.Popen[bytes] | None = None, grace_s: float = STOP_GRACE_S
+) -> None:
     """SIGTERM the whole process group, SIGKILL what is left after the grace period."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         if not group_members(pgid):
@@ -338,13 +391,17 @@ def wait_until_ready(server: Server, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not answers_models(server.url):
         if server.process is not None and server.process.poll() is not None:
-            raise RealVllmError(f"vLLM server {server.name!r} exited with code "
-                                f"{server.process.returncode} while starting; last lines of "
-                                f"{server.log}:\n{server.log_tail()}")
+            raise RealVllmError(
+                f"vLLM server {server.name!r} exited with code "
+                f"{server.process.returncode} while starting; last lines of "
+                f"{server.log}:\n{server.log_tail()}"
+            )
         if time.monotonic() > deadline:
-            raise RealVllmError(f"vLLM server {server.name!r} did not answer /v1/models within "
-                                f"{timeout_s:.0f} s; last lines of {server.log}:\n"
-                                f"{server.log_tail()}")
+            raise RealVllmError(
+                f"vLLM server {server.name!r} did not answer /v1/models within "
+                f"{timeout_s:.0f} s; last lines of {server.log}:\n"
+                f"{server.log_tail()}"
+            )
         if server.process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.process.wait(timeout=0.5)
@@ -352,9 +409,15 @@ def wait_until_ready(server: Server, timeout_s: float) -> None:
             time.sleep(0.5)
 
 
-def start(layout: Layout, *, spec: bool = True, extra_args: Sequence[str] = (),
-          name: str | None = None, ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-          detach: bool = False) -> Server:
+def start(
+    layout: Layout,
+    *,
+    spec: bool = True,
+    extra_args: Sequence[str] = (),
+    name: str | None = None,
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    detach: bool = False,
+) -> Server:
     """Start a server on a free loopback port and wait until it is ready.
 
     It runs in its own process group. Unless `detach`, it is stopped when this process exits
@@ -369,12 +432,25 @@ def start(layout: Layout, *, spec: bool = True, extra_args: Sequence[str] = (),
     command = server_command(layout, port, spec, extra_args)
     with log.open("w") as out:
         # preexec_fn only calls prctl through a handle resolved beforehand: fork-safe enough.
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=server_env(layout),
-                                   start_new_session=True,
-                                   preexec_fn=None if detach else _die_with_parent)  # noqa: PLW1509
-    server = Server(name=name, url=f"http://127.0.0.1:{port}", port=port, pid=process.pid,
-                    spec=spec, log=str(log), command=command, process=process)
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=server_env(layout),
+            start_new_session=True,
+            preexec_fn=None if detach else _die_with_parent,  # noqa: PLW1509
+        )
+    server = Server(
+        name=name,
+        url=f"http://127.0.0.1:{port}",
+        port=port,
+        pid=process.pid,
+        spec=spec,
+        log=str(log),
+        command=command,
+        process=process,
+    )
     if not detach:
         _STARTED[server.pid] = server
     try:
@@ -394,8 +470,9 @@ def record_path(layout: Layout, name: str) -> Path:
 
 def save_record(layout: Layout, server: Server) -> None:
     layout.runs.mkdir(parents=True, exist_ok=True)
-    record = {item.name: getattr(server, item.name) for item in fields(server)
-              if item.name != "process"}
+    record = {
+        item.name: getattr(server, item.name) for item in fields(server) if item.name != "process"
+    }
     record_path(layout, server.name).write_text(json.dumps(record, indent=2) + "\n")
 
 
@@ -441,10 +518,19 @@ def cmd_start(layout: Layout, args: argparse.Namespace) -> int:
         return 1
     extra = [arg for arg in args.vllm_args if arg != "--"]
     started = time.monotonic()
-    server = start(layout, spec=args.spec, extra_args=extra, name=name,
-                   ready_timeout_s=args.timeout, detach=not args.foreground)
-    print(f"{server.name}: {server.url} ready in {time.monotonic() - started:.1f} s "
-          f"(pid {server.pid}, log {server.log})", flush=True)
+    server = start(
+        layout,
+        spec=args.spec,
+        extra_args=extra,
+        name=name,
+        ready_timeout_s=args.timeout,
+        detach=not args.foreground,
+    )
+    print(
+        f"{server.name}: {server.url} ready in {time.monotonic() - started:.1f} s "
+        f"(pid {server.pid}, log {server.log})",
+        flush=True,
+    )
     if not args.foreground:
         save_record(layout, server)
         return 0
@@ -488,14 +574,20 @@ def parser() -> argparse.ArgumentParser:
     setup_cmd = commands.add_parser("setup", help="install vLLM and build the models (reused)")
     setup_cmd.add_argument("--clean", action="store_true", help="wipe the cache folder first")
     start_cmd = commands.add_parser("start", help="start a server (detached unless --foreground)")
-    start_cmd.add_argument("--no-spec", dest="spec", action="store_false",
-                           help="without --speculative-config")
+    start_cmd.add_argument(
+        "--no-spec", dest="spec", action="store_false", help="without --speculative-config"
+    )
     start_cmd.add_argument("--name", help="record name (default spec or nospec)")
     start_cmd.add_argument("--foreground", action="store_true", help="stay until Ctrl-C")
-    start_cmd.add_argument("--timeout", type=float, default=DEFAULT_READY_TIMEOUT_S,
-                           help="seconds to wait for /v1/models")
-    start_cmd.add_argument("vllm_args", nargs=argparse.REMAINDER,
-                           help="extra `vllm serve` flags, after --")
+    start_cmd.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_READY_TIMEOUT_S,
+        help="seconds to wait for /v1/models",
+    )
+    start_cmd.add_argument(
+        "vllm_args", nargs=argparse.REMAINDER, help="extra `vllm serve` flags, after --"
+    )
     stop_cmd = commands.add_parser("stop", help="stop detached servers")
     stop_cmd.add_argument("--name", help="only this one")
     commands.add_parser("status", help="show the setup and the detached servers")
@@ -503,7 +595,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
-    "setup": cmd_setup, "start": cmd_start, "stop": cmd_stop, "status": cmd_status,
+    "setup": cmd_setup,
+    "start": cmd_start,
+    "stop": cmd_stop,
+    "status": cmd_status,
 }
 
 

@@ -57,8 +57,12 @@ def _top_parser() -> argparse.ArgumentParser:
         epilog="Run 'specdec-exporter COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
-                        help="; ".join(f"{name}: {text}" for name, text in COMMANDS.items()))
+    parser.add_argument(
+        "command",
+        choices=sorted(COMMANDS),
+        metavar="COMMAND",
+        help="; ".join(f"{name}: {text}" for name, text in COMMANDS.items()),
+    )
     return parser
 
 
@@ -79,9 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith(DEVTOOLS):
             raise
-        print(f"specdec-exporter {name}: {exc.name} is left out of this installation (the sidecar "
-              "image ships without the simulator and the sweep); pip install "
-              "vllm-specdec-exporter to use it", file=sys.stderr)
+        print(
+            f"specdec-exporter {name}: {exc.name} is left out of this installation (the sidecar "
+            "image ships without the simulator and the sweep); pip install "
+            "vllm-specdec-exporter to use it",
+            file=sys.stderr,
+        )
         return EXIT_UNAVAILABLE
 
 

@@ -31,8 +31,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        payload.update({k: v for k, v in vars(record).items()
-                        if k not in _RESERVED and k not in _DROPPED})
+        payload.update(
+            {k: v for k, v in vars(record).items() if k not in _RESERVED and k not in _DROPPED}
+        )
         if record.exc_info and record.exc_info[0] is not None:
             kind, error = record.exc_info[0], record.exc_info[1]
             payload["error"] = f"{kind.__name__}: {error}" if str(error) else kind.__name__

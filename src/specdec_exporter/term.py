@@ -83,8 +83,11 @@ class LiveLine:
             self._stream.flush()
 
 
-async def drive(run: Callable[[Callable[[P], None] | None], Coroutine[Any, Any, T]],
-                line: LiveLine | None, record: Callable[[P], None] | None = None) -> T:
+async def drive(
+    run: Callable[[Callable[[P], None] | None], Coroutine[Any, Any, T]],
+    line: LiveLine | None,
+    record: Callable[[P], None] | None = None,
+) -> T:
     """Await ``run(on_progress)``; with a line, also redraw it on a timer (slow requests)."""
     if line is None:
         return await run(None)

@@ -24,8 +24,10 @@ from specdec_artifacts.settings import REPO_ROOT, Settings, load
 COMMITTED = REPO_ROOT / ALERTMANAGER_FILE
 PAGER, CHAT, DEFAULT = "specdec-pagerduty", "specdec-chat", "default"
 USER_CONFIG: dict[str, Any] = {
-    "route": {"receiver": "ops-tickets", "routes": [
-        {"receiver": "ops-pager", "matchers": ['severity="critical"']}]},
+    "route": {
+        "receiver": "ops-tickets",
+        "routes": [{"receiver": "ops-pager", "matchers": ['severity="critical"']}],
+    },
     "receivers": [{"name": "ops-tickets"}, {"name": "ops-pager"}],
 }
 """Another team's config: every critical alert to their pager, the rest to their tickets."""
@@ -33,8 +35,7 @@ USER_CONFIG: dict[str, Any] = {
 
 def amtool(*args: str) -> subprocess.CompletedProcess[str]:
     binary = require("amtool")
-    return subprocess.run([binary, *args], capture_output=True, text=True, check=False,
-                          timeout=60)
+    return subprocess.run([binary, *args], capture_output=True, text=True, check=False, timeout=60)
 
 
 def written(tmp_path: Path, config: dict[str, Any], name: str = "alertmanager.yml") -> Path:
@@ -55,7 +56,8 @@ def standalone(tmp_path: Path) -> Path:
 
 
 def test_amtool_check_config_of_the_standalone_and_the_merged_configs(
-        tmp_path: Path, standalone: Path) -> None:
+    tmp_path: Path, standalone: Path
+) -> None:
     merged = written(tmp_path, merge_into(USER_CONFIG, subtree(load())), "merged.yml")
     for config in (standalone, merged):
         result = amtool("check-config", str(config))
@@ -70,36 +72,57 @@ def test_the_committed_file_is_the_subtree_to_merge() -> None:
     assert "Not a whole Alertmanager config: merge it into yours" in COMMITTED.read_text()
 
 
-@pytest.mark.parametrize(("labels", "receiver"), [
-    (["severity=critical", "alertname=SpecDecodeAcceptanceLow", "model_name=llama",
-      "namespace=llm"], PAGER),
-    (["severity=critical", "alertname=SpecDecodeVLLMNeverUp", "namespace=llm"], PAGER),
-    (["severity=warning", "alertname=SpecDecodeBucketAcceptanceLow", "namespace=llm"], CHAT),
-    (["alertname=SpecDecodeSomethingNew"], CHAT),
-    # Another team's alerts, critical or not, never reach our receivers.
-    (["alertname=KubePodCrashLooping", "severity=critical", "namespace=llm"], DEFAULT),
-    (["alertname=HighLatency", "severity=warning"], DEFAULT),
-])
-def test_amtool_routes_only_our_alerts_to_our_receivers(standalone: Path, labels: list[str],
-                                                       receiver: str) -> None:
+@pytest.mark.parametrize(
+    ("labels", "receiver"),
+    [
+        (
+            [
+                "severity=critical",
+                "alertname=SpecDecodeAcceptanceLow",
+                "model_name=llama",
+                "namespace=llm",
+            ],
+            PAGER,
+        ),
+        (["severity=critical", "alertname=SpecDecodeVLLMNeverUp", "namespace=llm"], PAGER),
+        (["severity=warning", "alertname=SpecDecodeBucketAcceptanceLow", "namespace=llm"], CHAT),
+        (["alertname=SpecDecodeSomethingNew"], CHAT),
+        # Another team's alerts, critical or not, never reach our receivers.
+        (["alertname=KubePodCrashLooping", "severity=critical", "namespace=llm"], DEFAULT),
+        (["alertname=HighLatency", "severity=warning"], DEFAULT),
+    ],
+)
+def test_amtool_routes_only_our_alerts_to_our_receivers(
+    standalone: Path, labels: list[str], receiver: str
+) -> None:
     assert route_of(standalone, *labels) == receiver
 
 
 def test_amtool_routes_test_rejects_a_wrong_receiver(standalone: Path) -> None:
-    result = amtool("config", "routes", "test", f"--config.file={standalone}",
-                    f"--verify.receivers={PAGER}", "alertname=KubePodCrashLooping",
-                    "severity=critical")
+    result = amtool(
+        "config",
+        "routes",
+        "test",
+        f"--config.file={standalone}",
+        f"--verify.receivers={PAGER}",
+        "alertname=KubePodCrashLooping",
+        "severity=critical",
+    )
     assert result.returncode != 0
 
 
-@pytest.mark.parametrize(("labels", "receiver"), [
-    (["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=llm"], PAGER),
-    (["alertname=SpecDecodeNotDrafting", "severity=warning", "namespace=llm"], CHAT),
-    (["alertname=KubePodCrashLooping", "severity=critical", "namespace=llm"], "ops-pager"),
-    (["alertname=HighLatency", "severity=warning"], "ops-tickets"),
-])
+@pytest.mark.parametrize(
+    ("labels", "receiver"),
+    [
+        (["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=llm"], PAGER),
+        (["alertname=SpecDecodeNotDrafting", "severity=warning", "namespace=llm"], CHAT),
+        (["alertname=KubePodCrashLooping", "severity=critical", "namespace=llm"], "ops-pager"),
+        (["alertname=HighLatency", "severity=warning"], "ops-tickets"),
+    ],
+)
 def test_merged_into_a_config_whose_pager_takes_every_critical(
-        tmp_path: Path, labels: list[str], receiver: str) -> None:
+    tmp_path: Path, labels: list[str], receiver: str
+) -> None:
     merged = written(tmp_path, merge_into(USER_CONFIG, subtree(load())))
     assert route_of(merged, *labels) == receiver
 
@@ -113,32 +136,53 @@ def operator_rendering(settings: Settings, namespace: str, strategy: str) -> dic
 
     def route(spec: dict[str, Any]) -> dict[str, Any]:
         matchers = [f'{m["name"]}{m["matchType"]}"{m["value"]}"' for m in spec["matchers"]]
-        return {"receiver": prefix + spec["receiver"], "matchers": matchers,
-                "routes": [route(child) for child in spec.get("routes", [])]}
+        return {
+            "receiver": prefix + spec["receiver"],
+            "matchers": matchers,
+            "routes": [route(child) for child in spec.get("routes", [])],
+        }
 
     top = route(resource["spec"]["route"])
     top["continue"] = True
     if strategy == "OnNamespace":
         top["matchers"].append(f'namespace="{namespace}"')
     receivers = [{**r, "name": prefix + r["name"]} for r in subtree(settings)["receivers"]]
-    return {"route": {"receiver": DEFAULT, "routes": [top]},
-            "receivers": [{"name": DEFAULT}, *receivers]}
+    return {
+        "route": {"receiver": DEFAULT, "routes": [top]},
+        "receivers": [{"name": DEFAULT}, *receivers],
+    }
 
 
-@pytest.mark.parametrize(("strategy", "labels", "receiver"), [
-    ("OnNamespace", ["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=llm"],
-     f"llm/specdec/{PAGER}"),
-    ("OnNamespace", ["alertname=KubePodCrashLooping", "severity=critical", "namespace=llm"],
-     DEFAULT),
-    # The default strategy scopes the resource to its namespace: one per workload namespace.
-    ("OnNamespace", ["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=ml"],
-     DEFAULT),
-    ("None", ["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=ml"],
-     f"llm/specdec/{PAGER}"),
-    ("None", ["alertname=KubePodCrashLooping", "severity=critical", "namespace=ml"], DEFAULT),
-])
+@pytest.mark.parametrize(
+    ("strategy", "labels", "receiver"),
+    [
+        (
+            "OnNamespace",
+            ["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=llm"],
+            f"llm/specdec/{PAGER}",
+        ),
+        (
+            "OnNamespace",
+            ["alertname=KubePodCrashLooping", "severity=critical", "namespace=llm"],
+            DEFAULT,
+        ),
+        # The default strategy scopes the resource to its namespace: one per workload namespace.
+        (
+            "OnNamespace",
+            ["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=ml"],
+            DEFAULT,
+        ),
+        (
+            "None",
+            ["alertname=SpecDecodeAcceptanceLow", "severity=critical", "namespace=ml"],
+            f"llm/specdec/{PAGER}",
+        ),
+        ("None", ["alertname=KubePodCrashLooping", "severity=critical", "namespace=ml"], DEFAULT),
+    ],
+)
 def test_the_alertmanager_config_under_both_operator_strategies(
-        tmp_path: Path, strategy: str, labels: list[str], receiver: str) -> None:
+    tmp_path: Path, strategy: str, labels: list[str], receiver: str
+) -> None:
     rendered = written(tmp_path, operator_rendering(load(), "llm", strategy))
     assert amtool("check-config", str(rendered)).returncode == 0
     assert route_of(rendered, *labels) == receiver
@@ -164,8 +208,7 @@ def test_pagerduty_uses_events_v2_with_a_key_file_and_links() -> None:
     assert pagerduty["routing_key_file"].startswith("/etc/alertmanager/secrets/")
     assert pagerduty["url"] == "https://events.pagerduty.com/v2/enqueue"
     assert pagerduty["send_resolved"] is True
-    assert {"runbook_url", "dashboard_url", "model_name", "namespace"} <= set(
-        pagerduty["details"])
+    assert {"runbook_url", "dashboard_url", "model_name", "namespace"} <= set(pagerduty["details"])
     assert [link["text"] for link in pagerduty["links"]] == ["Runbook", "Dashboard"]
     for mapped in ('"warning" }}warning', '"info" }}info', "{{ else }}critical"):
         assert mapped in pagerduty["severity"]
@@ -187,10 +230,12 @@ def test_the_resource_routes_like_the_plain_file() -> None:
         return [f'{m["name"]}{m["matchType"]}"{m["value"]}"' for m in node["matchers"]]
 
     assert matchers(spec["route"]) == route["matchers"] == ['alertname=~"SpecDecode.*"']
-    assert [r["receiver"] for r in spec["route"]["routes"]] == \
-        [r["receiver"] for r in route["routes"]]
-    assert [m for r in spec["route"]["routes"] for m in matchers(r)] == \
-        [m for r in route["routes"] for m in r["matchers"]]
+    assert [r["receiver"] for r in spec["route"]["routes"]] == [
+        r["receiver"] for r in route["routes"]
+    ]
+    assert [m for r in spec["route"]["routes"] for m in matchers(r)] == [
+        m for r in route["routes"] for m in r["matchers"]
+    ]
     assert spec["inhibitRules"][0]["equal"] == plain["inhibit_rules"][0]["equal"]
     pagerduty = spec["receivers"][0]["pagerdutyConfigs"][0]
     assert pagerduty["routingKey"] == {"name": "specdec-pagerduty", "key": "routing-key"}

@@ -54,16 +54,17 @@ def test_with_a_cluster_label_every_query_filters_on_it_too() -> None:
     assert dashboard_problems(board, record_names(groups), ("namespace", "cluster")) == []
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["cluster"]["definition"] == (
-        'label_values(specdec_build_info{job="specdec-exporter"}, cluster)')
+        'label_values(specdec_build_info{job="specdec-exporter"}, cluster)'
+    )
     assert variables["cluster"]["allValue"] == ".*", "All must match series without the label"
     assert 'cluster=~"$cluster"' in variables["namespace"]["definition"]
-    day_over_day = next(r for g in groups for r in g["rules"]
-                        if r.get("record", "").endswith(":ratio_rate1h"))
+    day_over_day = next(
+        r for g in groups for r in g["rules"] if r.get("record", "").endswith(":ratio_rate1h")
+    )
     assert day_over_day["expr"].startswith("sum by (cluster, namespace, model_name)")
 
 
-def test_without_a_cluster_label_the_variable_is_hidden_and_unused(
-        board: dict[str, Any]) -> None:
+def test_without_a_cluster_label_the_variable_is_hidden_and_unused(board: dict[str, Any]) -> None:
     cluster = board["templating"]["list"][1]
     assert (cluster["name"], cluster["type"], cluster["hide"]) == ("cluster", "constant", 2)
     assert not any("$cluster" in expr for expr in dashboard_queries(board))
@@ -75,26 +76,44 @@ def test_vllm_latency_panels_use_the_configured_job_and_the_scope() -> None:
     vllm = [e for e in dashboard_queries(board) if "vllm:" in e]
     assert len(vllm) == 6
     for expr in vllm:
-        for matcher in ('job="llm-serving"', 'cluster=~"$cluster"', 'namespace=~"$namespace"',
-                        'pod=~"$pod"', 'model_name=~"$model"'):
+        for matcher in (
+            'job="llm-serving"',
+            'cluster=~"$cluster"',
+            'namespace=~"$namespace"',
+            'pod=~"$pod"',
+            'model_name=~"$model"',
+        ):
             assert matcher in expr, (matcher, expr)
 
 
-@pytest.mark.parametrize(("expr", "problem"), [
-    ('rate(specdec_drafts_total{job="x"}[5m])', "specdec_drafts_total is not filtered on "
-                                                "namespace"),
-    ("sum(rate(vllm:e2e_request_latency_seconds_count[5m]))",
-     "vllm:e2e_request_latency_seconds_count is not filtered on namespace"),
-    ('sort(instance_model_name:specdec_acceptance_rate:ratio_rate5m{pod=~"$pod"})',
-     "instance_model_name:specdec_acceptance_rate:ratio_rate5m is not filtered on namespace"),
-])
+@pytest.mark.parametrize(
+    ("expr", "problem"),
+    [
+        (
+            'rate(specdec_drafts_total{job="x"}[5m])',
+            "specdec_drafts_total is not filtered on namespace",
+        ),
+        (
+            "sum(rate(vllm:e2e_request_latency_seconds_count[5m]))",
+            "vllm:e2e_request_latency_seconds_count is not filtered on namespace",
+        ),
+        (
+            'sort(instance_model_name:specdec_acceptance_rate:ratio_rate5m{pod=~"$pod"})',
+            "instance_model_name:specdec_acceptance_rate:ratio_rate5m is not filtered on namespace",
+        ),
+    ],
+)
 def test_the_scope_check_catches(expr: str, problem: str) -> None:
     assert unscoped_series(expr, ("namespace",)) == [problem]
 
 
 def test_the_scope_check_accepts_a_scoped_query() -> None:
-    assert unscoped_series('sum by (model_name) (rate(specdec_drafts_total{namespace=~"$ns"}'
-                           '[5m]))', ("namespace",)) == []
+    assert (
+        unscoped_series(
+            'sum by (model_name) (rate(specdec_drafts_total{namespace=~"$ns"}[5m]))', ("namespace",)
+        )
+        == []
+    )
 
 
 def test_the_committed_json_is_the_generated_one(board: dict[str, Any]) -> None:
@@ -106,12 +125,20 @@ def test_identity_datasource_and_variables(board: dict[str, Any]) -> None:
     assert "vllm" in board["tags"]
     assert "__inputs" not in board and board.get("id") is None
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert list(variables) == ["datasource", "cluster", "namespace", "pod", "model", "engine",
-                               "bucket"]
+    assert list(variables) == [
+        "datasource",
+        "cluster",
+        "namespace",
+        "pod",
+        "model",
+        "engine",
+        "bucket",
+    ]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     assert variables["pod"]["definition"] == (
-        'label_values(specdec_build_info{job="specdec-exporter", namespace=~"$namespace"}, pod)')
+        'label_values(specdec_build_info{job="specdec-exporter", namespace=~"$namespace"}, pod)'
+    )
     for panel in panels_of(board):
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         for target in panel["targets"]:
@@ -121,13 +148,25 @@ def test_identity_datasource_and_variables(board: dict[str, Any]) -> None:
 def test_the_panels_the_issue_asks_for(board: dict[str, Any]) -> None:
     titles = {panel["title"] for panel in panels_of(board)}
     assert {
-        "Acceptance rate per model", "Acceptance rate by temperature bucket",
-        "Per-request acceptance (heatmap)", "Per-request acceptance P10 / P50 / P90",
-        "Mean acceptance length", "Acceptance rate per draft position", "Modelled speedup",
-        "Draft token flow", "Time to first token P90", "Time per output token P90",
-        "Traffic share per temperature bucket", "Tap coverage", "Sidecar target up",
-        "Models by acceptance", "Models by modelled speedup", "Pods by acceptance",
-        "Pods by modelled speedup", "Draft cost c", "vLLM up since the sidecar started",
+        "Acceptance rate per model",
+        "Acceptance rate by temperature bucket",
+        "Per-request acceptance (heatmap)",
+        "Per-request acceptance P10 / P50 / P90",
+        "Mean acceptance length",
+        "Acceptance rate per draft position",
+        "Modelled speedup",
+        "Draft token flow",
+        "Time to first token P90",
+        "Time per output token P90",
+        "Traffic share per temperature bucket",
+        "Tap coverage",
+        "Sidecar target up",
+        "Models by acceptance",
+        "Models by modelled speedup",
+        "Pods by acceptance",
+        "Pods by modelled speedup",
+        "Draft cost c",
+        "vLLM up since the sidecar started",
     } <= titles
 
 
@@ -147,14 +186,17 @@ def test_the_fleet_row_ranks_the_recording_rules_worst_first(board: dict[str, An
 
 
 def test_acceptance_panel_draws_t_and_the_break_even_in_the_same_unit(
-        board: dict[str, Any]) -> None:
+    board: dict[str, Any],
+) -> None:
     panel = next(p for p in panels_of(board) if p["title"] == "Acceptance rate per model")
     rate, threshold, break_even = (t["expr"] for t in panel["targets"])
     assert "specdec_accepted_tokens_total" in rate and "specdec_draft_tokens_total" in rate
     assert "0.5 * group without (method) (specdec_speculative_info{" in threshold
     assert "specdec_break_even_acceptance_rate" in break_even
-    assert "the acceptance rate at which the modelled speedup L / (1 + k·c) is 1" in (
-        panel["description"])
+    assert (
+        "the acceptance rate at which the modelled speedup L / (1 + k·c) is 1"
+        in (panel["description"])
+    )
     dashed = panel["fieldConfig"]["overrides"][0]["matcher"]["options"]
     assert re.match(dashed, "threshold llama") and re.match(dashed, "break-even llama")
     assert not re.match(dashed, "llama")
@@ -182,42 +224,60 @@ def test_panels_fit_the_grid_without_overlapping(board: dict[str, Any]) -> None:
     for panel in board["panels"]:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24
-        area = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
-                for y in range(grid["y"], grid["y"] + grid["h"])}
+        area = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
         assert not area & cells, panel["title"]
         cells |= area
     ids = [panel["id"] for panel in board["panels"]]
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize(("expr", "problem"), [
-    ("rate(specdec_acceptance_ratio[5m])", "specdec_acceptance_ratio is not in the exported"),
-    ("specdec_drafts", "specdec_drafts is not in the exported-metrics contract"),
-    ("rate(vllm:time_to_first_token_bucket[5m])", "not a vLLM series the contract lists"),
-    ('rate(specdec_drafts_total{temperature_bucket="0"}[5m])',
-     "specdec_drafts_total has no label temperature_bucket"),
-    ("a:specdec_nothing:rate5m", "recording rule a:specdec_nothing:rate5m is not generated"),
-    ("rate(specdec_accepted_tokens_total[5m]) / rate(specdec_draft_tokens_total[5m])",
-     "division without"),
-    ("sum(rate(specdec_accepted_tokens_total[5m])) / (sum(rate(specdec_draft_tokens_total[5m])))",
-     "division without"),
-    ("histogram_quantile(0.9, rate(specdec_request_acceptance_rate_bucket[5m]))",
-     "histogram_quantile without"),
-])
+@pytest.mark.parametrize(
+    ("expr", "problem"),
+    [
+        ("rate(specdec_acceptance_ratio[5m])", "specdec_acceptance_ratio is not in the exported"),
+        ("specdec_drafts", "specdec_drafts is not in the exported-metrics contract"),
+        ("rate(vllm:time_to_first_token_bucket[5m])", "not a vLLM series the contract lists"),
+        (
+            'rate(specdec_drafts_total{temperature_bucket="0"}[5m])',
+            "specdec_drafts_total has no label temperature_bucket",
+        ),
+        ("a:specdec_nothing:rate5m", "recording rule a:specdec_nothing:rate5m is not generated"),
+        (
+            "rate(specdec_accepted_tokens_total[5m]) / rate(specdec_draft_tokens_total[5m])",
+            "division without",
+        ),
+        (
+            "sum(rate(specdec_accepted_tokens_total[5m]))"
+            " / (sum(rate(specdec_draft_tokens_total[5m])))",
+            "division without",
+        ),
+        (
+            "histogram_quantile(0.9, rate(specdec_request_acceptance_rate_bucket[5m]))",
+            "histogram_quantile without",
+        ),
+    ],
+)
 def test_the_query_check_catches(expr: str, problem: str) -> None:
     assert any(problem in p for p in query_problems(expr, RECORDED))
 
 
-@pytest.mark.parametrize("expr", [
-    "rate(specdec_accepted_tokens_total[5m])\n/ (rate(specdec_draft_tokens_total[5m]) > 0)",
-    "sum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total[5m]))\n"
-    "/ ignoring (position) group_left ()\n"
-    "(sum by (model_name) (rate(specdec_drafts_total[5m])) > 0)",
-    "histogram_quantile(0.9, sum by (le) (rate(specdec_request_acceptance_rate_bucket[5m])))\n"
-    "and\nsum(rate(specdec_request_acceptance_rate_count[5m])) > 0",
-    'up{job="specdec-exporter", namespace=~"$namespace"}',
-    'specdec_spec_decode_enabled{model_name="the specdec_fake name / in a label value"}',
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "rate(specdec_accepted_tokens_total[5m])\n/ (rate(specdec_draft_tokens_total[5m]) > 0)",
+        "sum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total[5m]))\n"
+        "/ ignoring (position) group_left ()\n"
+        "(sum by (model_name) (rate(specdec_drafts_total[5m])) > 0)",
+        "histogram_quantile(0.9, sum by (le) (rate(specdec_request_acceptance_rate_bucket[5m])))\n"
+        "and\nsum(rate(specdec_request_acceptance_rate_count[5m])) > 0",
+        'up{job="specdec-exporter", namespace=~"$namespace"}',
+        'specdec_spec_decode_enabled{model_name="the specdec_fake name / in a label value"}',
+    ],
+)
 def test_the_query_check_accepts(expr: str) -> None:
     assert query_problems(expr, RECORDED) == []
 
@@ -232,9 +292,11 @@ def test_the_dashboard_check_catches_structural_mistakes(board: dict[str, Any]) 
 
     problems = dashboard_problems(broken, RECORDED)
 
-    assert problems[:2] == ["dashboard has __inputs: use the ${datasource} variable instead",
-                            "missing variable $bucket"]
-    assert any("no \"No traffic\" value" in p for p in problems)
+    assert problems[:2] == [
+        "dashboard has __inputs: use the ${datasource} variable instead",
+        "missing variable $bucket",
+    ]
+    assert any('no "No traffic" value' in p for p in problems)
     assert any("datasource is not ${datasource}" in p for p in problems)
 
 

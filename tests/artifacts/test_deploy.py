@@ -99,8 +99,12 @@ def sidecar_of(workload: Manifest) -> tuple[str, Manifest]:
     """("initContainers" or "containers", the sidecar container) of one workload."""
     pod = pod_spec(workload)
     assert pod is not None
-    found = [(where, c) for where in ("initContainers", "containers")
-             for c in pod.get(where, []) if c["name"] == SIDECAR]
+    found = [
+        (where, c)
+        for where in ("initContainers", "containers")
+        for c in pod.get(where, [])
+        if c["name"] == SIDECAR
+    ]
     assert len(found) == 1, f"{len(found)} sidecars in {workload['metadata']['name']}"
     return found[0]
 
@@ -147,30 +151,64 @@ def user_kustomization(case: Case, root: Path) -> Path:
     the front of its list, and the sidecar must stay after the team's containers."""
     settings = {
         "target": {"kind": "Deployment|StatefulSet", "labelSelector": f"{INJECT_LABEL}=true"},
-        "patch": yaml.safe_dump({
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "any"},
-            "spec": {"template": {"spec": {"initContainers": [{
-                "name": SIDECAR,
-                "env": [{"name": "SPECDEC_VLLM_URL",
-                         "value": f"http://127.0.0.1:{case.vllm_port}"}],
-            }]}}}}),
+        "patch": yaml.safe_dump(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "any"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "initContainers": [
+                                {
+                                    "name": SIDECAR,
+                                    "env": [
+                                        {
+                                            "name": "SPECDEC_VLLM_URL",
+                                            "value": f"http://127.0.0.1:{case.vllm_port}",
+                                        }
+                                    ],
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        ),
     }
     components = [COMPONENTS / name for name in case.components]
     if "legacy-sidecar" not in case.components:
-        return write_kustomization(root / case.id, resources=[FIXTURES / case.fixture],
-                                   components=components, patches=[settings])
+        return write_kustomization(
+            root / case.id,
+            resources=[FIXTURES / case.fixture],
+            components=components,
+            patches=[settings],
+        )
     own = root / f"{case.id}-settings"
     own.mkdir()
-    (own / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
-        "patches": [settings]}), encoding="utf-8")
+    (own / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+                "kind": "Component",
+                "patches": [settings],
+            }
+        ),
+        encoding="utf-8",
+    )
     components.insert(-1, own)
-    return write_kustomization(root / case.id, resources=[FIXTURES / case.fixture],
-                               components=components)
+    return write_kustomization(
+        root / case.id, resources=[FIXTURES / case.fixture], components=components
+    )
 
 
-def write_kustomization(folder: Path, *, resources: list[Path], components: list[Path],
-                        patches: list[Manifest] | None = None) -> Path:
+def write_kustomization(
+    folder: Path,
+    *,
+    resources: list[Path],
+    components: list[Path],
+    patches: list[Manifest] | None = None,
+) -> Path:
     """A kustomization in `folder` (kustomize takes other folders only as relative paths)."""
     folder.mkdir(parents=True, exist_ok=True)
     document: Manifest = {
@@ -224,7 +262,8 @@ def undo_injection(rendered: Manifest, original: Manifest, *, tap: bool) -> Mani
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_nothing_of_the_users_changes_but_the_injection(
-        case: Case, renderings: dict[str, list[Manifest]]) -> None:
+    case: Case, renderings: dict[str, list[Manifest]]
+) -> None:
     originals = {key(m): m for m in rendered(FIXTURES / case.fixture)}
     results = {key(m): m for m in renderings[case.id]}
     assert results.keys() == originals.keys()  # no object added or dropped
@@ -234,7 +273,8 @@ def test_nothing_of_the_users_changes_but_the_injection(
 
 
 def test_the_comparison_sees_a_change_to_a_users_container(
-        renderings: dict[str, list[Manifest]]) -> None:
+    renderings: dict[str, list[Manifest]],
+) -> None:
     """Negative control: one changed argument of the team's vLLM is not part of the injection."""
     result = copy.deepcopy(find(renderings["chat+sidecar"], "Deployment", "chat-llm"))
     original = find(rendered(FIXTURES / "chat"), "Deployment", "chat-llm")
@@ -244,16 +284,21 @@ def test_the_comparison_sees_a_change_to_a_users_container(
     assert undo_injection(result, original, tap=False) != original
 
 
-@pytest.mark.parametrize(("case", "version"), [(c, v) for c in CASES for v in c.versions],
-                         ids=lambda x: x if isinstance(x, str) else x.id)
+@pytest.mark.parametrize(
+    ("case", "version"),
+    [(c, v) for c in CASES for v in c.versions],
+    ids=lambda x: x if isinstance(x, str) else x.id,
+)
 def test_each_rendering_passes_the_strict_kubernetes_schema(
-        case: Case, version: str, renderings: dict[str, list[Manifest]]) -> None:
+    case: Case, version: str, renderings: dict[str, list[Manifest]]
+) -> None:
     assert deploycheck.builtin_schema_problems(renderings[case.id], version) == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_the_sidecar_meets_pod_security_restricted_in_any_pod(
-        case: Case, renderings: dict[str, list[Manifest]]) -> None:
+    case: Case, renderings: dict[str, list[Manifest]]
+) -> None:
     """The team's pods set no restricted context of their own (chat) or part of it (codegen):
     the sidecar's own securityContext is enough."""
     problems = deploycheck.restricted_problems(renderings[case.id])
@@ -262,7 +307,8 @@ def test_the_sidecar_meets_pod_security_restricted_in_any_pod(
 
 
 def test_the_native_sidecar_comes_first_among_the_users_init_containers(
-        renderings: dict[str, list[Manifest]]) -> None:
+    renderings: dict[str, list[Manifest]],
+) -> None:
     pod = pod_spec(find(renderings["chat+sidecar"], "Deployment", "chat-llm"))
     assert pod is not None
     assert [c["name"] for c in pod["initContainers"]] == [SIDECAR, "fetch-weights"]
@@ -270,7 +316,8 @@ def test_the_native_sidecar_comes_first_among_the_users_init_containers(
 
 
 def test_the_legacy_sidecar_is_the_same_container_after_the_users(
-        renderings: dict[str, list[Manifest]]) -> None:
+    renderings: dict[str, list[Manifest]],
+) -> None:
     native = find(renderings["chat+sidecar+tap"], "Deployment", "chat-llm")
     legacy = find(renderings["chat+sidecar+tap+legacy-sidecar"], "Deployment", "chat-llm")
     where, container = sidecar_of(legacy)
@@ -286,15 +333,17 @@ def test_the_legacy_sidecar_is_the_same_container_after_the_users(
 
 def test_the_legacy_component_refuses_to_move_anything_but_the_sidecar(tmp_path: Path) -> None:
     require("kubectl")
-    folder = write_kustomization(tmp_path, resources=[FIXTURES / "chat"],
-                                 components=[COMPONENTS / "legacy-sidecar"])
+    folder = write_kustomization(
+        tmp_path, resources=[FIXTURES / "chat"], components=[COMPONENTS / "legacy-sidecar"]
+    )
     with pytest.raises(ValueError, match="test failed"):
         deploycheck.render(folder)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_the_teams_patch_points_the_sidecar_at_its_vllm(
-        case: Case, renderings: dict[str, list[Manifest]]) -> None:
+    case: Case, renderings: dict[str, list[Manifest]]
+) -> None:
     for workload in filter(opted_in, renderings[case.id]):
         if pod_spec(workload) is not None:
             _, container = sidecar_of(workload)
@@ -303,7 +352,8 @@ def test_the_teams_patch_points_the_sidecar_at_its_vllm(
 
 @pytest.mark.parametrize("case", [c for c in CASES if "tap" in c.components], ids=lambda c: c.id)
 def test_the_tap_listens_where_the_service_now_points(
-        case: Case, renderings: dict[str, list[Manifest]]) -> None:
+    case: Case, renderings: dict[str, list[Manifest]]
+) -> None:
     manifests = renderings[case.id]
     (service,) = [m for m in manifests if m["kind"] == "Service" and opted_in(m)]
     (workload,) = [m for m in manifests if pod_spec(m) is not None and opted_in(m)]
@@ -313,8 +363,7 @@ def test_the_tap_listens_where_the_service_now_points(
     assert env_of(container)["SPECDEC_PROXY_LISTEN"] == f"0.0.0.0:{tap_port()}"
 
 
-def test_without_the_tap_component_there_is_no_tap(
-        renderings: dict[str, list[Manifest]]) -> None:
+def test_without_the_tap_component_there_is_no_tap(renderings: dict[str, list[Manifest]]) -> None:
     _, container = sidecar_of(find(renderings["codegen+sidecar"], "StatefulSet", "codegen"))
     assert "SPECDEC_PROXY_LISTEN" not in env_of(container)
     assert [p["name"] for p in container["ports"]] == ["specdec-metrics"]
@@ -348,7 +397,8 @@ def test_the_sidecar_container_image_command_probes_and_resources() -> None:
     assert container["command"] + container["args"] == [SIDECAR, "run"]
     assert env_of(container) == {"SPECDEC_VLLM_URL": Settings().vllm_url}
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
-        "specdec-metrics": DEFAULT_PORT}
+        "specdec-metrics": DEFAULT_PORT
+    }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "specdec-metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "specdec-metrics"}
     assert "cpu" not in container["resources"]["limits"]
@@ -364,14 +414,17 @@ def test_monitoring_holds_no_workload() -> None:
 
 
 def test_the_alertmanager_component_adds_only_the_alertmanagerconfig(tmp_path: Path) -> None:
-    folder = write_kustomization(tmp_path, resources=[MONITORING.path],
-                                 components=[MONITORING.path / "alertmanager"])
+    folder = write_kustomization(
+        tmp_path, resources=[MONITORING.path], components=[MONITORING.path / "alertmanager"]
+    )
     with_routing = rendered(folder)
     assert sorted(map(key, with_routing)) == sorted(
-        [*map(key, rendered(MONITORING.path)), ("AlertmanagerConfig", "", "specdec")])
+        [*map(key, rendered(MONITORING.path)), ("AlertmanagerConfig", "", "specdec")]
+    )
     assert crd_problems(with_routing) == []
     assert find(with_routing, "AlertmanagerConfig", "specdec") == alertmanager_config_resource(
-        load())
+        load()
+    )
 
 
 def test_the_podmonitor_scrapes_injected_pods_in_any_namespace_as_the_alerts_job() -> None:
@@ -397,11 +450,14 @@ def test_generated_parts_match_their_sources() -> None:
 # --- every kustomization of deploy/ -------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kustomization", "version"),
-                         [(k, v) for k in KUSTOMIZATIONS for v in k.kubernetes_versions],
-                         ids=lambda x: x if isinstance(x, str) else x.path.name)
-def test_builtin_kinds_pass_the_strict_kubernetes_schema(kustomization: Kustomization,
-                                                         version: str) -> None:
+@pytest.mark.parametrize(
+    ("kustomization", "version"),
+    [(k, v) for k in KUSTOMIZATIONS for v in k.kubernetes_versions],
+    ids=lambda x: x if isinstance(x, str) else x.path.name,
+)
+def test_builtin_kinds_pass_the_strict_kubernetes_schema(
+    kustomization: Kustomization, version: str
+) -> None:
     assert deploycheck.builtin_schema_problems(rendered(kustomization.path), version) == []
 
 
@@ -414,14 +470,16 @@ def test_the_native_sidecar_does_not_validate_on_kubernetes_1_27() -> None:
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=lambda k: k.path.name)
 def test_monitoring_resources_pass_the_prometheus_operator_schemas(
-        kustomization: Kustomization) -> None:
+    kustomization: Kustomization,
+) -> None:
     assert crd_problems(rendered(kustomization.path)) == []
 
 
 def test_the_crd_check_catches_a_bad_duration_and_a_missing_field() -> None:
     manifests = rendered(MONITORING.path)
     find(manifests, "PodMonitor", "specdec-exporter")["spec"]["podMetricsEndpoints"][0][
-        "interval"] = "15 seconds"
+        "interval"
+    ] = "15 seconds"
     del find(manifests, "PrometheusRule", "specdec")["spec"]["groups"][0]["name"]
 
     problems = crd_problems(manifests)
@@ -432,7 +490,8 @@ def test_the_crd_check_catches_a_bad_duration_and_a_missing_field() -> None:
 
 @pytest.mark.parametrize("kustomization", [EXAMPLE, LEGACY_EXAMPLE], ids=lambda k: k.path.name)
 def test_every_container_of_the_examples_meets_pod_security_restricted(
-        kustomization: Kustomization) -> None:
+    kustomization: Kustomization,
+) -> None:
     assert deploycheck.restricted_problems(rendered(kustomization.path)) == []
 
 
@@ -455,10 +514,20 @@ def test_the_restricted_check_catches_a_writable_root_and_kept_capabilities() ->
 
 def test_the_example_is_its_workload_plus_the_components_plus_monitoring() -> None:
     kinds = sorted(m["kind"] for m in rendered(EXAMPLE.path))
-    assert kinds == ["AlertmanagerConfig", "ConfigMap", "ConfigMap", "Deployment", "PodMonitor",
-                     "PodMonitor", "PrometheusRule", "Service"]
-    written = {key(m): m for m in yaml.safe_load_all(
-        (EXAMPLE.path / "deployment.yaml").read_text(encoding="utf-8"))}
+    assert kinds == [
+        "AlertmanagerConfig",
+        "ConfigMap",
+        "ConfigMap",
+        "Deployment",
+        "PodMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "Service",
+    ]
+    written = {
+        key(m): m
+        for m in yaml.safe_load_all((EXAMPLE.path / "deployment.yaml").read_text(encoding="utf-8"))
+    }
     deployment = find(rendered(EXAMPLE.path), "Deployment", "vllm")
     original = written[key(deployment)]
     assert undo_injection(deployment, original, tap=True) == original
@@ -468,7 +537,8 @@ def test_the_example_sends_clients_through_the_tap_and_names_its_method() -> Non
     manifests = rendered(EXAMPLE.path)
     service = find(manifests, "Service", "vllm")
     assert service["spec"]["ports"] == [
-        {"name": "http", "port": 8000, "targetPort": tap_port(), "protocol": "TCP"}]
+        {"name": "http", "port": 8000, "targetPort": tap_port(), "protocol": "TCP"}
+    ]
     _, container = sidecar_of(find(manifests, "Deployment", "vllm"))
     method = next(e for e in container["env"] if e["name"] == "SPECDEC_SPECULATIVE_METHOD")
     assert method["valueFrom"] == {"configMapKeyRef": {"name": "vllm-speculative", "key": "method"}}
@@ -499,7 +569,8 @@ def test_the_readmes_three_line_kustomization_injects_the_sidecar(tmp_path: Path
     local = COMPONENTS.parents[1] / component.split("//", 2)[2].split("?")[0]
     assert local == COMPONENTS / "sidecar"
     (tmp_path / "vllm.yaml").write_text(
-        (FIXTURES / "codegen" / "workloads.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+        (FIXTURES / "codegen" / "workloads.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     document["components"] = [os.path.relpath(local, tmp_path)]
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
     where, _ = sidecar_of(find(rendered(tmp_path), "StatefulSet", "codegen"))

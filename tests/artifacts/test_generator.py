@@ -27,8 +27,13 @@ GENERATE = REPO_ROOT / "tools" / "generate.py"
 
 
 def run_generate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(GENERATE), *args], capture_output=True, text=True,
-                          check=False, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(GENERATE), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def write_config(tmp_path: Path, old: str, new: str) -> Path:
@@ -46,8 +51,9 @@ def test_committed_generated_files_are_up_to_date() -> None:
 
 
 def test_check_fails_naming_the_stale_file_when_the_config_changes(tmp_path: Path) -> None:
-    config = write_config(tmp_path, "min_draft_tokens_per_second = 10.0 ",
-                          "min_draft_tokens_per_second = 12.0 ")
+    config = write_config(
+        tmp_path, "min_draft_tokens_per_second = 10.0 ", "min_draft_tokens_per_second = 12.0 "
+    )
 
     result = run_generate("--check", "--config", str(config))
 
@@ -78,8 +84,9 @@ def test_a_fresh_copy_has_no_stale_outputs(tmp_path: Path) -> None:
 
 
 def test_test_variant_shortens_for_windows_and_group_timing(tmp_path: Path) -> None:
-    result = run_generate("--out-dir", str(tmp_path), "--for", "5s", "--rate-window", "15s",
-                          "--group-timing", "1s")
+    result = run_generate(
+        "--out-dir", str(tmp_path), "--for", "5s", "--rate-window", "15s", "--group-timing", "1s"
+    )
     assert result.returncode == 0, result.stderr
 
     groups = yaml.safe_load((tmp_path / outputs.RULES_FILE).read_text())["groups"]
@@ -99,23 +106,46 @@ def test_test_options_need_an_out_dir() -> None:
     assert "need --out-dir" in result.stderr
 
 
-@pytest.mark.parametrize(("old", "new", "message"), [
-    ('severity = "critical"  # "warning"', 'severity = "page"  # "warning"',
-     "alerts.SpecDecodeAcceptanceLow.severity: Input should be 'critical' or 'warning'"),
-    ('for = "10m"', 'for = "10 minutes"', "not a Prometheus duration: '10 minutes'"),
-    ('group_by = ["namespace", "model_name"]', 'group_by = ["namespace", "pod"]',
-     "alertmanager.group_by: must not contain pod"),
-    ('rate = "5m"', 'rates = "5m"', "windows.rate: missing key"),
-    ("acceptance_rate = 0.5\n", "acceptance_rate = 0.6\n",
-     "thresholds.acceptance_rate: must equal the verdict's threshold 0.5"),
-    ("[thresholds.acceptance_rate_by_method]\n", "[thresholds.acceptance_rate_by_method]\n"
-     "ngram = 1.5\n", "thresholds.acceptance_rate_by_method.ngram: Input should be less than"),
-    ('cluster_label = ""', 'cluster_label = "k8s cluster"',
-     "selectors.cluster_label: String should match pattern"),
-    ('method = "ngram", ', "", "example_deployment.speculative_config: needs a string `method`"),
-])
-def test_a_bad_config_is_one_readable_line(tmp_path: Path, old: str, new: str,
-                                           message: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            'severity = "critical"  # "warning"',
+            'severity = "page"  # "warning"',
+            "alerts.SpecDecodeAcceptanceLow.severity: Input should be 'critical' or 'warning'",
+        ),
+        ('for = "10m"', 'for = "10 minutes"', "not a Prometheus duration: '10 minutes'"),
+        (
+            'group_by = ["namespace", "model_name"]',
+            'group_by = ["namespace", "pod"]',
+            "alertmanager.group_by: must not contain pod",
+        ),
+        ('rate = "5m"', 'rates = "5m"', "windows.rate: missing key"),
+        (
+            "acceptance_rate = 0.5\n",
+            "acceptance_rate = 0.6\n",
+            "thresholds.acceptance_rate: must equal the verdict's threshold 0.5",
+        ),
+        (
+            "[thresholds.acceptance_rate_by_method]\n",
+            "[thresholds.acceptance_rate_by_method]\nngram = 1.5\n",
+            "thresholds.acceptance_rate_by_method.ngram: Input should be less than",
+        ),
+        (
+            'cluster_label = ""',
+            'cluster_label = "k8s cluster"',
+            "selectors.cluster_label: String should match pattern",
+        ),
+        (
+            'method = "ngram", ',
+            "",
+            "example_deployment.speculative_config: needs a string `method`",
+        ),
+    ],
+)
+def test_a_bad_config_is_one_readable_line(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
     config = write_config(tmp_path, old, new)
 
     with pytest.raises(SettingsError, match=re.escape(message)):
@@ -141,8 +171,9 @@ def test_overrides_leave_thresholds_and_severities_alone() -> None:
     settings = load()
     fast = with_test_overrides(settings, for_="3s", rate_window="10s")
     assert fast.thresholds == settings.thresholds
-    assert {n: p.severity for n, p in fast.alerts.items()} == \
-        {n: p.severity for n, p in settings.alerts.items()}
+    assert {n: p.severity for n, p in fast.alerts.items()} == {
+        n: p.severity for n, p in settings.alerts.items()
+    }
     assert fast.alerts["SpecDecodeAcceptanceLow"].keep_firing_for == "3s"
     assert fast.alerts["SpecDecodeNotDrafting"].keep_firing_for is None
     with pytest.raises(SettingsError, match="not a Prometheus duration"):
@@ -150,9 +181,13 @@ def test_overrides_leave_thresholds_and_severities_alone() -> None:
 
 
 def test_merge_into_prints_the_users_config_with_our_routing_first(tmp_path: Path) -> None:
-    theirs = {"route": {"receiver": "ops", "routes": [
-                  {"receiver": "ops-pager", "matchers": ['severity="critical"']}]},
-              "receivers": [{"name": "ops"}, {"name": "ops-pager"}]}
+    theirs = {
+        "route": {
+            "receiver": "ops",
+            "routes": [{"receiver": "ops-pager", "matchers": ['severity="critical"']}],
+        },
+        "receivers": [{"name": "ops"}, {"name": "ops-pager"}],
+    }
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(theirs))
 
@@ -162,14 +197,21 @@ def test_merge_into_prints_the_users_config_with_our_routing_first(tmp_path: Pat
     merged = yaml.safe_load(result.stdout)
     assert [r["receiver"] for r in merged["route"]["routes"]] == ["specdec-chat", "ops-pager"]
     assert [r["name"] for r in merged["receivers"]] == [
-        "ops", "ops-pager", "specdec-pagerduty", "specdec-chat"]
+        "ops",
+        "ops-pager",
+        "specdec-pagerduty",
+        "specdec-chat",
+    ]
     assert len(merged["inhibit_rules"]) == 1
 
 
 def test_merge_into_refuses_a_receiver_name_already_taken(tmp_path: Path) -> None:
     path = tmp_path / "alertmanager.yml"
-    path.write_text(yaml.safe_dump({"route": {"receiver": "specdec-chat"},
-                                    "receivers": [{"name": "specdec-chat"}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {"route": {"receiver": "specdec-chat"}, "receivers": [{"name": "specdec-chat"}]}
+        )
+    )
     result = run_generate("--merge-into", str(path))
     assert result.returncode == 2
     assert "receiver names already used in the config: specdec-chat" in result.stderr
@@ -186,11 +228,14 @@ draft_cost_ratio = 0.7
 
 
 def test_a_measured_break_even_is_the_models_t_unless_one_is_set_by_hand(tmp_path: Path) -> None:
-    config = write_config(tmp_path, "[thresholds.acceptance_rate_by_model]\n",
-                          '[thresholds.acceptance_rate_by_model]\n"hand/set" = 0.45\n')
+    config = write_config(
+        tmp_path,
+        "[thresholds.acceptance_rate_by_model]\n",
+        '[thresholds.acceptance_rate_by_model]\n"hand/set" = 0.45\n',
+    )
     config.write_text(config.read_text() + CALIBRATED)
     expr = threshold_expr(load(config))
-    assert '0.8113 * group without (method) (specdec_speculative_info{' in expr
+    assert "0.8113 * group without (method) (specdec_speculative_info{" in expr
     assert 'model_name="tiny-llama"' in expr
     assert "0.45 * group" in expr and "0.7 * group" not in expr
 

@@ -30,8 +30,7 @@ def left_out_by_the_dockerfile() -> list[Path]:
 def image_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the package with the same folders left out, first on PYTHONPATH."""
     root = tmp_path_factory.mktemp("image-site")
-    shutil.copytree(PACKAGE, root / PACKAGE.name,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PACKAGE, root / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"))
     for folder in left_out_by_the_dockerfile():
         shutil.rmtree(root / folder.relative_to(PACKAGE.parent))
     return root
@@ -39,20 +38,29 @@ def image_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def specdec(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(site)}
-    return subprocess.run([sys.executable, "-m", "specdec_exporter.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "specdec_exporter.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_the_image_leaves_out_the_simulator_and_the_sweep_only() -> None:
     assert [p.relative_to(PACKAGE).as_posix() for p in left_out_by_the_dockerfile()] == [
-        "devtools/sim", "devtools/sweep"]
+        "devtools/sim",
+        "devtools/sweep",
+    ]
 
 
-@pytest.mark.parametrize("args", [("simulate", "--help"), ("sweep", "--help"),
-                                  ("demo", "--duration", "1")],
-                         ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [("simulate", "--help"), ("sweep", "--help"), ("demo", "--duration", "1")], ids=" ".join
+)
 def test_a_command_that_needs_left_out_tools_says_so_in_one_line(
-        image_package: Path, args: tuple[str, ...]) -> None:
+    image_package: Path, args: tuple[str, ...]
+) -> None:
     result = specdec(image_package, *args)
     assert result.returncode == 69
     assert result.stderr.count("\n") == 1, result.stderr
@@ -74,8 +82,13 @@ def test_the_lock_satisfies_pyproject(tmp_path: Path) -> None:
     python = str(tmp_path / "venv" / "bin" / "python")
 
     def pip(*args: str) -> str:
-        result = subprocess.run([python, "-m", "pip", *args, "--disable-pip-version-check"],
-                                capture_output=True, text=True, timeout=600, check=False)
+        result = subprocess.run(
+            [python, "-m", "pip", *args, "--disable-pip-version-check"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 

@@ -51,8 +51,12 @@ def component_container() -> Manifest:
 
 
 def as_pod(name: str, labels: dict[str, str], spec: Manifest) -> Manifest:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
 
 
 def flag(args: list[str], name: str) -> str:
@@ -66,31 +70,44 @@ def flag(args: list[str], name: str) -> str:
 def post_rendered() -> list[Manifest]:
     require("kubectl")
     chart_output = (FIXTURES / "production-stack" / "rendered.yaml").read_text(encoding="utf-8")
-    result = subprocess.run([str(INTEGRATIONS / "helm" / "post-renderer.sh"), "tap"],
-                            input=chart_output, capture_output=True, text=True, timeout=120,
-                            check=False)
+    result = subprocess.run(
+        [str(INTEGRATIONS / "helm" / "post-renderer.sh"), "tap"],
+        input=chart_output,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return deploycheck.load_manifests(result.stdout)
 
 
 def test_the_post_renderer_injects_into_the_labelled_engine_only(
-        post_rendered: list[Manifest]) -> None:
-    chart = {(m["kind"], m["metadata"]["name"]): m
-             for m in documents(FIXTURES / "production-stack" / "rendered.yaml")}
+    post_rendered: list[Manifest],
+) -> None:
+    chart = {
+        (m["kind"], m["metadata"]["name"]): m
+        for m in documents(FIXTURES / "production-stack" / "rendered.yaml")
+    }
     engine = find(post_rendered, "Deployment", "vllm-llama-deployment-vllm")
     pod = pod_spec(engine)
     assert pod is not None
     assert [c["name"] for c in pod["initContainers"]] == [SIDECAR]
-    assert find(post_rendered, "Deployment", "vllm-deployment-router") == chart[
-        ("Deployment", "vllm-deployment-router")]
+    assert (
+        find(post_rendered, "Deployment", "vllm-deployment-router")
+        == chart[("Deployment", "vllm-deployment-router")]
+    )
     # The engine Service is not labelled: the tap component leaves it alone.
-    assert find(post_rendered, "Service", "vllm-llama-engine-service") == chart[
-        ("Service", "vllm-llama-engine-service")]
+    assert (
+        find(post_rendered, "Service", "vllm-llama-engine-service")
+        == chart[("Service", "vllm-llama-engine-service")]
+    )
 
 
 @pytest.mark.parametrize("version", NATIVE_SIDECAR_VERSIONS)
-def test_the_post_rendered_chart_passes_the_strict_schema(post_rendered: list[Manifest],
-                                                          version: str) -> None:
+def test_the_post_rendered_chart_passes_the_strict_schema(
+    post_rendered: list[Manifest], version: str
+) -> None:
     assert deploycheck.builtin_schema_problems(post_rendered, version) == []
 
 
@@ -114,7 +131,7 @@ def test_the_chart_fixture_follows_the_values(post_rendered: list[Manifest]) -> 
     pod = pod_spec(engine)
     assert pod is not None
     command = pod["containers"][0]["command"]
-    assert command[-len(model["vllmConfig"]["extraArgs"]):] == model["vllmConfig"]["extraArgs"]
+    assert command[-len(model["vllmConfig"]["extraArgs"]) :] == model["vllmConfig"]["extraArgs"]
     router = pod_spec(find(post_rendered, "Deployment", "vllm-deployment-router"))
     assert router is not None
     assert values["routerSpec"]["extraArgs"] == router["containers"][0]["args"][-2:]
@@ -143,27 +160,40 @@ def test_the_kserve_sidecar_is_the_components_container_as_a_plain_container() -
     expected = copy.deepcopy(component_container())
     del expected["restartPolicy"]
     assert {k: v for k, v in sidecar.items() if k != "env"} == {
-        k: v for k, v in expected.items() if k != "env"}
+        k: v for k, v in expected.items() if k != "env"
+    }
     env = {e["name"]: e["value"] for e in sidecar["env"]}
     assert parse_host_port(env["SPECDEC_VLLM_URL"].removeprefix("http://"))[1] == int(
-        flag(vllm["args"], "--port"))
-    assert env["SPECDEC_SPECULATIVE_METHOD"] == json.loads(
-        flag(vllm["args"], "--speculative-config"))["method"]
-    assert spec["labels"] == yaml.safe_load(
-        (DEPLOY / "monitoring" / "podmonitor.yaml").read_text())["spec"]["selector"][
-            "matchLabels"]
-    pod = {"kind": "Deployment", "metadata": {"name": "kserve"},
-           "spec": {"template": {"spec": {"containers": [sidecar]}}}}
+        flag(vllm["args"], "--port")
+    )
+    assert (
+        env["SPECDEC_SPECULATIVE_METHOD"]
+        == json.loads(flag(vllm["args"], "--speculative-config"))["method"]
+    )
+    assert (
+        spec["labels"]
+        == yaml.safe_load((DEPLOY / "monitoring" / "podmonitor.yaml").read_text())["spec"][
+            "selector"
+        ]["matchLabels"]
+    )
+    pod = {
+        "kind": "Deployment",
+        "metadata": {"name": "kserve"},
+        "spec": {"template": {"spec": {"containers": [sidecar]}}},
+    }
     assert deploycheck.restricted_problems([pod]) == []
 
 
 def test_the_inference_service_uses_the_runtime_in_raw_deployment_mode() -> None:
     runtime, service = documents(INTEGRATIONS / "kserve" / "servingruntime.yaml")
     assert service["spec"]["predictor"]["model"]["runtime"] == runtime["metadata"]["name"]
-    assert service["spec"]["predictor"]["model"]["modelFormat"]["name"] == runtime["spec"][
-        "supportedModelFormats"][0]["name"]
+    assert (
+        service["spec"]["predictor"]["model"]["modelFormat"]["name"]
+        == runtime["spec"]["supportedModelFormats"][0]["name"]
+    )
     assert service["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == (
-        "RawDeployment")
+        "RawDeployment"
+    )
 
 
 # --- Gateway API inference extension ------------------------------------------------------------
@@ -189,9 +219,14 @@ def docker_runs() -> dict[str, tuple[list[str], list[str]]]:
     for line in text.splitlines():
         if line.startswith("docker run"):
             words = shlex.split(line)[2:]
-            image = next(i for i, w in enumerate(words) if "/" in w and not w.startswith("-")
-                         and words[i - 1] not in ("--name", "--network", "-p"))
-            options, args = words[:image], words[image + 1:]
+            image = next(
+                i
+                for i, w in enumerate(words)
+                if "/" in w
+                and not w.startswith("-")
+                and words[i - 1] not in ("--name", "--network", "-p")
+            )
+            options, args = words[:image], words[image + 1 :]
             runs[flag(options, "--name")] = (options, args)
     return runs
 
@@ -207,13 +242,20 @@ def test_docker_the_sidecar_shares_vllms_network_and_points_at_its_port() -> Non
     args = parser.parse_args(sidecar_args[1:])
     settings = settings_from_args(Settings, args)
     assert settings.vllm_url == f"http://127.0.0.1:{flag(vllm_args, '--port')}"
-    assert settings.speculative_method == json.loads(
-        flag(vllm_args, "--speculative-config"))["method"]
-    published = {int(vllm_options[i + 1].split(":")[1])
-                 for i, word in enumerate(vllm_options) if word == "-p"}
+    assert (
+        settings.speculative_method == json.loads(flag(vllm_args, "--speculative-config"))["method"]
+    )
+    published = {
+        int(vllm_options[i + 1].split(":")[1])
+        for i, word in enumerate(vllm_options)
+        if word == "-p"
+    }
     assert settings.proxy_address is not None
-    assert published == {settings.listen_address[1], settings.proxy_address[1],
-                         int(flag(vllm_args, "--port"))}
+    assert published == {
+        settings.listen_address[1],
+        settings.proxy_address[1],
+        int(flag(vllm_args, "--port")),
+    }
     assert flag(vllm_args, "--per-request-spec-decode-metrics") == "summary"
 
 

@@ -26,8 +26,7 @@ RECORD_NAME = re.compile(r"^[a-z_]+:[a-z_]+:[a-z0-9_]+$")
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     binary = require("promtool")
-    return subprocess.run([binary, *args], capture_output=True, text=True, check=False,
-                          timeout=120)
+    return subprocess.run([binary, *args], capture_output=True, text=True, check=False, timeout=120)
 
 
 def unit_tests() -> list[dict[str, Any]]:
@@ -50,7 +49,8 @@ def test_promtool_test_rules_can_fail(tmp_path: Path) -> None:
     """A wrong expectation must fail: the unit tests are not vacuous."""
     source = (REPO_ROOT / "alerts" / "tests" / "recording.test.yaml").read_text()
     broken = source.replace("value: 0.375", "value: 0.5625").replace(
-        "../specdec-rules.yaml", str(RULES))
+        "../specdec-rules.yaml", str(RULES)
+    )
     assert broken != source
     (tmp_path / "broken.test.yaml").write_text(broken)
 
@@ -75,14 +75,22 @@ def test_every_firing_case_checks_labels_and_all_annotations() -> None:
             for alert in case["exp_alerts"]:
                 assert alert["exp_labels"]["severity"] in ("critical", "warning")
                 assert set(alert["exp_annotations"]) == {
-                    "summary", "description", "runbook_url", "dashboard_url"}, test["name"]
+                    "summary",
+                    "description",
+                    "runbook_url",
+                    "dashboard_url",
+                }, test["name"]
 
 
 def test_every_recording_rule_has_a_test() -> None:
-    tested = " ".join(case["expr"] for test in unit_tests()
-                      for case in test.get("promql_expr_test", []))
-    untested = {name for name in record_names(rule_groups(load()))
-                if not re.search(re.escape(name) + r"\b", tested)}
+    tested = " ".join(
+        case["expr"] for test in unit_tests() for case in test.get("promql_expr_test", [])
+    )
+    untested = {
+        name
+        for name in record_names(rule_groups(load()))
+        if not re.search(re.escape(name) + r"\b", tested)
+    }
     assert untested == set()
 
 
@@ -108,16 +116,23 @@ def rules_file(tmp_path: Path, settings: Settings) -> Path:
 
 
 def run_test_file(tmp_path: Path, test_file: Path, rules: Path) -> subprocess.CompletedProcess[str]:
-    text = test_file.read_text().replace("  - RULES\n", f"  - {rules}\n").replace(
-        "  - ../specdec-rules.yaml\n", f"  - {rules}\n")
+    text = (
+        test_file.read_text()
+        .replace("  - RULES\n", f"  - {rules}\n")
+        .replace("  - ../specdec-rules.yaml\n", f"  - {rules}\n")
+    )
     copy = tmp_path / test_file.name
     copy.write_text(text)
     return promtool("test", "rules", str(copy))
 
 
 def test_thresholds_per_method_and_per_model(tmp_path: Path) -> None:
-    settings = changed(load(), "thresholds", acceptance_rate_by_method={"ngram": 0.3},
-                       acceptance_rate_by_model={"llama": 0.45})
+    settings = changed(
+        load(),
+        "thresholds",
+        acceptance_rate_by_method={"ngram": 0.3},
+        acceptance_rate_by_model={"llama": 0.45},
+    )
     result = run_test_file(tmp_path, OVERRIDES_TEST, rules_file(tmp_path, settings))
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -133,8 +148,11 @@ def test_without_keep_firing_for_the_wobble_would_be_two_incidents(tmp_path: Pat
     data = settings.model_dump(by_alias=True)
     for policy in data["alerts"].values():
         policy["keep_firing_for"] = None
-    result = run_test_file(tmp_path, REPO_ROOT / "alerts" / "tests" / "acceptance.test.yaml",
-                           rules_file(tmp_path, Settings.model_validate(data)))
+    result = run_test_file(
+        tmp_path,
+        REPO_ROOT / "alerts" / "tests" / "acceptance.test.yaml",
+        rules_file(tmp_path, Settings.model_validate(data)),
+    )
     assert result.returncode != 0
     assert "time: 26m" in result.stderr
 
@@ -143,8 +161,11 @@ def test_the_startup_grace_is_the_never_up_alerts_for(tmp_path: Path) -> None:
     """Mutation: a 10-minute grace would page during vLLM's 15-minute start."""
     data = load().model_dump(by_alias=True)
     data["alerts"]["SpecDecodeVLLMNeverUp"]["for"] = "10m"
-    result = run_test_file(tmp_path, REPO_ROOT / "alerts" / "tests" / "health.test.yaml",
-                           rules_file(tmp_path, Settings.model_validate(data)))
+    result = run_test_file(
+        tmp_path,
+        REPO_ROOT / "alerts" / "tests" / "health.test.yaml",
+        rules_file(tmp_path, Settings.model_validate(data)),
+    )
     assert result.returncode != 0
     assert "SpecDecodeVLLMNeverUp, time: 19m" in result.stderr
 
@@ -154,21 +175,34 @@ def test_every_alert_is_ours_by_name() -> None:
 
 
 def test_only_the_speedup_alert_claims_a_net_loss() -> None:
-    claims = {rule["alert"] for rule in alerting_rules(load())
-              if re.search(r"(?<!not )a net loss|slower than|slowed down",
-                           rule["annotations"]["summary"] + rule["annotations"]["description"])}
+    claims = {
+        rule["alert"]
+        for rule in alerting_rules(load())
+        if re.search(
+            r"(?<!not )a net loss|slower than|slowed down",
+            rule["annotations"]["summary"] + rule["annotations"]["description"],
+        )
+    }
     assert claims == {"SpecDecodeSpeedupBelowOne"}
 
 
 def test_the_acceptance_alerts_state_a_t_s_and_c() -> None:
     rules = {rule["alert"]: rule for rule in alerting_rules(load())}
     low = rules["SpecDecodeAcceptanceLow"]["annotations"]["description"]
-    for figure in ("$value | humanizePercentage", "specdec_acceptance_threshold:config",
-                   "specdec_estimated_speedup{", "specdec_draft_cost_ratio{"):
+    for figure in (
+        "$value | humanizePercentage",
+        "specdec_acceptance_threshold:config",
+        "specdec_estimated_speedup{",
+        "specdec_draft_cost_ratio{",
+    ):
         assert figure in low, figure
     speedup = rules["SpecDecodeSpeedupBelowOne"]["annotations"]["description"]
-    for figure in ('$value | printf "%.2f"', "specdec_acceptance_rate:ratio_rate5m{",
-                   "specdec_acceptance_threshold:config", "specdec_draft_cost_ratio{"):
+    for figure in (
+        '$value | printf "%.2f"',
+        "specdec_acceptance_rate:ratio_rate5m{",
+        "specdec_acceptance_threshold:config",
+        "specdec_draft_cost_ratio{",
+    ):
         assert figure in speedup, figure
 
 
@@ -193,8 +227,12 @@ def runbook_section(runbook: str, alertname: str) -> str:
 def test_critical_alerts_are_the_paging_ones() -> None:
     severities = {r["alert"]: r["labels"]["severity"] for r in alerting_rules(load())}
     assert {n for n, s in severities.items() if s == "critical"} == {
-        "SpecDecodeAcceptanceLow", "SpecDecodeSpeedupBelowOne", "SpecDecodeSidecarDown",
-        "SpecDecodeVLLMUnreachable", "SpecDecodeVLLMNeverUp"}
+        "SpecDecodeAcceptanceLow",
+        "SpecDecodeSpeedupBelowOne",
+        "SpecDecodeSidecarDown",
+        "SpecDecodeVLLMUnreachable",
+        "SpecDecodeVLLMNeverUp",
+    }
 
 
 def test_bucket_alerts_ticket_by_default_and_can_page() -> None:
@@ -212,10 +250,16 @@ def test_with_a_cluster_label_rules_aggregate_per_cluster_and_links_carry_it() -
     settings = Settings.model_validate(data)
     groups = rule_groups(settings)
     assert rule_problems(groups, ("cluster",)) == []
-    fleet = next(r for g in groups for r in g["rules"]
-                 if r.get("record") == "namespace_model_name:specdec_acceptance_rate:ratio_rate5m")
+    fleet = next(
+        r
+        for g in groups
+        for r in g["rules"]
+        if r.get("record") == "namespace_model_name:specdec_acceptance_rate:ratio_rate5m"
+    )
     assert fleet["expr"].startswith("sum by (cluster, namespace, model_name)")
     low = next(r for r in alerting_rules(settings) if r["alert"] == "SpecDecodeAcceptanceLow")
-    assert "?var-cluster={{ $labels.cluster | urlquery }}&var-namespace=" in (
-        low["annotations"]["dashboard_url"])
+    assert (
+        "?var-cluster={{ $labels.cluster | urlquery }}&var-namespace="
+        in (low["annotations"]["dashboard_url"])
+    )
     assert "cluster=%q" in low["annotations"]["description"]

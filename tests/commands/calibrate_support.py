@@ -11,13 +11,17 @@ from specdec_exporter.cli import main
 from specdec_exporter.devtools.sim.settings import SimConfig, parse_speculative_config
 from specdec_exporter.devtools.sim.steptime import StepTimeModel
 
-SERVER_TIMED = {"enable_per_request_metrics": True, "modelled_clock": True,
-                "mean_output_tokens": 100_000}
+SERVER_TIMED = {
+    "enable_per_request_metrics": True,
+    "modelled_clock": True,
+    "mean_output_tokens": 100_000,
+}
 """Per-request timings in modelled step time, every request runs to max_tokens."""
 
 
-def spec_config(k: int, *, method: str = "draft_model", step_time: StepTimeModel | None = None,
-                **fields: Any) -> SimConfig:
+def spec_config(
+    k: int, *, method: str = "draft_model", step_time: StepTimeModel | None = None, **fields: Any
+) -> SimConfig:
     text = json.dumps({"method": method, "model": "draft", "num_speculative_tokens": k})
     return SimConfig(speculative=parse_speculative_config(text), step_time=step_time, **fields)
 

@@ -28,21 +28,49 @@ from specdec_exporter.devtools.sim.settings import SimConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAST = {"speed": 4.0}
-SMALL = ("--concurrency", "1,4", "--temperatures", "0,1.0", "--requests", "6",
-         "--max-tokens", "24", "--warmup", "0", "--sample-interval", "0.01")
-POINT_KEYS = {"concurrency", "temperature", "num_speculative_tokens", "acceptance_rate",
-              "mean_acceptance_length", "tpot_spec_ms", "tpot_base_ms", "measured_speedup",
-              "modelled_speedup", "draft_cost_ratio", "drafts", "draft_tokens",
-              "accepted_tokens", "requests_spec", "requests_base",
-              "num_requests_running_spec", "num_requests_running_base"}
+SMALL = (
+    "--concurrency",
+    "1,4",
+    "--temperatures",
+    "0,1.0",
+    "--requests",
+    "6",
+    "--max-tokens",
+    "24",
+    "--warmup",
+    "0",
+    "--sample-interval",
+    "0.01",
+)
+POINT_KEYS = {
+    "concurrency",
+    "temperature",
+    "num_speculative_tokens",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "tpot_spec_ms",
+    "tpot_base_ms",
+    "measured_speedup",
+    "modelled_speedup",
+    "draft_cost_ratio",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "requests_spec",
+    "requests_base",
+    "num_requests_running_spec",
+    "num_requests_running_base",
+}
 
 
 @pytest.fixture(scope="module")
 def measured() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str]:
     """One small calibration of an ngram spec simulator against a plain one, both ground truths
     right after it, and the table of a second, identical run."""
-    with running_simulator(spec_config(4, method="ngram", **FAST)) as spec, \
-            running_simulator(SimConfig(**FAST)) as base:
+    with (
+        running_simulator(spec_config(4, method="ngram", **FAST)) as spec,
+        running_simulator(SimConfig(**FAST)) as base,
+    ):
         args = ("--spec-url", spec.url, "--base-url", base.url, *SMALL)
         document = json.loads(run_cli(*args, "--json"))
         spec_truth, base_truth = spec.ground_truth(), base.ground_truth()
@@ -61,7 +89,11 @@ def run_cli(*args: str) -> str:
 def test_json_has_one_point_per_concurrency_and_temperature(measured: Any) -> None:
     document = measured[0]
     assert [(p["concurrency"], p["temperature"]) for p in document["points"]] == [
-        (1, 0.0), (1, 1.0), (4, 0.0), (4, 1.0)]
+        (1, 0.0),
+        (1, 1.0),
+        (4, 0.0),
+        (4, 1.0),
+    ]
     assert all(set(point) == POINT_KEYS for point in document["points"])
     assert document["kind"] == "specdec-exporter calibration"
     assert document["model_name"] == "meta-llama/Llama-3.1-8B-Instruct"
@@ -86,16 +118,17 @@ def test_measured_figures_are_the_ratios_of_what_was_measured(measured: Any) -> 
         assert 0 <= point["num_requests_running_base"] <= point["concurrency"]
     fits = {fit["concurrency"]: fit for fit in document["concurrency_fits"]}
     for concurrency in (1, 4):
-        own = [p["draft_cost_ratio"] for p in document["points"]
-               if p["concurrency"] == concurrency]
+        own = [p["draft_cost_ratio"] for p in document["points"] if p["concurrency"] == concurrency]
         assert fits[concurrency]["draft_cost_ratio"] == fmean(own)
-        assert (document["break_even_acceptance_rate"][str(concurrency)]
-                == max(0.0, fmean(own)))
+        assert document["break_even_acceptance_rate"][str(concurrency)] == max(0.0, fmean(own))
     assert document["draft_cost_ratio"] == fits[4]["draft_cost_ratio"]
     assert document["draft_cost_ratio_concurrency"] == 4
-    assert document["models"] == {document["model_name"]: {
-        "draft_cost_ratio": document["draft_cost_ratio"],
-        "break_even_acceptance_rate": max(0.0, document["draft_cost_ratio"])}}
+    assert document["models"] == {
+        document["model_name"]: {
+            "draft_cost_ratio": document["draft_cost_ratio"],
+            "break_even_acceptance_rate": max(0.0, document["draft_cost_ratio"]),
+        }
+    }
 
 
 def test_acceptance_is_what_the_spec_server_counted(measured: Any) -> None:
@@ -109,9 +142,11 @@ def test_acceptance_is_what_the_spec_server_counted(measured: Any) -> None:
         assert sum(p["draft_tokens"] for p in own) == by_temperature[label]["draft_tokens"]
         assert sum(p["accepted_tokens"] for p in own) == by_temperature[label]["accepted_tokens"]
     # the same seeded load went to both servers: the same requests per temperature
-    assert {key: value["requests"] for key, value in by_temperature.items()} == {
-        key: value["requests"] for key, value in base_truth["by_temperature"].items()} == {
-        "0.0": 12, "1.0": 12}
+    assert (
+        {key: value["requests"] for key, value in by_temperature.items()}
+        == {key: value["requests"] for key, value in base_truth["by_temperature"].items()}
+        == {"0.0": 12, "1.0": 12}
+    )
 
 
 def test_the_table_shows_every_point_and_fit(measured: Any) -> None:
@@ -120,12 +155,16 @@ def test_the_table_shows_every_point_and_fit(measured: Any) -> None:
     points_at = next(i for i, line in enumerate(lines) if line.startswith("k  concurrency"))
     assert "TPOT spec ms" in lines[points_at] and "measured speedup" in lines[points_at]
     assert "fitted c" in lines[points_at] and "running spec" in lines[points_at]
-    rows = [line.split() for line in lines[points_at + 2:points_at + 6]]
+    rows = [line.split() for line in lines[points_at + 2 : points_at + 6]]
     assert [(row[0], row[1], row[2]) for row in rows] == [
-        ("4", "1", "0.0"), ("4", "1", "1.0"), ("4", "4", "0.0"), ("4", "4", "1.0")]
+        ("4", "1", "0.0"),
+        ("4", "1", "1.0"),
+        ("4", "4", "0.0"),
+        ("4", "4", "1.0"),
+    ]
     fits_at = next(i for i, line in enumerate(lines) if line.startswith("concurrency  "))
     assert "break-even acceptance" in lines[fits_at]
-    assert [line.split()[0] for line in lines[fits_at + 2:fits_at + 4]] == ["1", "4"]
+    assert [line.split()[0] for line in lines[fits_at + 2 : fits_at + 4]] == ["1", "4"]
     assert "the sidecar assumed 0.1" in table
     snippet = json.loads(table.split("0: plain decoding):\n")[1].splitlines()[0])
     assert snippet["num_speculative_tokens"] == 4
@@ -136,36 +175,62 @@ NGRAM = spec_config(4, method="ngram", **FAST)
 PLAIN = SimConfig(**FAST)
 
 
-@pytest.mark.parametrize(("spec", "base", "extra", "message"), [
-    (NGRAM, NGRAM, (), "--base-url"),
-    (PLAIN, PLAIN, (), "shows no speculative decoding"),
-    (NGRAM, SimConfig(served_model_name="other", **FAST), (), "must serve the same model"),
-    (NGRAM, PLAIN, ("--tpot-source", "server"), "--enable-per-request-metrics"),
-])
-def test_refusals_are_one_line_and_exit_3(capsys: pytest.CaptureFixture[str], spec: SimConfig,
-                                          base: SimConfig, extra: tuple[str, ...],
-                                          message: str) -> None:
+@pytest.mark.parametrize(
+    ("spec", "base", "extra", "message"),
+    [
+        (NGRAM, NGRAM, (), "--base-url"),
+        (PLAIN, PLAIN, (), "shows no speculative decoding"),
+        (NGRAM, SimConfig(served_model_name="other", **FAST), (), "must serve the same model"),
+        (NGRAM, PLAIN, ("--tpot-source", "server"), "--enable-per-request-metrics"),
+    ],
+)
+def test_refusals_are_one_line_and_exit_3(
+    capsys: pytest.CaptureFixture[str],
+    spec: SimConfig,
+    base: SimConfig,
+    extra: tuple[str, ...],
+    message: str,
+) -> None:
     with running_simulator(spec) as spec_sim, running_simulator(base) as base_sim:
-        code, out, err = calibrate(capsys, "--spec-url", spec_sim.url, "--base-url",
-                                   base_sim.url, "--concurrency", "1", "--temperatures", "0",
-                                   "--requests", "1", "--max-tokens", "4", "--warmup", "0",
-                                   *extra)
+        code, out, err = calibrate(
+            capsys,
+            "--spec-url",
+            spec_sim.url,
+            "--base-url",
+            base_sim.url,
+            "--concurrency",
+            "1",
+            "--temperatures",
+            "0",
+            "--requests",
+            "1",
+            "--max-tokens",
+            "4",
+            "--warmup",
+            "0",
+            *extra,
+        )
     assert code == 3 and out == ""
     assert message in err and err.count("\n") == 1 + err.count("calibrate: [")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--concurrency", "1,x"), "--concurrency"),
-    (("--concurrency", "0"), "--concurrency"),
-    (("--temperatures", "0,0"), "--temperatures"),
-    (("--draft-cost-ratio", "-1"), "draft_cost_ratio"),
-    (("--temperatures", "0:1,1:1"), "without weights"),
-    (("--base-url", "localhost:8000"), "--base-url must start with http"),
-])
-def test_bad_flags_exit_64(capsys: pytest.CaptureFixture[str], args: tuple[str, ...],
-                          message: str) -> None:
-    code, out, err = calibrate(capsys, "--spec-url", "http://127.0.0.1:9", "--base-url",
-                               "http://127.0.0.1:9", *args)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--concurrency", "1,x"), "--concurrency"),
+        (("--concurrency", "0"), "--concurrency"),
+        (("--temperatures", "0,0"), "--temperatures"),
+        (("--draft-cost-ratio", "-1"), "draft_cost_ratio"),
+        (("--temperatures", "0:1,1:1"), "without weights"),
+        (("--base-url", "localhost:8000"), "--base-url must start with http"),
+    ],
+)
+def test_bad_flags_exit_64(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
+) -> None:
+    code, out, err = calibrate(
+        capsys, "--spec-url", "http://127.0.0.1:9", "--base-url", "http://127.0.0.1:9", *args
+    )
     assert code == 64 and out == "" and message in err
 
 
@@ -175,16 +240,28 @@ def test_both_servers_are_needed(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unreachable_server_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = calibrate(capsys, "--spec-url", "http://127.0.0.1:9", "--base-url",
-                             "http://127.0.0.1:9", "--warmup", "0")
+    code, _, err = calibrate(
+        capsys,
+        "--spec-url",
+        "http://127.0.0.1:9",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--warmup",
+        "0",
+    )
     assert code == 3 and "http://127.0.0.1:9" in err
 
 
 def calibration(cost: float, model: str = "tiny-llama") -> Calibration:
-    return Calibration.model_validate({
-        "model_name": model, "draft_cost_ratio": cost, "draft_cost_ratio_concurrency": 8,
-        "num_speculative_tokens": [4],
-        "models": {model: {"draft_cost_ratio": cost, "break_even_acceptance_rate": cost}}})
+    return Calibration.model_validate(
+        {
+            "model_name": model,
+            "draft_cost_ratio": cost,
+            "draft_cost_ratio_concurrency": 8,
+            "num_speculative_tokens": [4],
+            "models": {model: {"draft_cost_ratio": cost, "break_even_acceptance_rate": cost}},
+        }
+    )
 
 
 @pytest.fixture
@@ -199,13 +276,16 @@ def test_write_config_adds_its_own_table_and_replaces_it_later(alerts_config: Pa
     block = write_alerts_config(alerts_config, calibration(0.35123456))
     text = alerts_config.read_text()
     assert text.startswith(original.rstrip("\n")) and text.endswith(block)
-    assert tomllib.loads(text)["calibration"] == {"models": {"tiny-llama": {
-        "break_even_acceptance_rate": 0.3512, "draft_cost_ratio": 0.3512}}}
+    assert tomllib.loads(text)["calibration"] == {
+        "models": {"tiny-llama": {"break_even_acceptance_rate": 0.3512, "draft_cost_ratio": 0.3512}}
+    }
     write_alerts_config(alerts_config, calibration(0.5))
     again = alerts_config.read_text()
     assert again.count(CONFIG_BEGIN) == 1 and again.startswith(original.rstrip("\n"))
-    assert tomllib.loads(again)["calibration"]["models"]["tiny-llama"][
-        "break_even_acceptance_rate"] == 0.5
+    assert (
+        tomllib.loads(again)["calibration"]["models"]["tiny-llama"]["break_even_acceptance_rate"]
+        == 0.5
+    )
     # the generator's loader still reads the file
     sys.path.insert(0, str(REPO_ROOT / "tools"))
     try:
@@ -218,8 +298,9 @@ def test_write_config_adds_its_own_table_and_replaces_it_later(alerts_config: Pa
 def test_write_config_quotes_model_names(alerts_config: Path) -> None:
     write_alerts_config(alerts_config, calibration(0.2, 'org/model "v2".x'))
     models = tomllib.loads(alerts_config.read_text())["calibration"]["models"]
-    assert models == {'org/model "v2".x': {"break_even_acceptance_rate": 0.2,
-                                           "draft_cost_ratio": 0.2}}
+    assert models == {
+        'org/model "v2".x': {"break_even_acceptance_rate": 0.2, "draft_cost_ratio": 0.2}
+    }
 
 
 def test_write_config_refuses_a_break_even_above_1(alerts_config: Path) -> None:
@@ -238,18 +319,40 @@ def test_write_config_refuses_a_hand_written_table(alerts_config: Path) -> None:
 
 
 def test_write_config_from_the_command_says_what_it_wrote(
-        capsys: pytest.CaptureFixture[str], alerts_config: Path) -> None:
+    capsys: pytest.CaptureFixture[str], alerts_config: Path
+) -> None:
     # server-side TPOTs in modelled time: a cheap ngram drafter stays well below 1
-    with running_simulator(spec_config(4, method="ngram", **SERVER_TIMED)) as spec, \
-            running_simulator(SimConfig(**SERVER_TIMED)) as base:
-        code, out, err = calibrate(capsys, "--spec-url", spec.url, "--base-url", base.url,
-                                   "--concurrency", "2", "--temperatures", "0", "--requests",
-                                   "4", "--max-tokens", "16", "--warmup", "0", "--json",
-                                   "--tpot-source", "server", "--write-config",
-                                   str(alerts_config))
+    with (
+        running_simulator(spec_config(4, method="ngram", **SERVER_TIMED)) as spec,
+        running_simulator(SimConfig(**SERVER_TIMED)) as base,
+    ):
+        code, out, err = calibrate(
+            capsys,
+            "--spec-url",
+            spec.url,
+            "--base-url",
+            base.url,
+            "--concurrency",
+            "2",
+            "--temperatures",
+            "0",
+            "--requests",
+            "4",
+            "--max-tokens",
+            "16",
+            "--warmup",
+            "0",
+            "--json",
+            "--tpot-source",
+            "server",
+            "--write-config",
+            str(alerts_config),
+        )
     assert code == 0 and f"wrote into {alerts_config}" in err and CONFIG_BEGIN in err
     cost = json.loads(out)["draft_cost_ratio"]
     assert 0 < cost < 0.5
     written = tomllib.loads(alerts_config.read_text())["calibration"]["models"]
     assert written["meta-llama/Llama-3.1-8B-Instruct"] == {
-        "draft_cost_ratio": round(cost, 4), "break_even_acceptance_rate": round(cost, 4)}
+        "draft_cost_ratio": round(cost, 4),
+        "break_even_acceptance_rate": round(cost, 4),
+    }

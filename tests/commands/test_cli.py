@@ -26,25 +26,30 @@ def test_bad_setting_is_one_line_and_exit_64(capsys: pytest.CaptureFixture[str])
     assert main(["run", "--interval", "-1"]) == EXIT_USAGE == 64
     assert capsys.readouterr().err == (
         "specdec-exporter run: invalid setting: interval: Input should be greater than 0 "
-        "(got '-1')\n")
+        "(got '-1')\n"
+    )
 
 
 def test_bad_environment_value_is_one_line_and_exit_64(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SPECDEC_LISTEN", "nonsense")
     assert main(["run"]) == 64
     assert capsys.readouterr().err == (
-        "specdec-exporter run: invalid setting: listen: expected HOST:PORT, got 'nonsense'\n")
+        "specdec-exporter run: invalid setting: listen: expected HOST:PORT, got 'nonsense'\n"
+    )
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_command_exits_64_on_a_usage_error(
-        command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         main([command, "--no-such-flag"])
     assert exited.value.code == 64
     assert capsys.readouterr().err.endswith(
-        f"specdec-exporter {command}: error: unrecognized arguments: --no-such-flag\n")
+        f"specdec-exporter {command}: error: unrecognized arguments: --no-such-flag\n"
+    )
 
 
 def test_an_unknown_command_exits_64() -> None:
@@ -57,9 +62,23 @@ def test_run_never_imports_the_dev_tools() -> None:
     """`python -X importtime` lists every module `run` imports, the tap's included."""
     with fake_vllm(capture("t3")) as vllm:
         process = subprocess.Popen(
-            [sys.executable, "-X", "importtime", *SPECDEC[1:], "run", "--vllm-url", vllm.url,
-             "--listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"],
-            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                *SPECDEC[1:],
+                "run",
+                "--vllm-url",
+                vllm.url,
+                "--listen",
+                "127.0.0.1:0",
+                "--proxy-listen",
+                "127.0.0.1:0",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         assert process.stderr is not None
         lines = []
         with process.stderr:
@@ -68,24 +87,32 @@ def test_run_never_imports_the_dev_tools() -> None:
                 if '"component": "tap"' in line:
                     process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-    imported = {line.rpartition("|")[2].strip() for line in lines
-                if line.startswith("import time:")}
+    imported = {
+        line.rpartition("|")[2].strip() for line in lines if line.startswith("import time:")
+    }
     assert {"specdec_exporter.sidecar.serve", "specdec_exporter.tap.proxy"} <= imported
     assert sorted(name for name in imported if "devtools" in name) == []
 
 
 def test_a_threshold_above_the_healthy_band_is_one_line_and_exit_64(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["check", "--threshold", "0.8"]) == 64
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
     assert "need 0 < threshold <= healthy_above <= 1, got threshold 0.8, healthy_above 0.65" in (
-        error)
+        error
+    )
 
 
 def run_check(vllm: FakeVllm, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SPECDEC, "check", "--vllm-url", vllm.url, "--window", "0.3", *extra],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [*SPECDEC, "check", "--vllm-url", vllm.url, "--window", "0.3", *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @contextmanager
@@ -105,12 +132,24 @@ def test_check_json_healthy_window() -> None:
     assert aggregate["engine"] == "all" and aggregate["model_name"] == MODEL
     # t1 -> t3 = intervals t2 + t3 of the ground truth
     assert (aggregate["drafts"], aggregate["draft_tokens"], aggregate["accepted_tokens"]) == (
-        2434 + 2584, 9736 + 10336, 7671 + 8089)
+        2434 + 2584,
+        9736 + 10336,
+        7671 + 8089,
+    )
     assert aggregate["acceptance_rate"] == (7671 + 8089) / (9736 + 10336)
     assert len(aggregate["per_position_acceptance_rate"]) == 4
-    expected_keys = {"model_name", "engine", "acceptance_rate", "mean_acceptance_length",
-                     "per_position_acceptance_rate", "drafts", "draft_tokens",
-                     "accepted_tokens", "estimated_speedup", "verdict"}
+    expected_keys = {
+        "model_name",
+        "engine",
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "per_position_acceptance_rate",
+        "drafts",
+        "draft_tokens",
+        "accepted_tokens",
+        "estimated_speedup",
+        "verdict",
+    }
     assert expected_keys <= set(aggregate)
 
 
@@ -126,8 +165,9 @@ def test_check_json_healthy_window() -> None:
         (("t7", "t8"), (), 1, "not drafting"),
     ],
 )
-def test_check_exit_codes(bodies: tuple[str, str], extra: tuple[str, ...], code: int,
-                          verdict: str) -> None:
+def test_check_exit_codes(
+    bodies: tuple[str, str], extra: tuple[str, ...], code: int, verdict: str
+) -> None:
     with vllm_serving(*(capture(tag) for tag in bodies)) as vllm:
         result = run_check(vllm, *extra)
     assert result.returncode == code, result.stderr
@@ -138,14 +178,22 @@ def test_check_window_is_its_own_and_a_bad_one_is_a_usage_error() -> None:
     """check reads SPECDEC_VLLM_URL (shared with run), never the sidecar's SPECDEC_WINDOW."""
     with vllm_serving(capture("t1"), capture("t3")) as vllm:
         env = {**os.environ, "SPECDEC_VLLM_URL": vllm.url, "SPECDEC_WINDOW": "nonsense"}
-        result = subprocess.run([*SPECDEC, "check", "--window", "0.3", "--json"], env=env,
-                                capture_output=True, text=True, timeout=60, check=False)
+        result = subprocess.run(
+            [*SPECDEC, "check", "--window", "0.3", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["vllm_url"] == vllm.url
         bad = run_check(vllm, "--window", "0")
     assert (bad.returncode, bad.stdout) == (64, "")
-    assert bad.stderr == ("specdec-exporter check: invalid setting: window: Input should be "
-                          "greater than 0 (got '0')\n")
+    assert bad.stderr == (
+        "specdec-exporter check: invalid setting: window: Input should be "
+        "greater than 0 (got '0')\n"
+    )
 
 
 def test_check_json_names_t_s_c_and_where_c_came_from() -> None:
@@ -154,7 +202,10 @@ def test_check_json_names_t_s_c_and_where_c_came_from() -> None:
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
     assert (report["verdict"], report["threshold"], report["healthy_above"]) == (
-        "below threshold", 0.5, 0.65)
+        "below threshold",
+        0.5,
+        0.65,
+    )
     assert (report["draft_cost_ratio"], report["draft_cost_ratio_source"]) == (0.05, "method")
     aggregate = report["entries"][-1]
     assert aggregate["estimated_speedup"] == (1 + (7158 + 6046) / (5042 + 4552)) / 1.2
@@ -167,8 +218,13 @@ def test_check_spec_off_and_unreachable() -> None:
     with vllm_serving(nospec) as vllm:
         assert run_check(vllm).returncode == 2
         url = vllm.url
-    result = subprocess.run([*SPECDEC, "check", "--vllm-url", url, "--window", "0.1", "--json"],
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [*SPECDEC, "check", "--vllm-url", url, "--window", "0.1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 3
     assert json.loads(result.stdout)["verdict"] == "unreachable"
 
@@ -206,8 +262,9 @@ def test_run_serves_survives_an_outage_and_recovers() -> None:
 
 def test_check_on_a_legacy_v0_server_uses_its_own_gauge() -> None:
     v0 = FIXTURES / "vllm-0.7.3"
-    with vllm_serving((v0 / "v0_spec_ngram_k4.t3.prom").read_text(),
-                      (v0 / "v0_spec_ngram_k4.t6.prom").read_text()) as vllm:
+    with vllm_serving(
+        (v0 / "v0_spec_ngram_k4.t3.prom").read_text(), (v0 / "v0_spec_ngram_k4.t6.prom").read_text()
+    ) as vllm:
         result = run_check(vllm)
     assert result.returncode == 1, result.stderr  # V0's own since-start rate 0.564: borderline
     assert "legacy V0: see its own gauges" in result.stdout

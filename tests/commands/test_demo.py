@@ -15,20 +15,37 @@ from specdec_exporter.devtools.load.runner import Progress
 REPORT = {
     "up": True,
     "window_seconds": 10.0,
-    "entries": [{"model_name": "m", "engine": "all", "acceptance_rate": 0.25,
-                 "mean_acceptance_length": 1.9, "estimated_speedup": 1.36,
-                 "drafts_per_second": 1300.5, "verdict": "disable"}],
+    "entries": [
+        {
+            "model_name": "m",
+            "engine": "all",
+            "acceptance_rate": 0.25,
+            "mean_acceptance_length": 1.9,
+            "estimated_speedup": 1.36,
+            "drafts_per_second": 1300.5,
+            "verdict": "disable",
+        }
+    ],
     "tables": [
         {"title": "engines", "headers": [], "rows": []},
-        {"title": "Acceptance by temperature bucket", "headers": ["model", "bucket", "rate"],
-         "rows": [["m", "0-0.5", 0.61], ["m", "0.7-1.0", 0.18]]},
+        {
+            "title": "Acceptance by temperature bucket",
+            "headers": ["model", "bucket", "rate"],
+            "rows": [["m", "0-0.5", 0.61], ["m", "0.7-1.0", 0.18]],
+        },
     ],
 }
 
 
 def test_screen_shows_figures_drafter_state_and_buckets() -> None:
-    screen = render_screen(REPORT, elapsed=65, duration=120, degraded_at=60.2,
-                           progress=Progress(done=812, errors=3, elapsed=65), simulated=True)
+    screen = render_screen(
+        REPORT,
+        elapsed=65,
+        duration=120,
+        degraded_at=60.2,
+        progress=Progress(done=812, errors=3, elapsed=65),
+        simulated=True,
+    )
     assert "drafter: DEGRADED at 60 s" in screen
     assert "load: 812 requests, 3 errors" in screen
     assert "m      all          0.250     1.900     1.360  1300.500  disable" in screen
@@ -36,8 +53,9 @@ def test_screen_shows_figures_drafter_state_and_buckets() -> None:
 
 
 def test_screen_before_any_data() -> None:
-    screen = render_screen({"up": False}, elapsed=0, duration=10, degraded_at=None,
-                           progress=None, simulated=False)
+    screen = render_screen(
+        {"up": False}, elapsed=0, duration=10, degraded_at=None, progress=None, simulated=False
+    )
     assert "vLLM DOWN" in screen and "drafter: real vLLM" in screen
 
 
@@ -60,8 +78,22 @@ def children_of(pid: int) -> list[int]:
 
 def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "specdec_exporter.cli", "demo", "--duration", "6", "--refresh",
-         "1", "--concurrency", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "specdec_exporter.cli",
+            "demo",
+            "--duration",
+            "6",
+            "--refresh",
+            "1",
+            "--concurrency",
+            "4",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sidecar_pids = []
     stdout, stderr = "", ""
     try:
@@ -84,16 +116,31 @@ def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
 
 
 def group_members(pgid: int) -> list[int]:
-    return [member for member, fields in process_stats().items()
-            if int(fields[2]) == pgid and fields[0] != "Z"]
+    return [
+        member
+        for member, fields in process_stats().items()
+        if int(fields[2]) == pgid and fields[0] != "Z"
+    ]
 
 
 def test_ctrl_c_stops_everything() -> None:
     """SIGINT to the whole process group, as a terminal sends it."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "specdec_exporter.cli", "demo", "--duration", "120",
-         "--refresh", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "specdec_exporter.cli",
+            "demo",
+            "--duration",
+            "120",
+            "--refresh",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert process.stdout is not None
         for line in process.stdout:  # the first live table means everything is running

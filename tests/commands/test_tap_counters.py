@@ -40,24 +40,33 @@ specdec_up 1.0
 """
 
 
-MODEL_K4 = Snapshot(True, {("m", "0"): Totals(accepted_per_position=(0.0,) * 4)},
-                    spec_series=frozenset({("m", "0")}))
+MODEL_K4 = Snapshot(
+    True,
+    {("m", "0"): Totals(accepted_per_position=(0.0,) * 4)},
+    spec_series=frozenset({("m", "0")}),
+)
 """What vLLM shows for model m at the second scrape: spec decoding on, k = 4."""
 COST = DraftCost(0.1, "default")
 
 
-def rows_of(before: dict[BucketKey, BucketCounts], after: dict[BucketKey, BucketCounts],
-            snapshot: Snapshot = MODEL_K4, criteria: Criteria = DEFAULT_CRITERIA
-            ) -> list[BucketRow]:
-    return bucket_rows(before, after, snapshot=snapshot, seconds=10.0, cost=COST,
-                       criteria=criteria)
+def rows_of(
+    before: dict[BucketKey, BucketCounts],
+    after: dict[BucketKey, BucketCounts],
+    snapshot: Snapshot = MODEL_K4,
+    criteria: Criteria = DEFAULT_CRITERIA,
+) -> list[BucketRow]:
+    return bucket_rows(before, after, snapshot=snapshot, seconds=10.0, cost=COST, criteria=criteria)
 
 
 def test_parse_and_window_deltas() -> None:
     before = parse_bucket_counters(EXPOSITION)
     assert before == {("m", "0"): BucketCounts(Totals(40.0, 160.0, 120.0), 12.0, 10.0)}
-    after = parse_bucket_counters(EXPOSITION.replace("160.0", "360.0").replace("120.0", "220.0")
-                                  .replace("40.0", "90.0").replace("10.0", "15.0"))
+    after = parse_bucket_counters(
+        EXPOSITION.replace("160.0", "360.0")
+        .replace("120.0", "220.0")
+        .replace("40.0", "90.0")
+        .replace("10.0", "15.0")
+    )
     [row] = rows_of(before, after)
     assert (row.requests, row.attributed) == (5.0, 5.0)
     counts = row.entry
@@ -65,26 +74,47 @@ def test_parse_and_window_deltas() -> None:
     assert counts.acceptance_rate == 0.5 and counts.mean_acceptance_length == 3.0
     assert counts.estimated_speedup == 3.0 / 1.4 and counts.drafts_per_second == 5.0
     assert counts.verdict == "borderline"
-    assert ("m      0                          5           5       0.500     3.000     2.143  "
-            "borderline") in bucket_table([row])
+    assert (
+        "m      0                          5           5       0.500     3.000     2.143  "
+        "borderline"
+    ) in bucket_table([row])
     assert row.as_json() == {
-        "model_name": "m", "temperature_bucket": "0", "requests": 5.0, "attributed": 5.0,
-        "acceptance_rate": 0.5, "mean_acceptance_length": 3.0, "drafts": 50.0,
-        "draft_tokens": 200.0, "accepted_tokens": 100.0, "drafts_per_second": 5.0,
-        "estimated_speedup": 3.0 / 1.4, "break_even_acceptance_rate": 0.1, "threshold": 0.5,
-        "draft_cost_ratio": 0.1, "draft_cost_ratio_source": "default", "verdict": "borderline"}
+        "model_name": "m",
+        "temperature_bucket": "0",
+        "requests": 5.0,
+        "attributed": 5.0,
+        "acceptance_rate": 0.5,
+        "mean_acceptance_length": 3.0,
+        "drafts": 50.0,
+        "draft_tokens": 200.0,
+        "accepted_tokens": 100.0,
+        "drafts_per_second": 5.0,
+        "estimated_speedup": 3.0 / 1.4,
+        "break_even_acceptance_rate": 0.1,
+        "threshold": 0.5,
+        "draft_cost_ratio": 0.1,
+        "draft_cost_ratio_source": "default",
+        "verdict": "borderline",
+    }
 
 
 def test_the_bucket_verdict_takes_check_s_threshold_and_the_speedup() -> None:
     """The bucket rows are model rows (``core.report.entry``): --threshold and a net loss
     apply to them too."""
     before = parse_bucket_counters(EXPOSITION)
-    after = parse_bucket_counters(EXPOSITION.replace("160.0", "360.0").replace("120.0", "220.0")
-                                  .replace("40.0", "90.0"))
+    after = parse_bucket_counters(
+        EXPOSITION.replace("160.0", "360.0").replace("120.0", "220.0").replace("40.0", "90.0")
+    )
     strict = Criteria(threshold=0.6, healthy_above=0.65)
     assert rows_of(before, after, criteria=strict)[0].entry.verdict == "below threshold"
-    costly = bucket_rows(before, after, snapshot=MODEL_K4, seconds=10.0,
-                         cost=DraftCost(0.6, "flag"), criteria=DEFAULT_CRITERIA)
+    costly = bucket_rows(
+        before,
+        after,
+        snapshot=MODEL_K4,
+        seconds=10.0,
+        cost=DraftCost(0.6, "flag"),
+        criteria=DEFAULT_CRITERIA,
+    )
     assert costly[0].entry.estimated_speedup == 3.0 / 3.4
     assert costly[0].entry.verdict == "disable"
 
@@ -102,20 +132,45 @@ def test_a_sidecar_restart_counts_as_a_reset() -> None:
 
 
 def test_check_with_the_tap_reports_each_bucket_of_the_window_exactly() -> None:
-    config = SimConfig(seed=4, per_request_spec_decode_metrics="summary", speed=5.0,
-                       speculative=SpeculativeConfig(method="draft_model",
-                                                     num_speculative_tokens=4))
-    with running_simulator(config) as simulator, sidecar(
-            simulator.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, records), \
-            ScrapeSpy(sidecar_url).running() as spy:
+    config = SimConfig(
+        seed=4,
+        per_request_spec_decode_metrics="summary",
+        speed=5.0,
+        speculative=SpeculativeConfig(method="draft_model", num_speculative_tokens=4),
+    )
+    with (
+        running_simulator(config) as simulator,
+        sidecar(simulator.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, records),
+        ScrapeSpy(sidecar_url).running() as spy,
+    ):
         check = subprocess.Popen(
-            [sys.executable, "-m", "specdec_exporter.cli", "check", "--vllm-url", simulator.url,
-             "--sidecar-url", spy.url, "--window", "4", "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "specdec_exporter.cli",
+                "check",
+                "--vllm-url",
+                simulator.url,
+                "--sidecar-url",
+                spy.url,
+                "--window",
+                "4",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert spy.wait_for_scrapes(1, timeout_s=60), "check never read the sidecar"
-        load = LoadConfig(url="http://" + address_of(records, "tap"), requests=30,
-                          concurrency=6, mix=parse_mix("0:0.5,0.8:0.5"), stream_share=0.5,
-                          max_tokens=32, seed=3)
+        load = LoadConfig(
+            url="http://" + address_of(records, "tap"),
+            requests=30,
+            concurrency=6,
+            mix=parse_mix("0:0.5,0.8:0.5"),
+            stream_share=0.5,
+            max_tokens=32,
+            seed=3,
+        )
         run_event_loop(run_load(load))
         stdout, stderr = check.communicate(timeout=60)
         truth = httpx.get(simulator.url + "/sim/ground-truth").json()
@@ -125,17 +180,25 @@ def test_check_with_the_tap_reports_each_bucket_of_the_window_exactly() -> None:
     assert set(rows) == {"0", "0.7-1.0"}
     assert sum(row["requests"] for row in rows.values()) == 30
     assert sum(row["draft_tokens"] for row in rows.values()) == truth["total"]["draft_tokens"]
-    assert sum(row["accepted_tokens"] for row in rows.values()) == (
-        truth["total"]["accepted_tokens"])
+    assert (
+        sum(row["accepted_tokens"] for row in rows.values()) == (truth["total"]["accepted_tokens"])
+    )
 
 
 def test_served_models_bucket_series_exist_before_any_request() -> None:
-    config = SimConfig(seed=4, per_request_spec_decode_metrics="summary",
-                       speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=3))
-    with running_simulator(config) as simulator, sidecar(
-            simulator.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, _):
-        expected = ('specdec_requests_total{attributed="true",model_name="'
-                    f'{config.served_model_name}",temperature_bucket="1.0+"}} 0.0')
+    config = SimConfig(
+        seed=4,
+        per_request_spec_decode_metrics="summary",
+        speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=3),
+    )
+    with (
+        running_simulator(config) as simulator,
+        sidecar(simulator.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, _),
+    ):
+        expected = (
+            'specdec_requests_total{attributed="true",model_name="'
+            f'{config.served_model_name}",temperature_bucket="1.0+"}} 0.0'
+        )
         wait_for(sidecar_url + "/metrics", expected)
 
 
@@ -146,14 +209,22 @@ def coverage_of(metrics: str, model: str) -> float | None:
 
 
 def test_coverage_equals_the_share_of_draft_tokens_sent_through_the_tap() -> None:
-    config = SimConfig(seed=6, per_request_spec_decode_metrics="summary", speed=5.0,
-                       speculative=SpeculativeConfig(method="draft_model",
-                                                     num_speculative_tokens=4))
-    with running_simulator(config) as simulator, sidecar(
-            simulator.url, "--proxy-listen", "127.0.0.1:0", "--window", "600") as (
-            sidecar_url, records):
+    config = SimConfig(
+        seed=6,
+        per_request_spec_decode_metrics="summary",
+        speed=5.0,
+        speculative=SpeculativeConfig(method="draft_model", num_speculative_tokens=4),
+    )
+    with (
+        running_simulator(config) as simulator,
+        sidecar(simulator.url, "--proxy-listen", "127.0.0.1:0", "--window", "600") as (
+            sidecar_url,
+            records,
+        ),
+    ):
         wait_for(sidecar_url + "/metrics", "specdec_up 1.0")  # the window's first poll is done
         tap = "http://" + address_of(records, "tap")
+
         def settled_coverage(expected: float) -> float | None:
             text = ""
             for _ in range(200):  # the next polls fold the traffic in
@@ -164,8 +235,18 @@ def test_coverage_equals_the_share_of_draft_tokens_sent_through_the_tap() -> Non
             return coverage_of(text, config.served_model_name)
 
         def send(url: str, requests: int) -> int:
-            result = run_event_loop(run_load(LoadConfig(url=url, requests=requests, concurrency=5,
-                                                        max_tokens=32, stream_share=0.5, seed=9)))
+            result = run_event_loop(
+                run_load(
+                    LoadConfig(
+                        url=url,
+                        requests=requests,
+                        concurrency=5,
+                        max_tokens=32,
+                        stream_share=0.5,
+                        seed=9,
+                    )
+                )
+            )
             return sum(r.spec.num_draft_tokens for r in result.results if r.spec)
 
         through_tap = send(tap, 30)

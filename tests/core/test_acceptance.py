@@ -36,8 +36,15 @@ def test_totals_delta_when_k_changes_takes_the_new_positions() -> None:
 
 
 def test_figures_follow_vllm_definitions() -> None:
-    result = figures(Totals(drafts=8, draft_tokens=32, accepted_tokens=12,
-                            accepted_per_position=(6, 3, 2, 1), generation_tokens=20))
+    result = figures(
+        Totals(
+            drafts=8,
+            draft_tokens=32,
+            accepted_tokens=12,
+            accepted_per_position=(6, 3, 2, 1),
+            generation_tokens=20,
+        )
+    )
     assert result.acceptance_rate == 0.375
     assert result.mean_acceptance_length == 2.5
     assert result.per_position_acceptance_rate == (0.75, 0.375, 0.25, 0.125)

@@ -61,9 +61,9 @@ def test_variants_parse_to_the_same_snapshot(variant: str) -> None:
 def test_several_data_parallel_engines() -> None:
     parsed = parse(with_engines(capture("t3"), 4))
     assert sorted(engine for _, engine in parsed.counters) == ["0", "1", "2", "3"]
-    assert parsed.counters[(MODEL, "2")] == Totals(22140.0, 88560.0, 69582.0,
-                                                   (20070.0, 18141.0, 16428.0, 14943.0),
-                                                   3 * 31030.0)
+    assert parsed.counters[(MODEL, "2")] == Totals(
+        22140.0, 88560.0, 69582.0, (20070.0, 18141.0, 16428.0, 14943.0), 3 * 31030.0
+    )
     assert parsed.counters[(MODEL, "3")].generation_tokens == 4 * 31030.0
 
 
@@ -109,16 +109,21 @@ def test_legacy_v0_never_reports_inflated_counters(snapshot: dict[str, object]) 
     if true_generated:
         assert parsed.counters == {(MODEL, "0"): Totals(generation_tokens=true_generated)}
     if "vllm:spec_decode_draft_acceptance_rate{" in text:
-        gauge_line = next(line for line in text.splitlines()
-                          if line.startswith("vllm:spec_decode_draft_acceptance_rate{"))
+        gauge_line = next(
+            line
+            for line in text.splitlines()
+            if line.startswith("vllm:spec_decode_draft_acceptance_rate{")
+        )
         assert parsed.legacy_v0[MODEL].acceptance_rate == float(gauge_line.split()[-1])
     else:
         assert parsed.legacy_v0 == {}  # V0 shows its spec families only after the first flush
 
 
 def test_exemplars_and_timestamps_are_ignored() -> None:
-    text = ('vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 7 1700000000000'
-            ' # {trace_id="abc"} 1.0\n')
+    text = (
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 7 1700000000000'
+        ' # {trace_id="abc"} 1.0\n'
+    )
     assert parse(text).counters[("m", "0")].drafts == 7.0
 
 
@@ -130,13 +135,26 @@ def test_exemplars_and_timestamps_are_ignored() -> None:
         ("\x00\x01garbage\n", "no vLLM sample"),
         (capture("t3")[:2000], "newline"),
         ('vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} abc\n', "unparsable"),
-        ('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",'
-         'position="x"} 1\n', "position"),
-        ('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",'
-         'position="\u00b2"} 1\n', "position"),
+        (
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",'
+            'position="x"} 1\n',
+            "position",
+        ),
+        (
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",'
+            'position="\u00b2"} 1\n',
+            "position",
+        ),
     ],
-    ids=["empty", "html", "garbage", "truncated", "bad-value", "bad-position",
-         "superscript-position"],
+    ids=[
+        "empty",
+        "html",
+        "garbage",
+        "truncated",
+        "bad-value",
+        "bad-position",
+        "superscript-position",
+    ],
 )
 def test_bad_bodies_are_rejected_with_a_reason(body: str, message: str) -> None:
     with pytest.raises(ExpositionError, match=message):
@@ -146,6 +164,6 @@ def test_bad_bodies_are_rejected_with_a_reason(body: str, message: str) -> None:
 def test_truncated_at_a_line_boundary_inside_the_spec_families() -> None:
     text = capture("t3")
     cut = text.index("vllm:spec_decode_num_draft_tokens_total{")
-    truncated = text[:cut] + "vllm:generation_tokens_total{engine=\"0\",model_name=\"m\"} 1\n"
+    truncated = text[:cut] + 'vllm:generation_tokens_total{engine="0",model_name="m"} 1\n'
     with pytest.raises(ExpositionError, match="without samples"):
         parse(truncated)

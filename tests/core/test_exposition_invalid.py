@@ -31,12 +31,14 @@ def test_t3_as_captured() -> None:
     assert parsed.invalid == ()
 
 
-@pytest.mark.parametrize(("value", "reason"),
-                         [("NaN", "nan"), ("+Inf", "infinite"), ("-Inf", "infinite"),
-                          ("-1.0", "negative")])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [("NaN", "nan"), ("+Inf", "infinite"), ("-Inf", "infinite"), ("-1.0", "negative")],
+)
 @pytest.mark.parametrize("sample", [names.DRAFTS, names.DRAFT_TOKENS, names.ACCEPTED_TOKENS])
-def test_a_bad_spec_counter_drops_its_engine_and_keeps_the_rest(sample: str, value: str,
-                                                                reason: str) -> None:
+def test_a_bad_spec_counter_drops_its_engine_and_keeps_the_rest(
+    sample: str, value: str, reason: str
+) -> None:
     parsed = parse(with_value(capture("t3"), sample, value))
     assert parsed.counters == {KEY: GENERATION_ONLY}
     assert parsed.spec_series == frozenset() and parsed.generation_series == {KEY}
@@ -49,7 +51,8 @@ def test_a_bad_position_drops_its_engine() -> None:
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",'
         f'model_name="{MODEL}",position="2"}} 5476.0',
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",'
-        f'model_name="{MODEL}",position="2"}} NaN')
+        f'model_name="{MODEL}",position="2"}} NaN',
+    )
     parsed = parse(text)
     assert parsed.counters == {KEY: GENERATION_ONLY} and parsed.spec_series == frozenset()
     assert parsed.invalid == (InvalidSeries(names.ACCEPTED_PER_POSITION, KEY, "nan"),)
@@ -57,8 +60,9 @@ def test_a_bad_position_drops_its_engine() -> None:
 
 def test_a_bad_generation_counter_drops_only_itself() -> None:
     parsed = parse(with_value(capture("t3"), names.GENERATION_TOKENS, "NaN"))
-    assert parsed.counters == {KEY: Totals(7380.0, 29520.0, 23194.0,
-                                           (6690.0, 6047.0, 5476.0, 4981.0))}
+    assert parsed.counters == {
+        KEY: Totals(7380.0, 29520.0, 23194.0, (6690.0, 6047.0, 5476.0, 4981.0))
+    }
     assert parsed.spec_series == {KEY} and parsed.generation_series == frozenset()
     assert parsed.invalid == (InvalidSeries(names.GENERATION_TOKENS, KEY, "nan"),)
 
@@ -80,7 +84,8 @@ def test_a_position_accepted_more_often_than_drafts_is_invalid() -> None:
     parsed = parse(text)
     assert parsed.counters == {KEY: GENERATION_ONLY} and parsed.spec_series == frozenset()
     assert parsed.invalid == (
-        InvalidSeries(names.ACCEPTED_PER_POSITION, KEY, "accepted_over_drafted"),)
+        InvalidSeries(names.ACCEPTED_PER_POSITION, KEY, "accepted_over_drafted"),
+    )
 
 
 def test_only_the_bad_engine_is_dropped() -> None:
@@ -94,15 +99,22 @@ def test_only_the_bad_engine_is_dropped() -> None:
 
 def test_a_nan_legacy_v0_gauge_is_left_out() -> None:
     text = (FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.t3.prom").read_text()
-    bad = re.sub(r"^(vllm:spec_decode_draft_acceptance_rate\{[^}]*\}) \S+$", r"\1 NaN", text,
-                 flags=re.MULTILINE)
+    bad = re.sub(
+        r"^(vllm:spec_decode_draft_acceptance_rate\{[^}]*\}) \S+$",
+        r"\1 NaN",
+        text,
+        flags=re.MULTILINE,
+    )
     parsed = parse(bad)
     assert parsed.legacy_v0[MODEL].acceptance_rate is None
     assert parsed.legacy_v0[MODEL].efficiency == parse(text).legacy_v0[MODEL].efficiency
     assert parsed.invalid == (InvalidSeries(names.V0_ACCEPTANCE_RATE, KEY, "nan"),)
 
 
-@pytest.mark.parametrize("path", sorted(FIXTURES.glob("**/*.prom")),
-                         ids=lambda path: str(Path(path).relative_to(FIXTURES)))
+@pytest.mark.parametrize(
+    "path",
+    sorted(FIXTURES.glob("**/*.prom")),
+    ids=lambda path: str(Path(path).relative_to(FIXTURES)),
+)
 def test_no_real_capture_has_an_invalid_series(path: Path) -> None:
     assert parse(path.read_text()).invalid == ()

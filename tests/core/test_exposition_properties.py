@@ -28,8 +28,12 @@ V1 = [path for path in CAPTURES if 'engine="0"' in TEXTS[path]]
 PAIR = re.compile(r'\w+="(?:[^"\\]|\\.)*"')
 CREATED = re.compile(r"# (HELP|TYPE) \S+_created ")
 SAMPLE = re.compile(r"^(?P<name>[^{\s#]+)(?:\{(?P<labels>.*)\})?(?P<rest>\s.*)$")
-EXAMPLES = settings(max_examples=300, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+EXAMPLES = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def families(text: str) -> list[list[str]]:
@@ -79,13 +83,18 @@ def respellings(draw: st.DrawFn) -> tuple[str, str]:
         text = with_engines(text, draw(st.integers(1, 3)))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))  # cheaper than st.randoms() per call
     rendering = draw(st.sampled_from(["text", "multiprocess", "openmetrics"]))
-    spelled = {"text": lambda t: t, "multiprocess": multiprocess,
-               "openmetrics": openmetrics}[rendering](text)
+    spelled = {"text": lambda t: t, "multiprocess": multiprocess, "openmetrics": openmetrics}[
+        rendering
+    ](text)
     eof = spelled.endswith("# EOF\n")
     spelled = spelled.removesuffix("# EOF\n")
     if rendering == "text" and draw(st.booleans()):  # without the `_created` families
-        spelled = "\n".join(line for group in families(spelled)
-                            if not CREATED.match(group[0]) for line in group) + "\n"
+        spelled = (
+            "\n".join(
+                line for group in families(spelled) if not CREATED.match(group[0]) for line in group
+            )
+            + "\n"
+        )
     names = draw(st.sampled_from(["colon", "underscore", "mixed"]))
     if names == "underscore":
         spelled = underscore(spelled)
@@ -142,18 +151,39 @@ def mutated_captures(draw: st.DrawFn) -> str:
     data = bytearray(TEXTS[draw(st.sampled_from(CAPTURES))].encode())
     spec = max(data.find(b"\nvllm:spec_decode"), 0)
     for _ in range(draw(st.integers(1, 8))):
-        at = draw(st.one_of(st.integers(spec, min(spec + 4000, len(data))),
-                            st.integers(0, len(data))))
+        at = draw(
+            st.one_of(st.integers(spec, min(spec + 4000, len(data))), st.integers(0, len(data)))
+        )
         edit = draw(st.sampled_from(["insert", "delete", "replace"]))
-        chunk = draw(st.binary(min_size=1, max_size=8) | st.sampled_from(
-            [b"\n", b"{", b"}", b'"', b"\\", b",", b" ", b"NaN", b"-Inf", b"#", b"\xb2",
-             b'engine="\xc2\xb2"', b'position="99"', b"_total", b"vllm_", b"# EOF\n"]))
+        chunk = draw(
+            st.binary(min_size=1, max_size=8)
+            | st.sampled_from(
+                [
+                    b"\n",
+                    b"{",
+                    b"}",
+                    b'"',
+                    b"\\",
+                    b",",
+                    b" ",
+                    b"NaN",
+                    b"-Inf",
+                    b"#",
+                    b"\xb2",
+                    b'engine="\xc2\xb2"',
+                    b'position="99"',
+                    b"_total",
+                    b"vllm_",
+                    b"# EOF\n",
+                ]
+            )
+        )
         if edit == "insert":
             data[at:at] = chunk
         elif edit == "delete":
-            del data[at:at + len(chunk)]
+            del data[at : at + len(chunk)]
         else:
-            data[at:at + len(chunk)] = chunk
+            data[at : at + len(chunk)] = chunk
     return data.decode("utf-8", errors="replace")
 
 
@@ -177,11 +207,16 @@ def test_the_generator_reaches_every_rendering() -> None:
     @given(respellings())
     def collect(pair: tuple[str, str]) -> None:
         _, body = pair
-        seen.update(kind for kind, found in [
-            ("eof", body.endswith("# EOF\n")), ("underscore", "\nvllm_spec_decode" in body),
-            ("no-help", "# HELP" not in body), ("several-engines", 'engine="2"' in body)]
-            if found)
+        seen.update(
+            kind
+            for kind, found in [
+                ("eof", body.endswith("# EOF\n")),
+                ("underscore", "\nvllm_spec_decode" in body),
+                ("no-help", "# HELP" not in body),
+                ("several-engines", 'engine="2"' in body),
+            ]
+            if found
+        )
 
     collect()
     assert seen == {"eof", "underscore", "no-help", "several-engines"}
-

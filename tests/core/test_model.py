@@ -38,14 +38,18 @@ def test_break_even_with_shorter_drafts_is_k_c_over_m() -> None:
     assert break_even_acceptance_rate(4, 1.5) == pytest.approx(1.5)  # above 1: never pays
 
 
-@pytest.mark.parametrize(("k", "c", "drafts", "draft_tokens"), [
-    (4, 0.1, 100, 400), (4, 0.05, 100, 400), (2, 0.3, 50, 100), (4, 0.1, 100, 250)])
+@pytest.mark.parametrize(
+    ("k", "c", "drafts", "draft_tokens"),
+    [(4, 0.1, 100, 400), (4, 0.05, 100, 400), (2, 0.3, 50, 100), (4, 0.1, 100, 250)],
+)
 def test_at_the_break_even_acceptance_the_modelled_speedup_is_one(
-        k: int, c: float, drafts: float, draft_tokens: float) -> None:
+    k: int, c: float, drafts: float, draft_tokens: float
+) -> None:
     derived = figures(Totals(drafts=drafts, draft_tokens=draft_tokens))
     rate = break_even_acceptance_rate(k, c, derived.mean_draft_length)
-    at_break_even = figures(Totals(drafts=drafts, draft_tokens=draft_tokens,
-                                   accepted_tokens=rate * draft_tokens))
+    at_break_even = figures(
+        Totals(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=rate * draft_tokens)
+    )
     assert at_break_even.acceptance_rate == pytest.approx(rate)
     assert at_break_even.mean_acceptance_length is not None
     speedup = modelled_speedup(at_break_even.mean_acceptance_length, k, c)
@@ -55,12 +59,14 @@ def test_at_the_break_even_acceptance_the_modelled_speedup_is_one(
 
 def test_draft_cost_comes_from_flag_then_calibration_then_method_then_default() -> None:
     assert resolve_draft_cost(0.3, "draft_model", None) == DraftCost(0.3, "flag", "draft_model")
-    assert resolve_draft_cost(None, "draft_model", 0.7) == DraftCost(0.7, "calibration",
-                                                                    "draft_model")
+    assert resolve_draft_cost(None, "draft_model", 0.7) == DraftCost(
+        0.7, "calibration", "draft_model"
+    )
     assert resolve_draft_cost(None, "ngram", None) == DraftCost(0.01, "method", "ngram")
     assert resolve_draft_cost(None, "eagle3", None) == DraftCost(0.05, "method", "eagle3")
-    assert resolve_draft_cost(None, "deepseek_mtp", None) == DraftCost(0.05, "method",
-                                                                      "deepseek_mtp")
+    assert resolve_draft_cost(None, "deepseek_mtp", None) == DraftCost(
+        0.05, "method", "deepseek_mtp"
+    )
     assert resolve_draft_cost(None, "unknown", None) == DraftCost(0.1, "default", "unknown")
     assert resolve_draft_cost(None, None, None) == DraftCost(0.1, "default", None)
 
@@ -75,4 +81,5 @@ def test_describe_names_where_c_came_from() -> None:
     assert DraftCost(0.7, "calibration").describe() == "c = 0.7 (calibration)"
     assert DraftCost(0.3, "flag").describe() == "c = 0.3 (--draft-cost-ratio)"
     assert DraftCost(0.1, "default").describe() == (
-        "c = 0.1 (default, no known --speculative-method)")
+        "c = 0.1 (default, no known --speculative-method)"
+    )

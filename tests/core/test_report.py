@@ -14,12 +14,18 @@ from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from variants import MODEL, V033, capture, with_engines
 
-TRUTH = {s["tag"]: s["per_engine"]["0"]["interval"] for s in json.loads(
-    (V033 / "spec_ngram_k4.ground-truth.json").read_text())["snapshots"]}
+TRUTH = {
+    s["tag"]: s["per_engine"]["0"]["interval"]
+    for s in json.loads((V033 / "spec_ngram_k4.ground-truth.json").read_text())["snapshots"]
+}
 
 
-def window_report(tags: list[str], engines: int = 1, cost: float = 0.1,  # type: ignore[type-arg]
-                  criteria: Criteria = DEFAULT_CRITERIA) -> list:
+def window_report(
+    tags: list[str],
+    engines: int = 1,
+    cost: float = 0.1,  # type: ignore[type-arg]
+    criteria: Criteria = DEFAULT_CRITERIA,
+) -> list:
     timeline: Timeline[tuple[str, str]] = Timeline(3600)
     snapshot = None
     for index, tag in enumerate(tags):
@@ -33,10 +39,13 @@ def interval_sum(tags: list[str]) -> Totals:
     total = Totals()
     for tag in tags:
         truth = TRUTH[tag]
-        total = total + Totals(truth["num_drafts"], truth["num_draft_tokens"],
-                               truth["num_accepted_tokens"],
-                               tuple(truth["num_accepted_tokens_per_pos"]),
-                               truth["num_generation_tokens"])
+        total = total + Totals(
+            truth["num_drafts"],
+            truth["num_draft_tokens"],
+            truth["num_accepted_tokens"],
+            tuple(truth["num_accepted_tokens_per_pos"]),
+            truth["num_generation_tokens"],
+        )
     return total
 
 
@@ -48,10 +57,14 @@ def test_high_acceptance_window_equals_ground_truth() -> None:
     assert aggregate.acceptance_rate == truth.accepted_tokens / truth.draft_tokens
     assert aggregate.mean_acceptance_length == 1 + truth.accepted_tokens / truth.drafts
     assert aggregate.per_position_acceptance_rate == [
-        accepted / truth.drafts for accepted in truth.accepted_per_position]
+        accepted / truth.drafts for accepted in truth.accepted_per_position
+    ]
     assert aggregate.draft_share == truth.accepted_tokens / truth.generation_tokens
     assert (aggregate.drafts, aggregate.draft_tokens, aggregate.accepted_tokens) == (
-        truth.drafts, truth.draft_tokens, truth.accepted_tokens)
+        truth.drafts,
+        truth.draft_tokens,
+        truth.accepted_tokens,
+    )
     assert aggregate.drafts_per_second == truth.drafts / 10.0
     assert aggregate.verdict == "healthy"
 
@@ -65,7 +78,8 @@ def test_single_interval_matches_vllm_ground_truth_figures() -> None:
         assert round(aggregate.acceptance_rate, 6) == truth["acceptance_rate"]
         assert round(aggregate.mean_acceptance_length, 6) == truth["mean_acceptance_length"]
         assert [round(r, 6) for r in aggregate.per_position_acceptance_rate] == truth[
-            "per_position_acceptance_rate"]
+            "per_position_acceptance_rate"
+        ]
 
 
 def test_low_acceptance_window_is_below_threshold_while_the_model_says_it_pays() -> None:
@@ -89,8 +103,9 @@ def test_the_same_window_with_a_heavy_drafter_says_disable() -> None:
 
 
 def test_a_configured_threshold_moves_the_verdict() -> None:
-    aggregate = window_report(["t3", "t4", "t5", "t6"],
-                              criteria=Criteria(threshold=0.3, healthy_above=0.4))[-1]
+    aggregate = window_report(
+        ["t3", "t4", "t5", "t6"], criteria=Criteria(threshold=0.3, healthy_above=0.4)
+    )[-1]
     assert aggregate.verdict == "borderline"
     assert aggregate.threshold == 0.3
 
@@ -123,5 +138,7 @@ def test_spec_off_is_not_enabled() -> None:
     timeline.observe(5, snapshot.counters)
     entries = build_report(snapshot, timeline.window(), DraftCost(0.1, "default"))
     assert [(e.model_name, e.engine, e.verdict) for e in entries] == [
-        (MODEL, "0", "not enabled"), (MODEL, ALL_ENGINES, "not enabled")]
+        (MODEL, "0", "not enabled"),
+        (MODEL, ALL_ENGINES, "not enabled"),
+    ]
     assert overall_verdict(entries).exit_code == 2

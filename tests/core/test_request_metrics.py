@@ -15,18 +15,35 @@ from specdec_exporter.core.request_metrics import (
 @pytest.mark.parametrize(
     ("value_", "expected"),
     [
-        ({"num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 12,
-          "num_spec_tokens": 4}, SpecDecodeSummary(8, 32, 12, 4)),
-        ({"num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 12},
-         SpecDecodeSummary(8, 32, 12, None)),
-        ({"num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 33},
-         "accepted_over_drafted"),
-        ({"num_spec_steps": -1, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0},
-         "missing_count"),
-        ({"num_spec_steps": True, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0},
-         "missing_count"),
-        ({"num_spec_steps": 1.5, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0},
-         "missing_count"),
+        (
+            {
+                "num_spec_steps": 8,
+                "num_draft_tokens": 32,
+                "num_accepted_draft_tokens": 12,
+                "num_spec_tokens": 4,
+            },
+            SpecDecodeSummary(8, 32, 12, 4),
+        ),
+        (
+            {"num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 12},
+            SpecDecodeSummary(8, 32, 12, None),
+        ),
+        (
+            {"num_spec_steps": 8, "num_draft_tokens": 32, "num_accepted_draft_tokens": 33},
+            "accepted_over_drafted",
+        ),
+        (
+            {"num_spec_steps": -1, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0},
+            "missing_count",
+        ),
+        (
+            {"num_spec_steps": True, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0},
+            "missing_count",
+        ),
+        (
+            {"num_spec_steps": 1.5, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0},
+            "missing_count",
+        ),
         ({"num_draft_tokens": 0, "num_accepted_draft_tokens": 0}, "missing_count"),
         (None, "absent"),
         ([], "not_an_object"),
@@ -48,8 +65,13 @@ def test_ratios_are_vllms() -> None:
 def test_summary_and_usage_of_a_response() -> None:
     response = {
         "usage": {"completion_tokens": 17},
-        "metrics": {"speculative_decoding": {
-            "num_spec_steps": 5, "num_draft_tokens": 20, "num_accepted_draft_tokens": 11}},
+        "metrics": {
+            "speculative_decoding": {
+                "num_spec_steps": 5,
+                "num_draft_tokens": 20,
+                "num_accepted_draft_tokens": 11,
+            }
+        },
     }
     assert summary_of(response) == SpecDecodeSummary(5, 20, 11)
     assert completion_tokens_of(response) == 17

@@ -39,17 +39,21 @@ def test_family_table_keeps_vllm_families_with_type_help_and_label_names() -> No
     table = family_table(EXPOSITION)
     assert table == {
         "vllm:spec_decode_num_drafts_total": Family(
-            "counter", "Number of spec decoding drafts.", ("engine", "model_name")),
+            "counter", "Number of spec decoding drafts.", ("engine", "model_name")
+        ),
         "vllm:e2e_request_latency_seconds": Family(
-            "histogram", "Histogram of e2e request latency in seconds.",
-            ("engine", "le", "model_name")),
-        "vllm:odd": Family("gauge", 'Label values with \\"escapes\\", commas and braces.',
-                           ("a", "b")),
+            "histogram",
+            "Histogram of e2e request latency in seconds.",
+            ("engine", "le", "model_name"),
+        ),
+        "vllm:odd": Family(
+            "gauge", 'Label values with \\"escapes\\", commas and braces.', ("a", "b")
+        ),
     }
 
 
 def test_family_table_accepts_the_underscore_spelling_of_vllm_names() -> None:
-    text = "# TYPE vllm:x_total counter\nvllm_x_total{engine=\"0\"} 1\n"
+    text = '# TYPE vllm:x_total counter\nvllm_x_total{engine="0"} 1\n'
     assert family_table(text)["vllm_x_total"] == Family("untyped", "", ("engine",))
 
 
@@ -64,18 +68,33 @@ def test_family_table_of_the_real_capture_has_the_four_spec_decode_counters() ->
         "vllm:spec_decode_num_accepted_tokens_per_pos_total",
     }
     assert spec["vllm:spec_decode_num_accepted_tokens_per_pos_total"].labels == (
-        "engine", "model_name", "position")
+        "engine",
+        "model_name",
+        "position",
+    )
     assert not any(name.startswith("python_") for name in table)
 
 
 def test_json_shape_replaces_leaves_by_types_and_keeps_discriminators() -> None:
-    response = {"object": "chat.completion", "created": 17, "usage": {"total_tokens": 3},
-                "choices": [{"message": {"role": "assistant", "content": "hi"}}],
-                "metrics": None, "rate": 0.5, "ok": True, "histogram": [1, 2, 0]}
+    response = {
+        "object": "chat.completion",
+        "created": 17,
+        "usage": {"total_tokens": 3},
+        "choices": [{"message": {"role": "assistant", "content": "hi"}}],
+        "metrics": None,
+        "rate": 0.5,
+        "ok": True,
+        "histogram": [1, 2, 0],
+    }
     assert json_shape(response) == {
-        "object": "=chat.completion", "created": "int", "usage": {"total_tokens": "int"},
+        "object": "=chat.completion",
+        "created": "int",
+        "usage": {"total_tokens": "int"},
         "choices": [{"message": {"role": "=assistant", "content": "str"}}],
-        "metrics": "null", "rate": "float", "ok": "bool", "histogram": "list[int]",
+        "metrics": "null",
+        "rate": "float",
+        "ok": "bool",
+        "histogram": "list[int]",
     }
 
 
@@ -90,12 +109,14 @@ def chunk(choices: str, extra: str = "") -> bytes:
     return f'data: {{"object":"chat.completion.chunk","choices":[{choices}]{extra}}}\n\n'.encode()
 
 
-SSE = (chunk('{"index":0,"delta":{"role":"assistant"}}')
-       + chunk('{"index":0,"delta":{"content":"a"}}')
-       + b": keep-alive comment\n\n"
-       + chunk('{"index":0,"delta":{"content":"bc"}}')
-       + chunk("", ',"usage":{"total_tokens":2}')
-       + b"data: [DONE]\n\n")
+SSE = (
+    chunk('{"index":0,"delta":{"role":"assistant"}}')
+    + chunk('{"index":0,"delta":{"content":"a"}}')
+    + b": keep-alive comment\n\n"
+    + chunk('{"index":0,"delta":{"content":"bc"}}')
+    + chunk("", ',"usage":{"total_tokens":2}')
+    + b"data: [DONE]\n\n"
+)
 
 
 def test_sse_events_returns_data_payloads_in_order() -> None:

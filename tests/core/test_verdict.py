@@ -42,10 +42,20 @@ T_04 = Criteria(threshold=0.4, healthy_above=0.6)
         (True, 10, 0.61, 1.5, 0.1, T_04, Verdict.HEALTHY),
     ],
 )
-def test_decision_table(*, enabled: bool, drafts: float, rate: float | None, speedup: float | None,
-                        break_even: float | None, criteria: Criteria, expected: Verdict) -> None:
-    assert verdict(enabled, drafts, rate, speedup=speedup, break_even=break_even,
-                   criteria=criteria) is expected
+def test_decision_table(
+    *,
+    enabled: bool,
+    drafts: float,
+    rate: float | None,
+    speedup: float | None,
+    break_even: float | None,
+    criteria: Criteria,
+    expected: Verdict,
+) -> None:
+    assert (
+        verdict(enabled, drafts, rate, speedup=speedup, break_even=break_even, criteria=criteria)
+        is expected
+    )
 
 
 def test_defaults() -> None:
@@ -61,13 +71,19 @@ def test_criteria_out_of_order_are_refused(threshold: float, healthy_above: floa
 
 def test_exit_codes() -> None:
     assert {v.value: v.exit_code for v in Verdict} == {
-        "healthy": 0, "borderline": 1, "below threshold": 1, "disable": 2, "not drafting": 1,
-        "not enabled": 2}
+        "healthy": 0,
+        "borderline": 1,
+        "below threshold": 1,
+        "disable": 2,
+        "not drafting": 1,
+        "not enabled": 2,
+    }
 
 
 def test_worst_of_several_models() -> None:
     assert worst([Verdict.HEALTHY, Verdict.BELOW_THRESHOLD, Verdict.BORDERLINE]) is (
-        Verdict.BELOW_THRESHOLD)
+        Verdict.BELOW_THRESHOLD
+    )
     assert worst([Verdict.NOT_DRAFTING, Verdict.BORDERLINE]) is Verdict.BORDERLINE
     assert worst([Verdict.HEALTHY, Verdict.NOT_DRAFTING]) is Verdict.NOT_DRAFTING
     assert worst([Verdict.NOT_ENABLED, Verdict.DISABLE]) is Verdict.DISABLE
@@ -75,27 +91,61 @@ def test_worst_of_several_models() -> None:
 
 
 def test_below_threshold_names_a_t_s_and_c_and_claims_no_loss() -> None:
-    text = explain(Verdict.BELOW_THRESHOLD, acceptance_rate=0.25, speedup=1.6667,
-                   break_even=0.05, cost=DraftCost(0.05, "method", "eagle3"), criteria=Criteria())
-    assert text == ("acceptance below t, but the model says speculation still pays (acceptance "
-                    "0.250, t = 0.5, modelled speedup 1.67, c = 0.05 (default of method eagle3)); "
-                    "calibrate, or lower t for this method")
+    text = explain(
+        Verdict.BELOW_THRESHOLD,
+        acceptance_rate=0.25,
+        speedup=1.6667,
+        break_even=0.05,
+        cost=DraftCost(0.05, "method", "eagle3"),
+        criteria=Criteria(),
+    )
+    assert text == (
+        "acceptance below t, but the model says speculation still pays (acceptance "
+        "0.250, t = 0.5, modelled speedup 1.67, c = 0.05 (default of method eagle3)); "
+        "calibrate, or lower t for this method"
+    )
     assert "loss" not in text
 
 
 def test_disable_claims_a_net_loss_with_its_figures() -> None:
-    text = explain(Verdict.DISABLE, acceptance_rate=0.6, speedup=0.93, break_even=0.7,
-                   cost=DraftCost(0.7, "calibration"), criteria=Criteria())
-    assert text.startswith("modelled speedup below 1: speculation is a net loss (acceptance "
-                           "0.600, t = 0.5, modelled speedup 0.93, c = 0.7 (calibration))")
-    above_one = explain(Verdict.DISABLE, acceptance_rate=0.9, speedup=None, break_even=1.5,
-                        cost=DraftCost(1.5, "flag"), criteria=Criteria())
+    text = explain(
+        Verdict.DISABLE,
+        acceptance_rate=0.6,
+        speedup=0.93,
+        break_even=0.7,
+        cost=DraftCost(0.7, "calibration"),
+        criteria=Criteria(),
+    )
+    assert text.startswith(
+        "modelled speedup below 1: speculation is a net loss (acceptance "
+        "0.600, t = 0.5, modelled speedup 0.93, c = 0.7 (calibration))"
+    )
+    above_one = explain(
+        Verdict.DISABLE,
+        acceptance_rate=0.9,
+        speedup=None,
+        break_even=1.5,
+        cost=DraftCost(1.5, "flag"),
+        criteria=Criteria(),
+    )
     assert above_one.startswith("break-even acceptance 1.5 > 1: at this c no acceptance pays")
 
 
 def test_healthy_and_borderline_name_the_band() -> None:
     cost = DraftCost(0.1, "default")
-    assert explain(Verdict.BORDERLINE, acceptance_rate=0.55, speedup=2.0, break_even=0.1,
-                   cost=cost, criteria=Criteria()).startswith("acceptance 0.5-0.65: borderline")
-    assert explain(Verdict.HEALTHY, acceptance_rate=0.8, speedup=3.0, break_even=0.1,
-                   cost=cost, criteria=Criteria()).startswith("acceptance above 0.65")
+    assert explain(
+        Verdict.BORDERLINE,
+        acceptance_rate=0.55,
+        speedup=2.0,
+        break_even=0.1,
+        cost=cost,
+        criteria=Criteria(),
+    ).startswith("acceptance 0.5-0.65: borderline")
+    assert explain(
+        Verdict.HEALTHY,
+        acceptance_rate=0.8,
+        speedup=3.0,
+        break_even=0.1,
+        cost=cost,
+        criteria=Criteria(),
+    ).startswith("acceptance above 0.65")

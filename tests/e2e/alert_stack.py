@@ -53,8 +53,9 @@ def alerting(work: Path) -> Iterator[tuple[Process, PagerDutyStub]]:
     binary = require(*ALERTMANAGER_BINARIES)
     stub = PagerDutyStub().start()
     try:
-        alertmanager = start_alertmanager(binary, work / "alertmanager",
-                                          alertmanager_config(work, stub))
+        alertmanager = start_alertmanager(
+            binary, work / "alertmanager", alertmanager_config(work, stub)
+        )
         try:
             yield alertmanager, stub
         finally:
@@ -64,18 +65,28 @@ def alerting(work: Path) -> Iterator[tuple[Process, PagerDutyStub]]:
 
 
 @contextmanager
-def running_stack(work: Path, scrape_targets: list[str], *, config: Path = CONFIG_PATH,
-                  other_jobs: dict[str, list[str]] | None = None) -> Iterator[Stack]:
+def running_stack(
+    work: Path,
+    scrape_targets: list[str],
+    *,
+    config: Path = CONFIG_PATH,
+    other_jobs: dict[str, list[str]] | None = None,
+) -> Iterator[Stack]:
     """Prometheus scraping ``scrape_targets`` (host:port) with the generated rules (built from
     ``config``), alerting through ``alerting``; each job's targets carry TARGET_LABELS."""
     prometheus_binary = require(*PROMETHEUS_BINARIES)
     generated = generate_test_variant(work / "generated", config)
     with alerting(work) as (alertmanager, stub):
         prometheus = start_prometheus(
-            prometheus_binary, work / "prometheus",
+            prometheus_binary,
+            work / "prometheus",
             rules_file=generated / "alerts" / "specdec-rules.yaml",
-            scrape_targets=scrape_targets, other_jobs=other_jobs,
-            alertmanager_url=alertmanager.url, interval=SCRAPE, target_labels=TARGET_LABELS)
+            scrape_targets=scrape_targets,
+            other_jobs=other_jobs,
+            alertmanager_url=alertmanager.url,
+            interval=SCRAPE,
+            target_labels=TARGET_LABELS,
+        )
         try:
             yield Stack(stub, prometheus, alertmanager, generated)
         finally:
@@ -84,9 +95,25 @@ def running_stack(work: Path, scrape_targets: list[str], *, config: Path = CONFI
 
 def generate_test_variant(out_dir: Path, config: Path = CONFIG_PATH) -> Path:
     """The generator's own test option: every file with short `for` and windows."""
-    subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "generate.py"), "--config",
-                    str(config), "--out-dir", str(out_dir), "--for", FOR, "--rate-window", WINDOW,
-                    "--group-timing", GROUP_TIMING], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "tools" / "generate.py"),
+            "--config",
+            str(config),
+            "--out-dir",
+            str(out_dir),
+            "--for",
+            FOR,
+            "--rate-window",
+            WINDOW,
+            "--group-timing",
+            GROUP_TIMING,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return out_dir
 
 
@@ -97,10 +124,11 @@ def alertmanager_config(work: Path, stub: PagerDutyStub) -> dict[str, Any]:
     key_file.write_text(ROUTING_KEY)
     chat_file.write_text(stub.base_url + "/chat")
     settings = with_test_overrides(load(), group_timing=GROUP_TIMING)
-    default = {"name": DEFAULT_RECEIVER,
-               "webhook_configs": [{"url": stub.base_url + "/default", "send_resolved": False}]}
-    return standalone_config(settings, Endpoints(stub.url, str(key_file), str(chat_file)),
-                             default)
+    default = {
+        "name": DEFAULT_RECEIVER,
+        "webhook_configs": [{"url": stub.base_url + "/default", "send_resolved": False}],
+    }
+    return standalone_config(settings, Endpoints(stub.url, str(key_file), str(chat_file)), default)
 
 
 def instant(prometheus: Process, query: str) -> list[dict[str, Any]]:
@@ -111,10 +139,12 @@ def instant(prometheus: Process, query: str) -> list[dict[str, Any]]:
 
 
 def bucket_acceptance(prometheus: Process) -> dict[str, float]:
-    rule = ("instance_model_name_temperature_bucket:specdec_request_acceptance_rate:"
-            f"ratio_rate{WINDOW}")
-    return {s["metric"]["temperature_bucket"]: float(s["value"][1])
-            for s in instant(prometheus, rule)}
+    rule = (
+        f"instance_model_name_temperature_bucket:specdec_request_acceptance_rate:ratio_rate{WINDOW}"
+    )
+    return {
+        s["metric"]["temperature_bucket"]: float(s["value"][1]) for s in instant(prometheus, rule)
+    }
 
 
 def chat_mentions(stub: PagerDutyStub, text: str) -> bool:

@@ -77,8 +77,10 @@ class FakeSpecdecExporter:
             families: dict[str, tuple[str, list[str]]] = {}
             for family, kind, sample in self._samples():
                 families.setdefault(family, (kind, []))[1].append(sample)
-        return "".join(f"# TYPE {family} {kind}\n" + "".join(f"{s}\n" for s in samples)
-                       for family, (kind, samples) in families.items())
+        return "".join(
+            f"# TYPE {family} {kind}\n" + "".join(f"{s}\n" for s in samples)
+            for family, (kind, samples) in families.items()
+        )
 
     def _advance(self) -> None:
         now = time.monotonic()
@@ -91,8 +93,9 @@ class FakeSpecdecExporter:
             totals.drafts += tokens / K
             totals.requests += traffic.requests_per_second * elapsed
             key = traffic.acceptance
-            totals.by_acceptance[key] = (totals.by_acceptance.get(key, 0.0)
-                                         + traffic.requests_per_second * elapsed)
+            totals.by_acceptance[key] = (
+                totals.by_acceptance.get(key, 0.0) + traffic.requests_per_second * elapsed
+            )
 
     def _samples(self) -> Iterator[Sample]:
         model = f'model_name="{self.model}"'
@@ -114,14 +117,18 @@ class FakeSpecdecExporter:
         yield from _gauge("specdec_break_even_acceptance_rate", model, 0.1)
         yield from _gauge("specdec_request_coverage_ratio", model, 1.0)
         yield from _counter("specdec_drafts_total", engine, drafts)
-        yield from _counter("specdec_draft_tokens_total", engine,
-                            sum(t.draft_tokens for t in totals))
+        yield from _counter(
+            "specdec_draft_tokens_total", engine, sum(t.draft_tokens for t in totals)
+        )
         yield from _counter("specdec_accepted_tokens_total", engine, accepted)
         yield from _counter("specdec_generation_tokens_total", engine, accepted + drafts)
         for position in range(K):
             share = accepted * (0.4 - 0.1 * position)
-            yield from _counter("specdec_accepted_tokens_per_position_total",
-                                f'{engine},position="{position}"', share)
+            yield from _counter(
+                "specdec_accepted_tokens_per_position_total",
+                f'{engine},position="{position}"',
+                share,
+            )
         for bucket, t in self._totals.items():
             yield from self._bucket_samples(f'{model},temperature_bucket="{bucket}"', t)
 
@@ -130,12 +137,21 @@ class FakeSpecdecExporter:
         yield from _counter("specdec_request_drafts_total", labels, t.drafts)
         yield from _counter("specdec_request_draft_tokens_total", labels, t.draft_tokens)
         yield from _counter("specdec_request_accepted_tokens_total", labels, t.accepted)
-        yield from _histogram("specdec_request_acceptance_rate", labels, t.by_acceptance,
-                              ACCEPTANCE_BUCKETS)
-        yield from _histogram("specdec_request_time_to_first_token_seconds", labels,
-                              {0.08: t.requests}, (0.05, 0.1, 0.25, 1.0))
-        yield from _histogram("specdec_request_time_per_output_token_seconds", labels,
-                              {0.02: t.requests}, (0.01, 0.025, 0.05, 0.1))
+        yield from _histogram(
+            "specdec_request_acceptance_rate", labels, t.by_acceptance, ACCEPTANCE_BUCKETS
+        )
+        yield from _histogram(
+            "specdec_request_time_to_first_token_seconds",
+            labels,
+            {0.08: t.requests},
+            (0.05, 0.1, 0.25, 1.0),
+        )
+        yield from _histogram(
+            "specdec_request_time_per_output_token_seconds",
+            labels,
+            {0.02: t.requests},
+            (0.01, 0.025, 0.05, 0.1),
+        )
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         exporter = self
@@ -168,8 +184,9 @@ def _sample(name: str, labels: str, value: float) -> str:
     return f"{name}{{{labels}}} {value}" if labels else f"{name} {value}"
 
 
-def _histogram(name: str, labels: str, observations: dict[float, float],
-               bounds: tuple[float, ...]) -> Iterator[Sample]:
+def _histogram(
+    name: str, labels: str, observations: dict[float, float], bounds: tuple[float, ...]
+) -> Iterator[Sample]:
     """Cumulative buckets from {observed value: how many observations}."""
     for bound in bounds:
         count = sum(n for value, n in observations.items() if value <= bound)

@@ -77,11 +77,18 @@ class Process:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def start_prometheus(binary: str, workdir: Path, *, rules_file: Path, scrape_targets: list[str],
-                     alertmanager_url: str | None, interval: str = "1s",
-                     target_labels: dict[str, str] | None = None,
-                     job: str = "specdec-exporter",
-                     other_jobs: dict[str, list[str]] | None = None) -> Process:
+def start_prometheus(
+    binary: str,
+    workdir: Path,
+    *,
+    rules_file: Path,
+    scrape_targets: list[str],
+    alertmanager_url: str | None,
+    interval: str = "1s",
+    target_labels: dict[str, str] | None = None,
+    job: str = "specdec-exporter",
+    other_jobs: dict[str, list[str]] | None = None,
+) -> Process:
     """Prometheus scraping `scrape_targets` (host:port) as `job`, and each of `other_jobs`
     (job -> targets) as that job, all with `target_labels`, evaluating `rules_file`."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -90,9 +97,12 @@ def start_prometheus(binary: str, workdir: Path, *, rules_file: Path, scrape_tar
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(rules_file)],
         "scrape_configs": [
-            {"job_name": name, "static_configs": [
-                {"targets": targets, "labels": target_labels or {}}]}
-            for name, targets in jobs.items()],
+            {
+                "job_name": name,
+                "static_configs": [{"targets": targets, "labels": target_labels or {}}],
+            }
+            for name, targets in jobs.items()
+        ],
     }
     if alertmanager_url is not None:
         host = alertmanager_url.removeprefix("http://")
@@ -100,9 +110,14 @@ def start_prometheus(binary: str, workdir: Path, *, rules_file: Path, scrape_tar
     config_file = workdir / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(config))
     port = free_port()
-    args = [binary, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
-            f"--storage.tsdb.path={workdir / 'data'}", "--rules.alert.resend-delay=1s",
-            "--log.level=warn"]
+    args = [
+        binary,
+        f"--config.file={config_file}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        "--rules.alert.resend-delay=1s",
+        "--log.level=warn",
+    ]
     return _start("prometheus", args, workdir, f"http://127.0.0.1:{port}")
 
 
@@ -112,9 +127,14 @@ def start_alertmanager(binary: str, workdir: Path, config: dict[str, Any]) -> Pr
     config_file = workdir / "alertmanager.yml"
     config_file.write_text(yaml.safe_dump(config))
     port = free_port()
-    args = [binary, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
-            f"--storage.path={workdir / 'data'}", "--cluster.listen-address=",
-            "--log.level=warn"]
+    args = [
+        binary,
+        f"--config.file={config_file}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--storage.path={workdir / 'data'}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+    ]
     return _start("alertmanager", args, workdir, f"http://127.0.0.1:{port}")
 
 

@@ -58,8 +58,9 @@ class PagerDutyStub:
         """The Events API v2 bodies posted so far, oldest first."""
         return [post.body for post in self.posts(ENQUEUE_PATH)]
 
-    def wait_for_event(self, matches: Callable[[dict[str, Any]], bool],
-                       timeout: float) -> dict[str, Any]:
+    def wait_for_event(
+        self, matches: Callable[[dict[str, Any]], bool], timeout: float
+    ) -> dict[str, Any]:
         """The first event `matches` accepts; AssertionError listing every event on timeout."""
         deadline = time.monotonic() + timeout
         with self._changed:
@@ -69,8 +70,10 @@ class PagerDutyStub:
                     return found[0]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise AssertionError(f"no matching PagerDuty event within {timeout}s; got "
-                                         f"{json.dumps(self._events_locked(), indent=1)}")
+                    raise AssertionError(
+                        f"no matching PagerDuty event within {timeout}s; got "
+                        f"{json.dumps(self._events_locked(), indent=1)}"
+                    )
                 self._changed.wait(remaining)
 
     def _events_locked(self) -> list[dict[str, Any]]:
@@ -89,8 +92,11 @@ class PagerDutyStub:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 stub._record(self.path, body)
-                reply = {"status": "success", "message": "Event processed",
-                         "dedup_key": body.get("dedup_key", "")}
+                reply = {
+                    "status": "success",
+                    "message": "Event processed",
+                    "dedup_key": body.get("dedup_key", ""),
+                }
                 payload = json.dumps(reply).encode()
                 self.send_response(202 if self.path == ENQUEUE_PATH else 200)
                 self.send_header("Content-Type", "application/json")

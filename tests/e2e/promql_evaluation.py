@@ -26,6 +26,7 @@ class Evaluation:
 
 def to_promql(expr: str, rate_interval: str) -> str:
     """A Grafana query as Prometheus sees it with every variable set to All."""
+
     def value(match: re.Match[str]) -> str:
         name = match.group(1)
         if name in ("__rate_interval", "__interval", "__range"):
@@ -45,8 +46,9 @@ def variable_query(definition: str) -> str:
 
 def dashboard_expressions(board: dict[str, Any]) -> list[str]:
     exprs = [target["expr"] for panel in _panels(board) for target in panel.get("targets", [])]
-    exprs += [variable_query(v["definition"]) for v in board["templating"]["list"]
-              if v["type"] == "query"]
+    exprs += [
+        variable_query(v["definition"]) for v in board["templating"]["list"] if v["type"] == "query"
+    ]
     return exprs
 
 

@@ -42,8 +42,9 @@ HEALTHY, DEGRADED = "0", "0.7-1.0"
 
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[FakeSpecdecExporter]:
-    fake = FakeSpecdecExporter(MODEL, {HEALTHY: BucketTraffic(100, 0.8),
-                                       DEGRADED: BucketTraffic(100, 0.8)}).start()
+    fake = FakeSpecdecExporter(
+        MODEL, {HEALTHY: BucketTraffic(100, 0.8), DEGRADED: BucketTraffic(100, 0.8)}
+    ).start()
     try:
         yield fake
     finally:
@@ -51,23 +52,34 @@ def exporter() -> Iterator[FakeSpecdecExporter]:
 
 
 @pytest.fixture(scope="module")
-def stack(exporter: FakeSpecdecExporter, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[Stack]:
+def stack(
+    exporter: FakeSpecdecExporter, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("e2e"), [exporter.target]) as running:
         yield running
 
 
 def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(
-        stack: Stack, exporter: FakeSpecdecExporter) -> None:
-    wait_until(lambda: set(bucket_acceptance(stack.prometheus)) == {HEALTHY, DEGRADED},
-               EVENT_TIMEOUT, "both buckets' acceptance to be recorded")
+    stack: Stack, exporter: FakeSpecdecExporter
+) -> None:
+    wait_until(
+        lambda: set(bucket_acceptance(stack.prometheus)) == {HEALTHY, DEGRADED},
+        EVENT_TIMEOUT,
+        "both buckets' acceptance to be recorded",
+    )
     assert stack.stub.events() == [], "nothing may page while acceptance is 0.8"
 
     exporter.set_acceptance(DEGRADED, 0.3)
-    wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceLow"),
-               EVENT_TIMEOUT, "the bucket's ticket to reach the chat receiver")
-    wait_until(lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
-               EVENT_TIMEOUT, "the bucket's P10 warning to reach the chat receiver")
+    wait_until(
+        lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceLow"),
+        EVENT_TIMEOUT,
+        "the bucket's ticket to reach the chat receiver",
+    )
+    wait_until(
+        lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceTailLow"),
+        EVENT_TIMEOUT,
+        "the bucket's P10 warning to reach the chat receiver",
+    )
     assert stack.stub.events() == [], "a bucket tickets by default; it does not page"
 
     exporter.set_speedup(0.8)
@@ -85,17 +97,30 @@ def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(
     exporter.set_speedup(1.5)
     stack.stub.wait_for_event(
         lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
-        EVENT_TIMEOUT)
+        EVENT_TIMEOUT,
+    )
     pages = [e["payload"]["class"] for e in stack.stub.events() if e["event_action"] == "trigger"]
     assert pages == ["SpecDecodeSpeedupBelowOne"], "one page: the net loss, not the tickets"
 
 
 def test_another_teams_critical_alert_goes_to_the_default_receiver(tmp_path: Path) -> None:
     with alerting(tmp_path) as (alertmanager, stub):
-        _post_alerts(alertmanager, [{"alertname": "KubePodCrashLooping", "severity": "critical",
-                                     "namespace": "e2e", "pod": "vllm-e2e-0"}])
-        wait_until(lambda: bool(stub.posts("/default")), EVENT_TIMEOUT,
-                   "the other team's alert to reach the default receiver")
+        _post_alerts(
+            alertmanager,
+            [
+                {
+                    "alertname": "KubePodCrashLooping",
+                    "severity": "critical",
+                    "namespace": "e2e",
+                    "pod": "vllm-e2e-0",
+                }
+            ],
+        )
+        wait_until(
+            lambda: bool(stub.posts("/default")),
+            EVENT_TIMEOUT,
+            "the other team's alert to reach the default receiver",
+        )
         assert "KubePodCrashLooping" in json.dumps(stub.posts("/default")[0].body)
         assert stub.events() == [] and stub.posts("/chat") == []
 
@@ -105,8 +130,11 @@ def test_every_dashboard_query_and_rule_evaluates(stack: Stack) -> None:
     board = json.loads((stack.generated / "dashboards" / "vllm-specdec.json").read_text())
     groups = yaml.safe_load((stack.generated / "alerts" / "specdec-rules.yaml").read_text())
 
-    report = evaluate(stack.prometheus.url,
-                      dashboard_expressions(board) + rule_expressions(groups["groups"]), WINDOW)
+    report = evaluate(
+        stack.prometheus.url,
+        dashboard_expressions(board) + rule_expressions(groups["groups"]),
+        WINDOW,
+    )
 
     assert report.errors == []
     unexplained = [expr for expr in report.empty if not _may_be_empty(expr, groups["groups"])]
@@ -137,20 +165,33 @@ def _may_be_empty(expr: str, groups: list[dict[str, Any]]) -> bool:
     return is_alert or "vllm:" in expr or " offset " in expr
 
 
-def test_a_down_sidecar_inhibits_only_its_own_pods_acceptance_alerts(
-        tmp_path: Path) -> None:
+def test_a_down_sidecar_inhibits_only_its_own_pods_acceptance_alerts(tmp_path: Path) -> None:
     with alerting(tmp_path) as (alertmanager, _):
         pod_a = {"namespace": "e2e", "pod": "vllm-a", "instance": "10.0.0.1:10088"}
         pod_b = {"namespace": "e2e", "pod": "vllm-b", "instance": "10.0.0.2:10088"}
-        _post_alerts(alertmanager, [
-            {"alertname": "SpecDecodeSidecarDown", "severity": "critical", **pod_a},
-            {"alertname": "SpecDecodeAcceptanceLow", "severity": "critical",
-             "model_name": MODEL, **pod_a},
-            {"alertname": "SpecDecodeAcceptanceLow", "severity": "critical",
-             "model_name": MODEL, **pod_b},
-        ])
-        wait_until(lambda: _inhibited_pods(alertmanager) == {"vllm-a"}, EVENT_TIMEOUT,
-                   "pod a's acceptance alert, and only it, to be inhibited")
+        _post_alerts(
+            alertmanager,
+            [
+                {"alertname": "SpecDecodeSidecarDown", "severity": "critical", **pod_a},
+                {
+                    "alertname": "SpecDecodeAcceptanceLow",
+                    "severity": "critical",
+                    "model_name": MODEL,
+                    **pod_a,
+                },
+                {
+                    "alertname": "SpecDecodeAcceptanceLow",
+                    "severity": "critical",
+                    "model_name": MODEL,
+                    **pod_b,
+                },
+            ],
+        )
+        wait_until(
+            lambda: _inhibited_pods(alertmanager) == {"vllm-a"},
+            EVENT_TIMEOUT,
+            "pod a's acceptance alert, and only it, to be inhibited",
+        )
 
 
 def _post_alerts(alertmanager: Process, label_sets: list[dict[str, str]]) -> None:

@@ -56,21 +56,37 @@ class Chain:
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
     work = tmp_path_factory.mktemp("chain")
-    config = SimConfig(served_model_name=MODEL, seed=5, drafter_quality=GOOD,
-                       speculative=SpeculativeConfig(method="draft_model",
-                                                     num_speculative_tokens=4),
-                       per_request_spec_decode_metrics="summary")
-    with running_simulator(config) as simulator, sidecar(
-            simulator.url, "--proxy-listen", "127.0.0.1:0", "--speculative-method",
-            "draft_model") as (sidecar_url, records), running_stack(
+    config = SimConfig(
+        served_model_name=MODEL,
+        seed=5,
+        drafter_quality=GOOD,
+        speculative=SpeculativeConfig(method="draft_model", num_speculative_tokens=4),
+        per_request_spec_decode_metrics="summary",
+    )
+    with (
+        running_simulator(config) as simulator,
+        sidecar(
+            simulator.url, "--proxy-listen", "127.0.0.1:0", "--speculative-method", "draft_model"
+        ) as (sidecar_url, records),
+        running_stack(
             # As deployed: Prometheus scrapes the sidecar, and vLLM itself as job "vllm" (the
             # configured vLLM selector) for vLLM's latency.
-            work, [sidecar_url.removeprefix("http://")],
+            work,
+            [sidecar_url.removeprefix("http://")],
             config=bucket_pages(work / "config.toml"),
-            other_jobs={"vllm": [simulator.url.removeprefix("http://")]}) as stack:
-        load = LoadConfig(url="http://" + address_of(records, "tap"), model=MODEL,
-                          concurrency=4, requests=24, mix=parse_mix(MIX), stream_share=0.5,
-                          max_tokens=48, seed=7)
+            other_jobs={"vllm": [simulator.url.removeprefix("http://")]},
+        ) as stack,
+    ):
+        load = LoadConfig(
+            url="http://" + address_of(records, "tap"),
+            model=MODEL,
+            concurrency=4,
+            requests=24,
+            mix=parse_mix(MIX),
+            stream_share=0.5,
+            max_tokens=48,
+            seed=7,
+        )
         with BackgroundLoad(load) as running_load:
             yield Chain(simulator.url, stack, running_load)
 
@@ -85,8 +101,9 @@ def bucket_pages(path: Path) -> Path:
 
 
 def set_drafter(chain: Chain, quality: float) -> None:
-    httpx.post(f"{chain.simulator_url}/sim/drafter", json={"quality": quality},
-               timeout=5).raise_for_status()
+    httpx.post(
+        f"{chain.simulator_url}/sim/drafter", json={"quality": quality}, timeout=5
+    ).raise_for_status()
 
 
 def pages(stub: PagerDutyStub) -> list[dict[str, Any]]:
@@ -96,15 +113,21 @@ def pages(stub: PagerDutyStub) -> list[dict[str, Any]]:
 def test_degraded_drafter_pages_for_the_hot_bucket_then_resolves(chain: Chain) -> None:
     wait_until(
         lambda: {HOT_BUCKET, GREEDY_BUCKET} <= set(bucket_acceptance(chain.stack.prometheus)),
-        EVENT_TIMEOUT, "both buckets' acceptance to be recorded from the tap")
+        EVENT_TIMEOUT,
+        "both buckets' acceptance to be recorded from the tap",
+    )
     healthy = bucket_acceptance(chain.stack.prometheus)
     assert healthy[HOT_BUCKET] > 0.5 and healthy[GREEDY_BUCKET] > 0.8, healthy
     assert pages(chain.stack.stub) == [], "nothing may page while the drafter is good"
 
     set_drafter(chain, DEGRADED)
     trigger = chain.stack.stub.wait_for_event(
-        lambda e: e["event_action"] == "trigger"
-        and e["payload"]["class"] == "SpecDecodeBucketAcceptanceLow", 2 * EVENT_TIMEOUT)
+        lambda e: (
+            e["event_action"] == "trigger"
+            and e["payload"]["class"] == "SpecDecodeBucketAcceptanceLow"
+        ),
+        2 * EVENT_TIMEOUT,
+    )
     details = trigger["payload"]["custom_details"]
     assert (details["model_name"], details["temperature_bucket"]) == (MODEL, HOT_BUCKET)
     assert trigger["payload"]["severity"] == "critical"
@@ -115,9 +138,12 @@ def test_degraded_drafter_pages_for_the_hot_bucket_then_resolves(chain: Chain) -
     set_drafter(chain, GOOD)
     chain.stack.stub.wait_for_event(
         lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
-        2 * EVENT_TIMEOUT)
-    paged = {(e["payload"]["class"], e["payload"]["custom_details"].get("temperature_bucket"))
-             for e in pages(chain.stack.stub)}
+        2 * EVENT_TIMEOUT,
+    )
+    paged = {
+        (e["payload"]["class"], e["payload"]["custom_details"].get("temperature_bucket"))
+        for e in pages(chain.stack.stub)
+    }
     assert paged == {("SpecDecodeBucketAcceptanceLow", HOT_BUCKET)}, paged
     assert chain.load.errors == 0
 
@@ -126,8 +152,11 @@ def test_every_dashboard_query_and_rule_has_data_under_load(chain: Chain) -> Non
     wait_until(lambda: bool(bucket_acceptance(chain.stack.prometheus)), EVENT_TIMEOUT, "data")
     board = json.loads((chain.stack.generated / "dashboards" / "vllm-specdec.json").read_text())
     groups = yaml.safe_load((chain.stack.generated / "alerts" / "specdec-rules.yaml").read_text())
-    report = evaluate(chain.stack.prometheus.url,
-                      dashboard_expressions(board) + rule_expressions(groups["groups"]), WINDOW)
+    report = evaluate(
+        chain.stack.prometheus.url,
+        dashboard_expressions(board) + rule_expressions(groups["groups"]),
+        WINDOW,
+    )
     assert report.errors == []
     alerts = {r["expr"] for g in groups["groups"] for r in g["rules"] if r.get("alert")}
     # Empty is right only for an alert whose condition is false, or a day-ago comparison.

@@ -36,6 +36,10 @@ def test_the_seed_corpus_runs_clean(harness: Path, tmp_path: Path) -> None:
     corpus = FUZZ / "corpus" / harness.stem.removeprefix("fuzz_")
     result = subprocess.run(
         [sys.executable, str(harness), "-runs=0", f"-artifact_prefix={tmp_path}/", str(corpus)],
-        capture_output=True, text=True, timeout=120, check=False)
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "DONE" in result.stderr, result.stderr[-3000:]  # every seed was executed

@@ -70,8 +70,10 @@ def real_vllm_layout(request: pytest.FixtureRequest) -> Any:
 
 
 def fail_loudly(problem: str) -> NoReturn:
-    pytest.fail(f"real vLLM unavailable (set {SKIP_VARIABLE}=1 to skip this stage on purpose):"
-                f"\n{problem}", pytrace=False)
+    pytest.fail(
+        f"real vLLM unavailable (set {SKIP_VARIABLE}=1 to skip this stage on purpose):\n{problem}",
+        pytrace=False,
+    )
 
 
 def serve(config: pytest.Config, layout: Any, *, spec: bool) -> Iterator[Any]:

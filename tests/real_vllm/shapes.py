@@ -22,8 +22,7 @@ LITERAL_KEYS = frozenset({"object", "role"})
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+\S+")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"(?:[^"\\]|\\.)*"')
-_FAMILY_SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_info", "_gcount",
-                    "_gsum")
+_FAMILY_SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_info", "_gcount", "_gsum")
 
 
 @dataclass(frozen=True)
@@ -70,8 +69,10 @@ def _family_of(sample_name: str, known: dict[str, set[str]]) -> str:
 
 def render_family_table(table: dict[str, Family]) -> list[str]:
     """One line per family, sorted: `name  type  [labels]  help`."""
-    return [f"{name}  {family.type}  [{','.join(family.labels)}]  {family.help}"
-            for name, family in sorted(table.items())]
+    return [
+        f"{name}  {family.type}  [{','.join(family.labels)}]  {family.help}"
+        for name, family in sorted(table.items())
+    ]
 
 
 def json_shape(value: Any) -> Shape:
@@ -127,8 +128,9 @@ def stream_shape(raw: bytes) -> list[str]:
         lines = per_choice.setdefault(index, [])
         if not lines or lines[-1] != line:
             lines.append(line)
-    ordered = [f"choice {index}: {line}" for index in sorted(per_choice)
-               for line in per_choice[index]]
+    ordered = [
+        f"choice {index}: {line}" for index in sorted(per_choice) for line in per_choice[index]
+    ]
     return ordered + closing
 
 
@@ -152,11 +154,19 @@ def shape_lines(shape: Shape) -> list[str]:
     return json.dumps(shape, sort_keys=True, indent=2).splitlines()
 
 
-def readable_diff(expected: Sequence[str] | Shape, actual: Sequence[str] | Shape,
-                  expected_name: str = "expected", actual_name: str = "actual") -> str:
+def readable_diff(
+    expected: Sequence[str] | Shape,
+    actual: Sequence[str] | Shape,
+    expected_name: str = "expected",
+    actual_name: str = "actual",
+) -> str:
     """A unified diff of two shapes or line lists; empty when they are equal."""
     diff: Iterable[str] = difflib.unified_diff(
-        shape_lines(expected), shape_lines(actual),
-        fromfile=expected_name, tofile=actual_name, lineterm="", n=2,
+        shape_lines(expected),
+        shape_lines(actual),
+        fromfile=expected_name,
+        tofile=actual_name,
+        lineterm="",
+        n=2,
     )
     return "\n".join(diff)

@@ -39,15 +39,26 @@ TIMEOUT = 180.0
 
 def traffic(url: str, temperature: str) -> BackgroundLoad:
     """Steady load at one temperature through the tap, until the block ends."""
-    return BackgroundLoad(LoadConfig(url=url, concurrency=4, requests=8, max_tokens=32, seed=11,
-                                     mix=parse_mix(temperature), stream_share=0.5))
+    return BackgroundLoad(
+        LoadConfig(
+            url=url,
+            concurrency=4,
+            requests=8,
+            max_tokens=32,
+            seed=11,
+            mix=parse_mix(temperature),
+            stream_share=0.5,
+        )
+    )
 
 
 @pytest.fixture
 def alert_chain(real_vllm: Any, tmp_path: Path) -> Iterator[tuple[str, Stack]]:
     """The tap's URL, and the stack alerting on the sidecar in front of the real vLLM."""
-    with sidecar(real_vllm.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, records), \
-            running_stack(tmp_path, [sidecar_url.removeprefix("http://")]) as stack:
+    with (
+        sidecar(real_vllm.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, records),
+        running_stack(tmp_path, [sidecar_url.removeprefix("http://")]) as stack,
+    ):
         yield "http://" + address_of(records, "tap"), stack
 
 
@@ -55,22 +66,29 @@ def test_t1_traffic_pages_and_greedy_traffic_does_not(alert_chain: tuple[str, St
     tap, stack = alert_chain
     stub, prometheus = stack.stub, stack.prometheus
     with traffic(tap, "0") as greedy:
-        wait_until(lambda: "0" in bucket_acceptance(prometheus), TIMEOUT,
-                   "greedy acceptance to be recorded")
+        wait_until(
+            lambda: "0" in bucket_acceptance(prometheus),
+            TIMEOUT,
+            "greedy acceptance to be recorded",
+        )
         # Several `for` periods and evaluation rounds pass with greedy acceptance recorded.
         wait_until(lambda: len(_samples(prometheus)) >= 20, TIMEOUT, "20 s of greedy data")
         assert bucket_acceptance(prometheus)["0"] > 0.5
     assert greedy.errors == 0
     assert [e for e in stub.events() if e["event_action"] == "trigger"] == [], (
-        "greedy traffic on this server must not page")
+        "greedy traffic on this server must not page"
+    )
 
     with traffic(tap, "1.0") as hot:
         page = stub.wait_for_event(lambda e: _paged(e, "SpecDecodeAcceptanceLow "), TIMEOUT)
         assert page["payload"]["severity"] == "critical"
         assert "below its threshold t = 50%" in page["payload"]["custom_details"]["alerts"]
         assert "(c = 0.1)" in page["payload"]["custom_details"]["alerts"]
-        wait_until(lambda: chat_mentions(stub, "SpecDecodeBucketAcceptanceLow"), TIMEOUT,
-                   "the hot bucket's ticket to reach chat")
+        wait_until(
+            lambda: chat_mentions(stub, "SpecDecodeBucketAcceptanceLow"),
+            TIMEOUT,
+            "the hot bucket's ticket to reach chat",
+        )
         assert bucket_acceptance(prometheus)["0.7-1.0"] < 0.5
     assert hot.errors == 0
 
@@ -81,7 +99,8 @@ def _paged(event: dict[str, Any], alertname: str) -> bool:
 
 
 def _samples(prometheus: Any) -> list[Any]:
-    reply = httpx.get(prometheus.url + "/api/v1/query",
-                      params={"query": "specdec_up[1m]"}, timeout=5)
+    reply = httpx.get(
+        prometheus.url + "/api/v1/query", params={"query": "specdec_up[1m]"}, timeout=5
+    )
     result: list[Any] = reply.json()["data"]["result"]
     return result[0]["values"] if result else []

@@ -35,9 +35,12 @@ def spec_counts(url: str) -> Totals:
 
 
 @pytest.fixture(scope="module")
-def calibrated(request: pytest.FixtureRequest, real_vllm: Any, real_vllm_nospec: Any,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any],
-                                                                         Totals, Path]]:
+def calibrated(
+    request: pytest.FixtureRequest,
+    real_vllm: Any,
+    real_vllm_nospec: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, Any], Totals, Path]]:
     """One calibration; the spec server's counter delta over it; the file written."""
     say = announcer(request.config)
     say("calibrate: spec vs plain server, concurrency 1 and 4, T=0 and 1.0")
@@ -45,24 +48,43 @@ def calibrated(request: pytest.FixtureRequest, real_vllm: Any, real_vllm_nospec:
     path = tmp_path_factory.mktemp("calibrate") / "calibration.json"
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        code = main(["calibrate", "--spec-url", real_vllm.url, "--base-url", real_vllm_nospec.url,
-                     "--concurrency", ",".join(map(str, CONCURRENCY)),
-                     "--temperatures", ",".join(map(str, TEMPERATURES)),
-                     "--requests", str(REQUESTS), "--max-tokens", "64", "--warmup", "0",
-                     "--json"])
+        code = main(
+            [
+                "calibrate",
+                "--spec-url",
+                real_vllm.url,
+                "--base-url",
+                real_vllm_nospec.url,
+                "--concurrency",
+                ",".join(map(str, CONCURRENCY)),
+                "--temperatures",
+                ",".join(map(str, TEMPERATURES)),
+                "--requests",
+                str(REQUESTS),
+                "--max-tokens",
+                "64",
+                "--warmup",
+                "0",
+                "--json",
+            ]
+        )
     assert code == 0
     delta = spec_counts(real_vllm.url) - before
     path.write_text(stdout.getvalue())
     document = json.loads(stdout.getvalue())
     for point in document["points"]:
-        say(f"c={point['concurrency']} T={point['temperature']}: acceptance "
+        say(
+            f"c={point['concurrency']} T={point['temperature']}: acceptance "
             f"{point['acceptance_rate']:.3f}, L {point['mean_acceptance_length']:.2f}, TPOT "
             f"spec {point['tpot_spec_ms']:.2f} ms, base {point['tpot_base_ms']:.2f} ms, "
             f"measured {point['measured_speedup']:.3f}, modelled {point['modelled_speedup']:.3f},"
             f" fitted c {point['draft_cost_ratio']:.3f}, running "
-            f"{point['num_requests_running_spec']}/{point['num_requests_running_base']}")
-    say(f"calibrate: c = {document['draft_cost_ratio']:.3f}, break-even "
-        f"{document['break_even_acceptance_rate']}, schedule {document['schedule']}")
+            f"{point['num_requests_running_spec']}/{point['num_requests_running_base']}"
+        )
+    say(
+        f"calibrate: c = {document['draft_cost_ratio']:.3f}, break-even "
+        f"{document['break_even_acceptance_rate']}, schedule {document['schedule']}"
+    )
     yield document, delta, path
 
 
@@ -71,7 +93,8 @@ def test_the_json_has_every_point(calibrated: Any) -> None:
     assert document["model_name"] == MODEL
     assert document["num_speculative_tokens"] == [NUM_SPEC_TOKENS]
     assert [(p["concurrency"], p["temperature"]) for p in document["points"]] == [
-        (c, t) for c in CONCURRENCY for t in TEMPERATURES]
+        (c, t) for c in CONCURRENCY for t in TEMPERATURES
+    ]
     assert set(document["break_even_acceptance_rate"]) == {str(c) for c in CONCURRENCY}
     assert document["draft_cost_ratio_concurrency"] == max(CONCURRENCY)
     assert document["schedule"]["num_speculative_tokens"] == NUM_SPEC_TOKENS
@@ -88,7 +111,8 @@ def test_figures_are_the_ratios_of_the_measurements(calibrated: Any) -> None:
         length = 1 + point["accepted_tokens"] / point["drafts"]
         assert point["mean_acceptance_length"] == length
         assert point["draft_cost_ratio"] == (
-            (length / point["measured_speedup"] - 1) / NUM_SPEC_TOKENS)
+            (length / point["measured_speedup"] - 1) / NUM_SPEC_TOKENS
+        )
         assert point["modelled_speedup"] == length / (1 + NUM_SPEC_TOKENS * 0.1)
 
 
@@ -101,26 +125,41 @@ def test_acceptance_is_the_counter_delta(calibrated: Any) -> None:
     assert sum(p["accepted_tokens"] for p in points) == delta.accepted_tokens
 
 
-def test_check_with_the_calibration_follows_the_measured_c(calibrated: Any,
-                                                          real_vllm: Any,
-                                                          capsys: pytest.CaptureFixture[str]
-                                                          ) -> None:
+def test_check_with_the_calibration_follows_the_measured_c(
+    calibrated: Any, real_vllm: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     document, _, path = calibrated
     stop = threading.Event()
 
     def traffic() -> None:
         with httpx.Client(base_url=real_vllm.url, timeout=120, trust_env=False) as client:
             while not stop.is_set():
-                client.post("/v1/chat/completions", json={
-                    "model": MODEL, "max_tokens": 32, "temperature": 0,
-                    "messages": [{"role": "user", "content": "def main():"}]})
+                client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": MODEL,
+                        "max_tokens": 32,
+                        "temperature": 0,
+                        "messages": [{"role": "user", "content": "def main():"}],
+                    },
+                )
 
     worker = threading.Thread(target=traffic, daemon=True)
     worker.start()
     try:
         capsys.readouterr()
-        code = main(["check", "--vllm-url", real_vllm.url, "--window", "4", "--json",
-                     "--calibration", str(path)])
+        code = main(
+            [
+                "check",
+                "--vllm-url",
+                real_vllm.url,
+                "--window",
+                "4",
+                "--json",
+                "--calibration",
+                str(path),
+            ]
+        )
     finally:
         stop.set()
         worker.join(timeout=120)
@@ -128,7 +167,8 @@ def test_check_with_the_calibration_follows_the_measured_c(calibrated: Any,
     entry = report["entries"][-1]
     cost = max(0.0, document["draft_cost_ratio"])
     assert entry["estimated_speedup"] == pytest.approx(
-        entry["mean_acceptance_length"] / (1 + NUM_SPEC_TOKENS * cost))
+        entry["mean_acceptance_length"] / (1 + NUM_SPEC_TOKENS * cost)
+    )
     if entry["estimated_speedup"] < 1:  # the measured c says speculation loses here
         assert report["verdict"] == "disable" and code == 2
     elif entry["acceptance_rate"] >= 0.5:

@@ -21,27 +21,32 @@ def temperature_phases(real_vllm: Any) -> Iterator[dict[float, Phase]]:
     """One sequential phase per temperature (non-streaming and streaming requests alternate)."""
     with httpx.Client(base_url=real_vllm.url, timeout=120, trust_env=False) as client:
         yield {
-            temperature: run_phase(client, f"T={temperature}",
-                                   temperature_requests(temperature, REQUESTS_PER_PHASE))
+            temperature: run_phase(
+                client, f"T={temperature}", temperature_requests(temperature, REQUESTS_PER_PHASE)
+            )
             for temperature in TEMPERATURES
         }
 
 
 def describe(phase: Phase) -> str:
-    return (f"{phase.name}: per-request sum {phase.per_request_sum}, "
-            f"/metrics delta {phase.counter_delta}")
+    return (
+        f"{phase.name}: per-request sum {phase.per_request_sum}, "
+        f"/metrics delta {phase.counter_delta}"
+    )
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)
-def test_per_request_sums_equal_counter_deltas(temperature_phases: dict[float, Phase],
-                                               temperature: float) -> None:
+def test_per_request_sums_equal_counter_deltas(
+    temperature_phases: dict[float, Phase], temperature: float
+) -> None:
     phase = temperature_phases[temperature]
     assert phase.per_request_sum.drafts > 0, describe(phase)
     assert phase.per_request_sum == phase.counter_delta, describe(phase)
 
 
 def test_generation_tokens_delta_equals_completion_tokens(
-        temperature_phases: dict[float, Phase]) -> None:
+    temperature_phases: dict[float, Phase],
+) -> None:
     for phase in temperature_phases.values():
         assert phase.before is not None and phase.after is not None
         delta = phase.after.generation_tokens - phase.before.generation_tokens
@@ -67,8 +72,10 @@ def test_per_request_metrics_are_self_consistent(temperature_phases: dict[float,
 
 
 def test_concurrent_mixed_phase_sums_equal_counter_deltas(vllm: httpx.Client) -> None:
-    requests = [Request(TEMPERATURES[index % 4], stream=index % 3 == 0, seed=100 + index)
-                for index in range(REQUESTS_PER_PHASE)]
+    requests = [
+        Request(TEMPERATURES[index % 4], stream=index % 3 == 0, seed=100 + index)
+        for index in range(REQUESTS_PER_PHASE)
+    ]
     phase = run_phase(vllm, "concurrent, mixed temperatures", requests, concurrency=4)
     assert phase.per_request_sum.drafts > 0, describe(phase)
     assert phase.per_request_sum == phase.counter_delta, describe(phase)

@@ -34,14 +34,21 @@ pytestmark = pytest.mark.real_vllm
 
 CHECK_WINDOW_S = 15.0
 """Long enough for a phase of 8 requests plus the counters settling, on a busy 2-core machine."""
-EXIT_CODES = {"healthy": 0, "borderline": 1, "below threshold": 1, "not drafting": 1,
-              "disable": 2, "not enabled": 2}
+EXIT_CODES = {
+    "healthy": 0,
+    "borderline": 1,
+    "below threshold": 1,
+    "not drafting": 1,
+    "disable": 2,
+    "not enabled": 2,
+}
 MIRRORED = {
     "vllm:spec_decode_num_drafts_total": "specdec_drafts_total",
     "vllm:spec_decode_num_draft_tokens_total": "specdec_draft_tokens_total",
     "vllm:spec_decode_num_accepted_tokens_total": "specdec_accepted_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_per_pos_total":
-        "specdec_accepted_tokens_per_position_total",
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total": (
+        "specdec_accepted_tokens_per_position_total"
+    ),
     "vllm:generation_tokens_total": "specdec_generation_tokens_total",
 }
 MIRROR_LABELS = ("model_name", "engine", "position")
@@ -79,11 +86,15 @@ def stopped_on_exit() -> Iterator[list[subprocess.Popen[str]]]:
                 process.wait()
 
 
-def run_check(url: str, window_s: float, processes: list[subprocess.Popen[str]],
-              *extra: str) -> subprocess.Popen[str]:
-    process = subprocess.Popen(command("check", "--vllm-url", url, "--window", str(window_s),
-                                       "--json", *extra),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def run_check(
+    url: str, window_s: float, processes: list[subprocess.Popen[str]], *extra: str
+) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        command("check", "--vllm-url", url, "--window", str(window_s), "--json", *extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     processes.append(process)
     return process
 
@@ -93,13 +104,13 @@ def finished_check(process: subprocess.Popen[str], timeout_s: float) -> tuple[in
     try:
         return process.returncode, json.loads(out)
     except ValueError:
-        raise AssertionError(f"check printed no JSON (exit {process.returncode}):\n{out}\n{err}"
-                             ) from None
+        raise AssertionError(
+            f"check printed no JSON (exit {process.returncode}):\n{out}\n{err}"
+        ) from None
 
 
 def entries_by_engine(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {entry["engine"]: entry for entry in report["entries"]
-            if entry["model_name"] == MODEL}
+    return {entry["engine"]: entry for entry in report["entries"] if entry["model_name"] == MODEL}
 
 
 def expected_figures(phase: Phase) -> dict[str, Any]:
@@ -111,20 +122,30 @@ def expected_figures(phase: Phase) -> dict[str, Any]:
         "acceptance_rate": pytest.approx(counts.acceptance_rate, rel=1e-9),
         "mean_acceptance_length": pytest.approx(counts.mean_acceptance_length, rel=1e-9),
         "per_position_acceptance_rate": pytest.approx(
-            [accepted / counts.drafts for accepted in counts.accepted_per_position], rel=1e-9),
+            [accepted / counts.drafts for accepted in counts.accepted_per_position], rel=1e-9
+        ),
     }
 
 
-@pytest.mark.parametrize(("temperature", "extra", "verdict"), [
-    (0.0, (), "healthy"),
-    # Acceptance below 0.5 at T=1, but with c = 0.1 the modelled speedup stays above 1.
-    (1.0, (), "below threshold"),
-    # c = 1.5: the break-even acceptance is 1.5 > 1, no acceptance pays: a net loss.
-    (1.0, ("--draft-cost-ratio", "1.5"), "disable"),
-])
+@pytest.mark.parametrize(
+    ("temperature", "extra", "verdict"),
+    [
+        (0.0, (), "healthy"),
+        # Acceptance below 0.5 at T=1, but with c = 0.1 the modelled speedup stays above 1.
+        (1.0, (), "below threshold"),
+        # c = 1.5: the break-even acceptance is 1.5 > 1, no acceptance pays: a net loss.
+        (1.0, ("--draft-cost-ratio", "1.5"), "disable"),
+    ],
+)
 def test_check_reports_the_phase_in_its_window(
-        *, real_vllm: Any, vllm: httpx.Client, stopped_on_exit: list[subprocess.Popen[str]],
-        temperature: float, extra: tuple[str, ...], verdict: str) -> None:
+    *,
+    real_vllm: Any,
+    vllm: httpx.Client,
+    stopped_on_exit: list[subprocess.Popen[str]],
+    temperature: float,
+    extra: tuple[str, ...],
+    verdict: str,
+) -> None:
     with ScrapeSpy(real_vllm.url).running() as spy:
         process = run_check(spy.url, CHECK_WINDOW_S, stopped_on_exit, *extra)
         assert spy.wait_for_scrapes(1, timeout_s=60), "check never scraped /metrics"
@@ -142,22 +163,24 @@ def test_check_reports_the_phase_in_its_window(
     assert code == EXIT_CODES[verdict]
 
 
-def test_check_without_traffic_says_not_drafting(real_vllm: Any,
-                                                 stopped_on_exit: list[subprocess.Popen[str]]
-                                                 ) -> None:
+def test_check_without_traffic_says_not_drafting(
+    real_vllm: Any, stopped_on_exit: list[subprocess.Popen[str]]
+) -> None:
     code, report = finished_check(run_check(real_vllm.url, 1.0, stopped_on_exit), 60)
     entry = entries_by_engine(report)["all"]
     assert (entry["drafts"], entry["verdict"], code) == (0, "not drafting", 1), report
 
 
 def test_check_of_a_server_without_speculation_says_not_enabled(
-        real_vllm_nospec: Any, stopped_on_exit: list[subprocess.Popen[str]]) -> None:
+    real_vllm_nospec: Any, stopped_on_exit: list[subprocess.Popen[str]]
+) -> None:
     code, report = finished_check(run_check(real_vllm_nospec.url, 1.0, stopped_on_exit), 60)
     assert (report["verdict"], code) == ("not enabled", 2), report
 
 
-def test_check_of_a_closed_port_says_unreachable(stopped_on_exit: list[subprocess.Popen[str]]
-                                                 ) -> None:
+def test_check_of_a_closed_port_says_unreachable(
+    stopped_on_exit: list[subprocess.Popen[str]],
+) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     code, report = finished_check(run_check(url, 1.0, stopped_on_exit), 60)
     assert (report["verdict"], code) == ("unreachable", 3), report
@@ -202,35 +225,54 @@ def describe_mismatch(sidecar: httpx.Client, vllm_text: str) -> str:
         actual = sidecar_series(sidecar.get("/metrics").text)
     except httpx.TransportError as failure:
         return f"sidecar unreachable: {failure}"
-    lines = [f"{key}: vLLM {expected.get(key)} sidecar {actual.get(key)}"
-             for key in sorted(expected.keys() | actual.keys())
-             if expected.get(key) != actual.get(key)]
+    lines = [
+        f"{key}: vLLM {expected.get(key)} sidecar {actual.get(key)}"
+        for key in sorted(expected.keys() | actual.keys())
+        if expected.get(key) != actual.get(key)
+    ]
     return "\n".join(lines)
 
 
 def test_run_mirrors_vllm_counters_through_a_phase(
-        real_vllm: Any, vllm: httpx.Client, stopped_on_exit: list[subprocess.Popen[str]],
-        tmp_path: Path) -> None:
+    real_vllm: Any, vllm: httpx.Client, stopped_on_exit: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
     listen = f"127.0.0.1:{free_port()}"
     log_path = tmp_path / "sidecar.log"
     with log_path.open("w") as log:
-        stopped_on_exit.append(subprocess.Popen(
-            command("run", "--vllm-url", real_vllm.url, "--listen", listen, "--interval", "0.5"),
-            stdout=log, stderr=subprocess.STDOUT, text=True))
-    requests = [Request((0.0, 0.4, 0.8, 1.0)[index % 4], stream=index % 2 == 0, seed=300 + index)
-                for index in range(8)]
+        stopped_on_exit.append(
+            subprocess.Popen(
+                command(
+                    "run", "--vllm-url", real_vllm.url, "--listen", listen, "--interval", "0.5"
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    requests = [
+        Request((0.0, 0.4, 0.8, 1.0)[index % 4], stream=index % 2 == 0, seed=300 + index)
+        for index in range(8)
+    ]
     with httpx.Client(base_url=f"http://{listen}", timeout=10, trust_env=False) as sidecar:
         reference = vllm.get("/metrics").text
         try:
-            before = eventually(mirrored_when_equal(sidecar, reference), 60,
-                                "the sidecar to mirror vLLM's counters before the phase")
+            before = eventually(
+                mirrored_when_equal(sidecar, reference),
+                60,
+                "the sidecar to mirror vLLM's counters before the phase",
+            )
             phase = run_phase(vllm, "sidecar run", requests, concurrency=2)
             reference = vllm.get("/metrics").text
-            after = eventually(mirrored_when_equal(sidecar, reference), 30,
-                               "the sidecar to mirror vLLM's counters after the phase")
+            after = eventually(
+                mirrored_when_equal(sidecar, reference),
+                30,
+                "the sidecar to mirror vLLM's counters after the phase",
+            )
         except AssertionError as failure:
-            raise AssertionError(f"{failure}\n{describe_mismatch(sidecar, reference)}\n"
-                                 f"sidecar log:\n{log_path.read_text()[-3000:]}") from None
+            raise AssertionError(
+                f"{failure}\n{describe_mismatch(sidecar, reference)}\n"
+                f"sidecar log:\n{log_path.read_text()[-3000:]}"
+            ) from None
     assert phase.per_request_sum == phase.counter_delta
     expected_delta = phase.per_request_sum
     engine = (("engine", "0"), ("model_name", MODEL))
@@ -241,8 +283,9 @@ def test_run_mirrors_vllm_counters_through_a_phase(
     assert delta("specdec_drafts_total") == expected_delta.drafts
     assert delta("specdec_draft_tokens_total") == expected_delta.draft_tokens
     assert delta("specdec_accepted_tokens_total") == expected_delta.accepted_tokens
-    per_position = [delta("specdec_accepted_tokens_per_position_total",
-                          (*engine, ("position", str(position))))
-                    for position in range(NUM_SPEC_TOKENS)]
+    per_position = [
+        delta("specdec_accepted_tokens_per_position_total", (*engine, ("position", str(position))))
+        for position in range(NUM_SPEC_TOKENS)
+    ]
     assert tuple(per_position) == expected_delta.accepted_per_position
     assert delta("specdec_generation_tokens_total") == phase.completion_tokens

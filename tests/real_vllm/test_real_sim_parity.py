@@ -45,8 +45,13 @@ USAGE = {"stream_options": {"include_usage": True}}
 
 
 def chat(**fields: Any) -> tuple[str, dict[str, Any]]:
-    body = {"model": MODEL, "max_tokens": 12, "temperature": 0.8,
-            "messages": [{"role": "user", "content": "class Foo:"}], **fields}
+    body = {
+        "model": MODEL,
+        "max_tokens": 12,
+        "temperature": 0.8,
+        "messages": [{"role": "user", "content": "class Foo:"}],
+        **fields,
+    }
     return CHAT, body
 
 
@@ -65,13 +70,24 @@ REQUESTS = {
     **captured_requests(),
     "chat_n2_stream_include_usage": chat(n=2, stream=True, **USAGE),
     "chat_n2_stream_no_include_usage": chat(n=2, stream=True),
-    "chat_stream_continuous_usage": chat(stream=True, stream_options={
-        "include_usage": True, "continuous_usage_stats": True}),
-    "completions_nonstream": ("/v1/completions", {"model": MODEL, "max_tokens": 12,
-                                                  "temperature": 0.8, "prompt": "class Foo:"}),
-    "completions_stream_include_usage": ("/v1/completions", {
-        "model": MODEL, "max_tokens": 12, "temperature": 0.8, "prompt": "class Foo:",
-        "stream": True, **USAGE}),
+    "chat_stream_continuous_usage": chat(
+        stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True}
+    ),
+    "completions_nonstream": (
+        "/v1/completions",
+        {"model": MODEL, "max_tokens": 12, "temperature": 0.8, "prompt": "class Foo:"},
+    ),
+    "completions_stream_include_usage": (
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "max_tokens": 12,
+            "temperature": 0.8,
+            "prompt": "class Foo:",
+            "stream": True,
+            **USAGE,
+        },
+    ),
 }
 
 
@@ -79,7 +95,7 @@ def sim_config_for(command: list[str], layout: Any) -> SimConfig:
     """Parse the real server's `vllm serve` flags with the simulator's own parser."""
     parser = argparse.ArgumentParser()
     sim_cli.configure(parser)
-    flags = command[command.index("serve") + 2:]  # after `serve MODEL_PATH`
+    flags = command[command.index("serve") + 2 :]  # after `serve MODEL_PATH`
     generation = ["--generation-config", str(layout.models / "target")]  # vLLM's "auto" default
     args, unknown = parser.parse_known_args([*flags, *generation])
     assert unknown == REAL_ONLY_FLAGS, f"flags the simulator does not know: {unknown}"
@@ -87,8 +103,9 @@ def sim_config_for(command: list[str], layout: Any) -> SimConfig:
 
 
 def simulator_for(layout: Any, spec: bool) -> Iterator[RunningSimulator]:
-    with running_simulator(sim_config_for(server.server_command(layout, 0, spec, []),
-                                          layout)) as simulator:
+    with running_simulator(
+        sim_config_for(server.server_command(layout, 0, spec, []), layout)
+    ) as simulator:
         yield simulator
 
 
@@ -103,10 +120,17 @@ def simulator_nospec(real_vllm_layout: Any) -> Iterator[RunningSimulator]:
 
 
 def comparable(table: dict[str, Family]) -> list[str]:
-    kept = {name: replace(family, labels=tuple(label for label in family.labels
-                                               if label not in VERSION_DEPENDENT_LABELS.get(name,
-                                                                                            ())))
-            for name, family in table.items()}
+    kept = {
+        name: replace(
+            family,
+            labels=tuple(
+                label
+                for label in family.labels
+                if label not in VERSION_DEPENDENT_LABELS.get(name, ())
+            ),
+        )
+        for name, family in table.items()
+    }
     return render_family_table(kept)
 
 
@@ -121,8 +145,9 @@ def test_family_table_with_speculation(real_vllm: Any, simulator: RunningSimulat
     assert_same_families(real_vllm.url, simulator.url)
 
 
-def test_family_table_without_speculation(real_vllm_nospec: Any,
-                                          simulator_nospec: RunningSimulator) -> None:
+def test_family_table_without_speculation(
+    real_vllm_nospec: Any, simulator_nospec: RunningSimulator
+) -> None:
     assert_same_families(real_vllm_nospec.url, simulator_nospec.url)
 
 
@@ -145,12 +170,15 @@ def test_same_shape(real_vllm: Any, simulator: RunningSimulator, name: str) -> N
 
 # The edge-case matrix (tests/real_vllm/edge_cases.py): the same requests to both servers.
 
+
 @pytest.fixture(scope="module")
 def answers(real_vllm: Any, simulator: RunningSimulator) -> dict[str, tuple[Any, Any]]:
     """Every edge case sent once to each server (about 5 s against the tiny real model)."""
     found = {}
-    with httpx.Client(base_url=real_vllm.url, timeout=120, trust_env=False) as real, \
-            httpx.Client(base_url=simulator.url, timeout=120, trust_env=False) as ours:
+    with (
+        httpx.Client(base_url=real_vllm.url, timeout=120, trust_env=False) as real,
+        httpx.Client(base_url=simulator.url, timeout=120, trust_env=False) as ours,
+    ):
         for name, case in edge_cases.CASES.items():
             found[name] = (edge_cases.record(real, case), edge_cases.record(ours, case))
     return found
@@ -169,6 +197,10 @@ def test_edge_case_answered_alike(answers: dict[str, tuple[Any, Any]], name: str
 def test_edge_case_shapes_alike(answers: dict[str, tuple[Any, Any]], name: str) -> None:
     real, simulated = answers[name]
     assert sorted(simulated["headers"]) == sorted(real["headers"])
-    diff = readable_diff(edge_cases.shape_of(real), edge_cases.shape_of(simulated),
-                         f"real vLLM {name}", f"simulator {name}")
+    diff = readable_diff(
+        edge_cases.shape_of(real),
+        edge_cases.shape_of(simulated),
+        f"real vLLM {name}",
+        f"simulator {name}",
+    )
     assert not diff, f"{name}: shapes differ:\n{diff}"

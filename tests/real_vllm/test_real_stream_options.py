@@ -36,17 +36,26 @@ def expected(stream: str, options: str) -> dict[str, Any]:
 async def call(base: str, endpoint: str, stream: str, options: str) -> dict[str, Any]:
     """One request through the openai client: errors, completions and chunk lists as dicts."""
     fields: dict[str, Any] = {**STREAMS[stream], **STREAM_OPTIONS[options]}
-    async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="sk-test",
-                                  max_retries=0) as api:
+    async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0) as api:
         try:
             if endpoint == "chat":
                 answer = await api.chat.completions.create(
-                    model=MODEL, messages=[{"role": "user", "content": "class Foo:"}],
-                    max_tokens=8, temperature=0, extra_body={"ignore_eos": True}, **fields)
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "class Foo:"}],
+                    max_tokens=8,
+                    temperature=0,
+                    extra_body={"ignore_eos": True},
+                    **fields,
+                )
             else:
                 answer = await api.completions.create(
-                    model=MODEL, prompt="class Foo:", max_tokens=8, temperature=0,
-                    extra_body={"ignore_eos": True}, **fields)
+                    model=MODEL,
+                    prompt="class Foo:",
+                    max_tokens=8,
+                    temperature=0,
+                    extra_body={"ignore_eos": True},
+                    **fields,
+                )
         except openai.APIStatusError as error:
             return {"status": error.status_code, "error": error.body}
         if stream == "true":
@@ -60,25 +69,36 @@ def strip(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def text_of(result: dict[str, Any]) -> str:
-    choices = [c for chunk in result.get("chunks", [result.get("body", {})])
-               for c in chunk.get("choices", [])]
-    return "".join((c.get("delta") or {}).get("content") or c.get("text") or
-                   (c.get("message") or {}).get("content") or "" for c in choices)
+    choices = [
+        c
+        for chunk in result.get("chunks", [result.get("body", {})])
+        for c in chunk.get("choices", [])
+    ]
+    return "".join(
+        (c.get("delta") or {}).get("content")
+        or c.get("text")
+        or (c.get("message") or {}).get("content")
+        or ""
+        for c in choices
+    )
 
 
 def usage_of(result: dict[str, Any]) -> dict[str, Any]:
     chunks = result["chunks"]
     with_choices = [chunk for chunk in chunks if chunk["choices"]]
-    return {"status": 200,
-            "usage_chunk": any(not chunk["choices"] and chunk["usage"] for chunk in chunks),
-            "running_usage": all(chunk.get("usage") for chunk in with_choices)}
+    return {
+        "status": 200,
+        "usage_chunk": any(not chunk["choices"] and chunk["usage"] for chunk in chunks),
+        "running_usage": all(chunk.get("usage") for chunk in with_choices),
+    }
 
 
 @pytest.mark.parametrize("options", OPTIONS)
 @pytest.mark.parametrize("stream", list(STREAMS))
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
-async def test_same_through_the_tap(real_vllm: Any, endpoint: str, stream: str,
-                                    options: str) -> None:
+async def test_same_through_the_tap(
+    real_vllm: Any, endpoint: str, stream: str, options: str
+) -> None:
     url = str(real_vllm.url).rstrip("/")
     async with running_tap(upstream_url=url, models=frozenset({MODEL})) as tap:
         direct = await call(url, endpoint, stream, options)

@@ -31,9 +31,13 @@ def vllm_url(real_vllm: Any) -> str:
 
 
 def body(stream: bool, include_usage: bool = False, temperature: float = 0.0) -> dict[str, Any]:
-    document: dict[str, Any] = {"model": MODEL, "temperature": temperature, "seed": 7,
-                                "max_tokens": 48,
-                                "messages": [{"role": "user", "content": "def main():"}]}
+    document: dict[str, Any] = {
+        "model": MODEL,
+        "temperature": temperature,
+        "seed": 7,
+        "max_tokens": 48,
+        "messages": [{"role": "user", "content": "def main():"}],
+    }
     if stream:
         document["stream"] = True
     if include_usage:
@@ -54,8 +58,7 @@ async def post(url: str, document: dict[str, Any]) -> bytes:
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
-async def test_greedy_stream_identical_through_the_tap(vllm_url: str,
-                                                       include_usage: bool) -> None:
+async def test_greedy_stream_identical_through_the_tap(vllm_url: str, include_usage: bool) -> None:
     async with running_tap(upstream_url=vllm_url, models=frozenset({MODEL})) as tap:
         direct = await post(vllm_url, body(True, include_usage))
         tapped = await post(tap.url, body(True, include_usage))
@@ -66,7 +69,11 @@ async def test_greedy_stream_identical_through_the_tap(vllm_url: str,
         spec = final["metrics"]["speculative_decoding"]
         row = next(r for r in tap.stats.bucket_summary() if r.temperature_bucket == "0")
         assert (row.attributed, row.drafts, row.draft_tokens, row.accepted_tokens) == (
-            1, spec["num_spec_steps"], spec["num_draft_tokens"], spec["num_accepted_draft_tokens"])
+            1,
+            spec["num_spec_steps"],
+            spec["num_draft_tokens"],
+            spec["num_accepted_draft_tokens"],
+        )
 
 
 async def test_non_streaming_identical_through_the_tap(vllm_url: str) -> None:

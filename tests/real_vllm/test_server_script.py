@@ -20,8 +20,11 @@ server = load_server_module()
 def test_spec_command_has_draft_model_k4_and_per_request_metrics(tmp_path: Path) -> None:
     command = server.server_command(server.Layout(tmp_path), 8123, True, ["--enforce-eager"])
     spec_config = json.loads(command[command.index("--speculative-config") + 1])
-    assert spec_config == {"method": "draft_model", "model": str(tmp_path / "models" / "draft"),
-                           "num_speculative_tokens": 4}
+    assert spec_config == {
+        "method": "draft_model",
+        "model": str(tmp_path / "models" / "draft"),
+        "num_speculative_tokens": 4,
+    }
     assert command[command.index("--per-request-spec-decode-metrics") + 1] == "summary"
     assert command[command.index("--host") + 1] == "127.0.0.1"
     assert command[command.index("--port") + 1] == "8123"
@@ -34,8 +37,9 @@ def test_spec_off_command_drops_both_spec_flags(tmp_path: Path) -> None:
     assert "--per-request-spec-decode-metrics" not in command  # a start-up error without spec
 
 
-def test_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+def test_cache_folder_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("SPECDEC_REAL_VLLM_HOME", str(tmp_path / "cache"))
     assert server.Layout.default().home == tmp_path / "cache"
     monkeypatch.delenv("SPECDEC_REAL_VLLM_HOME")
@@ -64,12 +68,15 @@ def test_tree_hash_changes_with_any_byte(tmp_path: Path) -> None:
 
 
 def test_stop_group_ends_the_leader_and_its_children() -> None:
-    script = ("import subprocess, sys, time\n"
-              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-              "print('ready', flush=True)\n"
-              "time.sleep(600)\n")
-    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                          start_new_session=True) as leader:
+    script = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    ) as leader:
         assert leader.stdout is not None and leader.stdout.readline() == "ready\n"
         assert len(server.group_members(leader.pid)) == 2
         server.stop_group(leader.pid, leader, grace_s=10)
@@ -80,8 +87,9 @@ def test_stop_group_ends_the_leader_and_its_children() -> None:
 def test_a_server_that_cannot_start_fails_with_its_log_tail(real_vllm_layout: Any) -> None:
     """The bad flag makes `vllm serve` exit while it parses its arguments."""
     with pytest.raises(server.RealVllmError) as failure:
-        server.start(real_vllm_layout, extra_args=["--no-such-flag"], name="bad",
-                     ready_timeout_s=300)
+        server.start(
+            real_vllm_layout, extra_args=["--no-such-flag"], name="bad", ready_timeout_s=300
+        )
     message = str(failure.value)
     assert "exited with code" in message
     assert "no-such-flag" in message  # from vLLM's own argument error, in the tail

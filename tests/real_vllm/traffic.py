@@ -21,9 +21,16 @@ from specdec_exporter.devtools.load.sse import SseDecoder
 MODEL = "tiny-llama"
 NUM_SPEC_TOKENS = 4
 PROMPTS = (
-    "def main():", "import os\nimport sys\n", "class Foo:", "for i in range(10):",
-    "Hello, how are you?", "return self.", "# Copyright (c) Python Software Foundation",
-    "if __name__ == '__main__':", "with open(path) as f:", "raise ValueError(",
+    "def main():",
+    "import os\nimport sys\n",
+    "class Foo:",
+    "for i in range(10):",
+    "Hello, how are you?",
+    "return self.",
+    "# Copyright (c) Python Software Foundation",
+    "if __name__ == '__main__':",
+    "with open(path) as f:",
+    "raise ValueError(",
 )
 SETTLE_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.1
@@ -62,8 +69,12 @@ class Counts:
             self.drafts - other.drafts,
             self.draft_tokens - other.draft_tokens,
             self.accepted_tokens - other.accepted_tokens,
-            tuple(a - b for a, b in zip(self.accepted_per_position,
-                                        other.accepted_per_position, strict=True)),
+            tuple(
+                a - b
+                for a, b in zip(
+                    self.accepted_per_position, other.accepted_per_position, strict=True
+                )
+            ),
         )
 
     def __add__(self, other: Counts) -> Counts:
@@ -71,8 +82,12 @@ class Counts:
             self.drafts + other.drafts,
             self.draft_tokens + other.draft_tokens,
             self.accepted_tokens + other.accepted_tokens,
-            tuple(a + b for a, b in zip(self.accepted_per_position,
-                                        other.accepted_per_position, strict=True)),
+            tuple(
+                a + b
+                for a, b in zip(
+                    self.accepted_per_position, other.accepted_per_position, strict=True
+                )
+            ),
         )
 
     @property
@@ -113,13 +128,18 @@ def reading(text: str) -> Reading:
     for (sample, labels), value in found.items():
         if sample == SPEC_FAMILIES["per_position"]:
             per_position[int(dict(labels)["position"])] += round(value)
-    spec = Counts(total(SPEC_FAMILIES["drafts"]), total(SPEC_FAMILIES["draft_tokens"]),
-                  total(SPEC_FAMILIES["accepted_tokens"]), tuple(per_position))
+    spec = Counts(
+        total(SPEC_FAMILIES["drafts"]),
+        total(SPEC_FAMILIES["draft_tokens"]),
+        total(SPEC_FAMILIES["accepted_tokens"]),
+        tuple(per_position),
+    )
     return Reading(spec, total(GENERATION_TOKENS), total(REQUESTS_FINISHED))
 
 
-def settled_reading(client: httpx.Client, finished_at_least: int,
-                    timeout_s: float = SETTLE_TIMEOUT_S) -> Reading:
+def settled_reading(
+    client: httpx.Client, finished_at_least: int, timeout_s: float = SETTLE_TIMEOUT_S
+) -> Reading:
     """Poll `/metrics` until `finished_at_least` requests are counted and two readings agree."""
     deadline = time.monotonic() + timeout_s
     previous: Reading | None = None
@@ -128,8 +148,10 @@ def settled_reading(client: httpx.Client, finished_at_least: int,
         if current == previous and current.requests_finished >= finished_at_least:
             return current
         if time.monotonic() > deadline:
-            raise AssertionError(f"/metrics did not settle within {timeout_s} s: last {current}, "
-                                 f"expected {finished_at_least} finished requests")
+            raise AssertionError(
+                f"/metrics did not settle within {timeout_s} s: last {current}, "
+                f"expected {finished_at_least} finished requests"
+            )
         previous = current
         time.sleep(POLL_INTERVAL_S)
 
@@ -145,7 +167,9 @@ class Request:
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": MODEL, "max_tokens": self.max_tokens, "temperature": self.temperature,
+            "model": MODEL,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
             "seed": self.seed,
             "messages": [{"role": "user", "content": PROMPTS[self.seed % len(PROMPTS)]}],
         }
@@ -167,9 +191,13 @@ class Outcome:
 def spec_counts(metrics: dict[str, Any]) -> tuple[Counts, tuple[int, ...]]:
     """Per-request `speculative_decoding` -> counts (position p accepted = steps accepting > p)."""
     histogram = tuple(metrics["acceptance_histogram"])
-    per_position = tuple(sum(histogram[p + 1:]) for p in range(NUM_SPEC_TOKENS))
-    counts = Counts(metrics["num_spec_steps"], metrics["num_draft_tokens"],
-                    metrics["num_accepted_draft_tokens"], per_position)
+    per_position = tuple(sum(histogram[p + 1 :]) for p in range(NUM_SPEC_TOKENS))
+    counts = Counts(
+        metrics["num_spec_steps"],
+        metrics["num_draft_tokens"],
+        metrics["num_accepted_draft_tokens"],
+        per_position,
+    )
     return counts, histogram
 
 
@@ -198,8 +226,9 @@ def stream_events(client: httpx.Client, body: dict[str, Any]) -> Iterator[str]:
         yield from (event.decode() for event in decoder.close())
 
 
-def stream_raw(client: httpx.Client, body: dict[str, Any],
-               path: str = "/v1/chat/completions") -> bytes:
+def stream_raw(
+    client: httpx.Client, body: dict[str, Any], path: str = "/v1/chat/completions"
+) -> bytes:
     with client.stream("POST", path, json=body) as response:
         response.raise_for_status()
         return b"".join(response.iter_raw())
@@ -231,8 +260,9 @@ class Phase:
         return sum(outcome.completion_tokens for outcome in self.outcomes)
 
 
-def run_phase(client: httpx.Client, name: str, requests: Sequence[Request],
-              concurrency: int = 1) -> Phase:
+def run_phase(
+    client: httpx.Client, name: str, requests: Sequence[Request], concurrency: int = 1
+) -> Phase:
     """Send the requests (in order, or `concurrency` at a time) between two settled readings."""
     phase = Phase(name)
     phase.before = settled_reading(client, 0)
@@ -247,5 +277,7 @@ def run_phase(client: httpx.Client, name: str, requests: Sequence[Request],
 
 def temperature_requests(temperature: float, count: int, first_seed: int = 0) -> list[Request]:
     """`count` requests at one temperature, alternating non-streaming and streaming."""
-    return [Request(temperature, stream=index % 2 == 1, seed=first_seed + index)
-            for index in range(count)]
+    return [
+        Request(temperature, stream=index % 2 == 1, seed=first_seed + index)
+        for index in range(count)
+    ]

@@ -35,8 +35,11 @@ class Image:
 def count(colours: Counter[tuple[int, int, int]], colour: str, tolerance: int = 0) -> int:
     """Pixels within ``tolerance`` per channel of ``#rrggbb``."""
     want = bytes.fromhex(colour.removeprefix("#"))
-    return sum(number for pixel, number in colours.items()
-               if all(abs(a - b) <= tolerance for a, b in zip(pixel, want, strict=True)))
+    return sum(
+        number
+        for pixel, number in colours.items()
+        if all(abs(a - b) <= tolerance for a, b in zip(pixel, want, strict=True))
+    )
 
 
 def decode(data: bytes) -> Image:
@@ -44,8 +47,8 @@ def decode(data: bytes) -> Image:
         raise ValueError("not a PNG")
     position, header, compressed = len(SIGNATURE), b"", []
     while position < len(data):
-        length, kind = struct.unpack(">I4s", data[position:position + 8])
-        body = data[position + 8:position + 8 + length]
+        length, kind = struct.unpack(">I4s", data[position : position + 8])
+        body = data[position + 8 : position + 8 + length]
         position += 12 + length
         if kind == b"IHDR":
             header = body
@@ -55,15 +58,16 @@ def decode(data: bytes) -> Image:
             break
     width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
     if depth != 8 or colour not in (2, 6) or interlace:
-        raise ValueError(f"unsupported PNG: depth {depth}, colour type {colour}, interlace "
-                         f"{interlace}")
+        raise ValueError(
+            f"unsupported PNG: depth {depth}, colour type {colour}, interlace {interlace}"
+        )
     channels = 3 if colour == 2 else 4
     raw = zlib.decompress(b"".join(compressed))
     stride = width * channels
     rows, previous = [], bytes(stride)
     for y in range(height):
         start = y * (stride + 1)
-        line = bytearray(raw[start + 1:start + 1 + stride])
+        line = bytearray(raw[start + 1 : start + 1 + stride])
         _unfilter(raw[start], line, previous, channels)
         rows.append(bytes(line))
         previous = rows[-1]

@@ -39,8 +39,9 @@ async def test_metrics_health_and_landing() -> None:
         metrics = await client.get("/metrics")
         assert metrics.headers["content-type"].startswith("text/plain")
         assert f'specdec_drafts_total{{engine="0",model_name="{MODEL}"}} 7380.0' in metrics.text
-        openmetrics = await client.get("/metrics",
-                                       headers={"Accept": "application/openmetrics-text"})
+        openmetrics = await client.get(
+            "/metrics", headers={"Accept": "application/openmetrics-text"}
+        )
         assert openmetrics.text.endswith("# EOF\n")
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/readyz")).status_code == 200
@@ -63,27 +64,49 @@ async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it()
     """The drafter degrades: the bucket reads its window (0.1, below threshold), not its past."""
     tap = _TapParts(Settings(), CollectorRegistry(), lambda model: 4)
     clock = Clock()
-    poller = Poller(ScriptedSource([capture(t) for t in ("t0", "t1", "t2", "t3")]), interval=5,
-                    window=10, cost=COST, log_interval=60, clock=clock,
-                    tap_counts=lambda: tap.attributed(poller.state.models_seen))
+    poller = Poller(
+        ScriptedSource([capture(t) for t in ("t0", "t1", "t2", "t3")]),
+        interval=5,
+        window=10,
+        cost=COST,
+        log_interval=60,
+        clock=clock,
+        tap_counts=lambda: tap.attributed(poller.state.models_seen),
+    )
     for requests in ([GOOD] * 30, [GOOD] * 10, [BAD] * 2, [BAD] * 2):
         for spec in requests:
             tap.stats.record(RequestRecord(MODEL, "0", spec))
         await poller.poll_once()
         clock.now += 5
-    app = create_app(CollectorRegistry(), poller.state, lambda: None, "http://vllm:8000",
-                     tap.landing_tables, refresh_every=5)
+    app = create_app(
+        CollectorRegistry(),
+        poller.state,
+        lambda: None,
+        "http://vllm:8000",
+        tap.landing_tables,
+        refresh_every=5,
+    )
     async with client_for(app) as client:
         report = (await client.get("/api/report")).json()
         page = (await client.get("/")).text
     # window: the last two intervals, 4 bad requests: 40 / 400; since start: 3640 / 4400
     greedy = next(b for b in report["buckets"] if b["temperature_bucket"] == "0")
-    assert greedy == {"model_name": MODEL, "temperature_bucket": "0", "acceptance_rate": 0.1,
-                      "mean_acceptance_length": 1.4, "drafts": 100.0, "draft_tokens": 400.0,
-                      "accepted_tokens": 40.0, "drafts_per_second": 10.0,
-                      "estimated_speedup": pytest.approx(1.0), "verdict": "below threshold",
-                      "break_even_acceptance_rate": 0.1, "threshold": 0.5,
-                      "draft_cost_ratio": 0.1, "draft_cost_ratio_source": "method"}
+    assert greedy == {
+        "model_name": MODEL,
+        "temperature_bucket": "0",
+        "acceptance_rate": 0.1,
+        "mean_acceptance_length": 1.4,
+        "drafts": 100.0,
+        "draft_tokens": 400.0,
+        "accepted_tokens": 40.0,
+        "drafts_per_second": 10.0,
+        "estimated_speedup": pytest.approx(1.0),
+        "verdict": "below threshold",
+        "break_even_acceptance_rate": 0.1,
+        "threshold": 0.5,
+        "draft_cost_ratio": 0.1,
+        "draft_cost_ratio_source": "method",
+    }
     window, since_start = report["tables"][1:]
     assert window["title"].endswith("(request tap, sidecar window)")
     assert window["headers"][:3] == ["model", "temperature bucket", "acceptance rate"]
@@ -92,19 +115,31 @@ async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it()
     assert window["rows"][1][2:] == [None, None, None, 0.0, "not drafting"]
     assert since_start["title"].endswith("since start)")
     assert since_start["rows"][0][:5] == [MODEL, "0", 44, 44, 3640 / 4400]
-    assert (f"<tr><td>{MODEL}</td><td>0</td><td class='n'>0.100</td><td class='n'>1.400</td>"
-            f"<td class='n'>1.000</td><td class='n'>10.0</td>"
-            "<td class='verdict v-low'><span>below threshold</span></td></tr>") in page
+    assert (
+        f"<tr><td>{MODEL}</td><td>0</td><td class='n'>0.100</td><td class='n'>1.400</td>"
+        f"<td class='n'>1.000</td><td class='n'>10.0</td>"
+        "<td class='verdict v-low'><span>below threshold</span></td></tr>"
+    ) in page
     assert "<td class='n'>0.827</td>" in page
-    assert ("<td>0-0.5</td><td class='n'>-</td><td class='n'>-</td><td class='n'>-</td>"
-            "<td class='n'>0.0</td><td class='verdict v-idle'><span>not drafting</span>") in page
+    assert (
+        "<td>0-0.5</td><td class='n'>-</td><td class='n'>-</td><td class='n'>-</td>"
+        "<td class='n'>0.0</td><td class='verdict v-idle'><span>not drafting</span>"
+    ) in page
     assert "<svg class='chart'" in page and "data-bucket='0'" in page
 
 
 def test_verdicts_are_coloured_by_name_with_a_neutral_default() -> None:
-    assert [verdict_class(name) for name in ("healthy", "borderline", "below threshold",
-                                             "disable", "not drafting", "not enabled")] == [
-        "v-ok", "v-warn", "v-low", "v-bad", "v-idle", "v-idle"]
+    assert [
+        verdict_class(name)
+        for name in (
+            "healthy",
+            "borderline",
+            "below threshold",
+            "disable",
+            "not drafting",
+            "not enabled",
+        )
+    ] == ["v-ok", "v-warn", "v-low", "v-bad", "v-idle", "v-idle"]
     assert verdict_class("legacy V0: see its own gauges") == "v-other"
     assert verdict_class("a verdict added later") == "v-other"
 
@@ -118,20 +153,23 @@ async def test_charts_are_inline_svg_of_the_history() -> None:
     state.history.record(1000.0, {(MODEL, None): 1.0, (MODEL, "0"): 0.25})
     state.history.record(1450.0, {(MODEL, None): 0.5})
     state.history.record(1900.0, {(MODEL, None): 0.75, (MODEL, "0"): 0.5})
-    app = create_app(CollectorRegistry(), state, lambda: None, "http://vllm:8000",
-                     refresh_every=5)
+    app = create_app(CollectorRegistry(), state, lambda: None, "http://vllm:8000", refresh_every=5)
     async with client_for(app) as client:
         page = (await client.get("/")).text
     assert not re.search(r"<script|<link|src=", page)  # drawn by the server, nothing to fetch
     # x: 34 + 394 * (1 - age / 900); y: 10 + 136 * (1 - acceptance)
-    assert ("<g class='series model' data-bucket=''><polyline fill='none' stroke='#000000' "
-            "stroke-width='3' stroke-linejoin='round' stroke-linecap='round' "
-            "points='34.0,10.0 231.0,78.0 428.0,44.0'/>") in page
+    assert (
+        "<g class='series model' data-bucket=''><polyline fill='none' stroke='#000000' "
+        "stroke-width='3' stroke-linejoin='round' stroke-linecap='round' "
+        "points='34.0,10.0 231.0,78.0 428.0,44.0'/>"
+    ) in page
     # the bucket had no figure at the middle poll: two lone dots, no line across the gap
-    assert ("<g class='series bucket' data-bucket='0'>"
-            "<circle cx='34.0' cy='112.0' r='1.5' fill='#0072b2'/>"
-            "<circle cx='428.0' cy='78.0' r='1.5' fill='#0072b2'/>"
-            "<circle class='latest' cx='428.0' cy='78.0' r='2.5' fill='#0072b2'/></g>") in page
+    assert (
+        "<g class='series bucket' data-bucket='0'>"
+        "<circle cx='34.0' cy='112.0' r='1.5' fill='#0072b2'/>"
+        "<circle cx='428.0' cy='78.0' r='1.5' fill='#0072b2'/>"
+        "<circle class='latest' cx='428.0' cy='78.0' r='2.5' fill='#0072b2'/></g>"
+    ) in page
     assert "bucket 0 <b>0.500</b>" in page and "model (vLLM counters) <b>0.750</b>" in page
     assert page.index("class='series bucket'") < page.index("class='series model'")  # on top
     assert "over the last 15 min</h2>" in page and "\u221215 min</text>" in page
@@ -140,13 +178,22 @@ async def test_charts_are_inline_svg_of_the_history() -> None:
 
 def test_axis_durations() -> None:
     assert [duration(s) for s in (0.4, 42, 119.6, 150, 900)] == [
-        "0 s", "42 s", "120 s", "2.5 min", "15 min"]
+        "0 s",
+        "42 s",
+        "120 s",
+        "2.5 min",
+        "15 min",
+    ]
 
 
 async def test_not_ready_until_first_poll_and_healthz_never_depends_on_vllm() -> None:
-    app = create_app(CollectorRegistry(), PollState(), lambda: "first poll not done",
-                     "http://vllm:8000",
-                     refresh_every=5)
+    app = create_app(
+        CollectorRegistry(),
+        PollState(),
+        lambda: "first poll not done",
+        "http://vllm:8000",
+        refresh_every=5,
+    )
     async with client_for(app) as client:
         readyz = await client.get("/readyz")
         assert (readyz.status_code, readyz.text) == (503, "not ready: first poll not done\n")
@@ -159,8 +206,7 @@ async def test_not_ready_until_first_poll_and_healthz_never_depends_on_vllm() ->
 async def test_landing_escapes_model_and_bucket_names() -> None:
     state = PollState()
     state.history.record(0.0, {("<b>m</b>", "<i>"): 0.5, ("<b>m</b>", None): 0.5})
-    app = create_app(CollectorRegistry(), state, lambda: None, "http://x/<script>",
-                     refresh_every=5)
+    app = create_app(CollectorRegistry(), state, lambda: None, "http://x/<script>", refresh_every=5)
     async with client_for(app) as client:
         page = (await client.get("/")).text
     assert not re.search(r"<script|<b>m|<i>", page)

@@ -40,8 +40,11 @@ def series(text: str) -> list[str]:
 
 
 def tap_models(text: str) -> set[str]:
-    return {line.split('model_name="', 1)[1].split('"', 1)[0]
-            for line in series(text) if line.startswith("specdec_request")}
+    return {
+        line.split('model_name="', 1)[1].split('"', 1)[0]
+        for line in series(text)
+        if line.startswith("specdec_request")
+    }
 
 
 class Harness:
@@ -52,11 +55,26 @@ class Harness:
         self.stats = RequestStats(TemperatureBuckets((0.5, 0.7, 1.0)), lambda model: 4)
         self.stats.register(self.registry)
         self.clock = Clock()
-        self.poller = Poller(ScriptedSource(bodies), interval=5, window=60, cost=COST,
-                             log_interval=60, clock=self.clock, tap_counts=self.tap_counts,
-                             **limits)  # type: ignore[arg-type]
-        self.registry.register(SpecDecodeCollector(self.poller.state, cost=COST, method="ngram",
-                                                   interval=5, window=60, coverage_enabled=True))
+        self.poller = Poller(
+            ScriptedSource(bodies),
+            interval=5,
+            window=60,
+            cost=COST,
+            log_interval=60,
+            clock=self.clock,
+            tap_counts=self.tap_counts,
+            **limits,
+        )  # type: ignore[arg-type]
+        self.registry.register(
+            SpecDecodeCollector(
+                self.poller.state,
+                cost=COST,
+                method="ngram",
+                interval=5,
+                window=60,
+                coverage_enabled=True,
+            )
+        )
 
     def tap_counts(self) -> dict[tuple[str, str], Totals]:
         served = self.poller.state.models_seen
@@ -74,8 +92,13 @@ class Harness:
 
 async def test_models_are_capped_and_expire_after_the_configured_successful_polls() -> None:
     timeout = ScrapeError("timeout", "slow")
-    bodies: list[str | ScrapeError] = [capture("t3"), flood(100), *[capture("t3")] * 11,
-                                       *[timeout] * 30, capture("t3")]
+    bodies: list[str | ScrapeError] = [
+        capture("t3"),
+        flood(100),
+        *[capture("t3")] * 11,
+        *[timeout] * 30,
+        capture("t3"),
+    ]
     harness = Harness(bodies, max_models=8, model_expiry=60.0)  # 60 s / 5 s: 12 polls
     baseline = await harness.polls(1)
     flooded = await harness.polls(1)
@@ -94,8 +117,7 @@ async def test_models_are_capped_and_expire_after_the_configured_successful_poll
 
 
 async def test_a_refused_name_is_counted_once_while_it_stays_and_again_when_it_returns() -> None:
-    bodies: list[str | ScrapeError] = [capture("t3"), flood(2), flood(2), capture("t3"),
-                                       flood(2)]
+    bodies: list[str | ScrapeError] = [capture("t3"), flood(2), flood(2), capture("t3"), flood(2)]
     harness = Harness(bodies, max_models=2, model_expiry=600.0)
     await harness.polls(5)
     assert harness.poller.state.models_seen == {MODEL, "m0000"}
@@ -124,9 +146,13 @@ def wait_until(check: Callable[[], str | None], timeout: float = 60) -> str:
 
 def test_run_returns_to_normal_cardinality_once_vllm_does() -> None:
     # A poll of the flood costs ~0.3 s of CPU: poll every second, expire after 3 polls.
-    with fake_vllm(capture("t3")) as vllm, sidecar(
-            vllm.url, "--proxy-listen", "127.0.0.1:0", "--interval", "1",
-            "--model-expiry", "3") as (url, _):
+    with (
+        fake_vllm(capture("t3")) as vllm,
+        sidecar(
+            vllm.url, "--proxy-listen", "127.0.0.1:0", "--interval", "1", "--model-expiry", "3"
+        ) as (url, _),
+    ):
+
         def metrics() -> str:
             return httpx.get(url + "/metrics", timeout=30).text
 
@@ -134,12 +160,14 @@ def test_run_returns_to_normal_cardinality_once_vllm_does() -> None:
             def check() -> str | None:
                 text = metrics()
                 return text if ready(text) else None
+
             return check
 
         baseline = wait_until(metrics_when(lambda text: tap_models(text) == {MODEL}))
         vllm.serve(flood(2000, long_name=True))
-        flooded = wait_until(metrics_when(
-            lambda text: 'specdec_models_dropped_total{reason="cap"} 1937.0' in text))
+        flooded = wait_until(
+            metrics_when(lambda text: 'specdec_models_dropped_total{reason="cap"} 1937.0' in text)
+        )
         assert len(tap_models(flooded)) == 64
         assert 'specdec_models_dropped_total{reason="name_too_long"} 1.0' in flooded
         assert sum(LONG_NAME in line for line in series(flooded)) == 8 + 4

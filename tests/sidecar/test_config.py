@@ -41,7 +41,8 @@ def test_flags_win_over_environment_variables(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_bucket_edges_from_a_flag_or_an_environment_variable(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert settings_of("--temperature-buckets", "0.3,0.6").temperature_buckets == (0.3, 0.6)
     monkeypatch.setenv("SPECDEC_TEMPERATURE_BUCKETS", "0.2,0.9")
     assert settings_of().temperature_buckets == (0.2, 0.9)
@@ -49,12 +50,15 @@ def test_bucket_edges_from_a_flag_or_an_environment_variable(
 
 def test_error_messages_say_their_input_once() -> None:
     assert error_of("--vllm-url", "x") == (
-        "invalid setting: vllm_url: expected an http:// or https:// URL, got 'x'")
+        "invalid setting: vllm_url: expected an http:// or https:// URL, got 'x'"
+    )
     assert error_of("--interval", "-1") == (
-        "invalid setting: interval: Input should be greater than 0 (got '-1')")
+        "invalid setting: interval: Input should be greater than 0 (got '-1')"
+    )
     assert error_of("--temperature-buckets", "0.7,0.5") == (
         "invalid setting: temperature_buckets: temperature bucket edges must be strictly "
-        "increasing: (0.7, 0.5)")
+        "increasing: (0.7, 0.5)"
+    )
 
 
 def test_generation_config_is_read_once_at_start_up(tmp_path: Path) -> None:
@@ -73,14 +77,16 @@ def test_missing_generation_config_is_a_validation_error(tmp_path: Path) -> None
 
 
 def test_generation_config_file_and_folder(tmp_path: Path) -> None:
-    (tmp_path / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 1, "do_sample": True, "temperature": 0.6, "top_p": 0.9}))
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "do_sample": True, "temperature": 0.6, "top_p": 0.9})
+    )
     assert read_generation_config_temperature(tmp_path / "generation_config.json") == 0.6
     assert read_generation_config_temperature(tmp_path) == 0.6
 
 
-@pytest.mark.parametrize("document", [{"top_p": 0.9}, {"temperature": "hot"},
-                                      {"temperature": -1}, {"temperature": None}])
+@pytest.mark.parametrize(
+    "document", [{"top_p": 0.9}, {"temperature": "hot"}, {"temperature": -1}, {"temperature": None}]
+)
 def test_generation_config_without_usable_temperature(tmp_path: Path, document: object) -> None:
     path = tmp_path / "generation_config.json"
     path.write_text(json.dumps(document))
@@ -103,7 +109,7 @@ def test_generation_config_missing(tmp_path: Path) -> None:
 def readme_configuration_rows() -> dict[str, tuple[str, str]]:
     """``--flag`` -> (environment variable, default cell) from the README's table."""
     text = README.read_text()
-    table = text[text.index("## Configuration"):text.index("## Metrics")]
+    table = text[text.index("## Configuration") : text.index("## Metrics")]
     rows = re.findall(r"^\| `(--[a-z-]+)` \| `(SPECDEC_[A-Z_]+)` \| ([^|]+) \|", table, re.M)
     return {flag: (env, default.strip()) for flag, env, default in rows}
 

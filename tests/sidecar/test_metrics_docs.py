@@ -37,8 +37,9 @@ def families_of(text: str) -> set[Family]:
 
 
 async def real_families() -> set[Family]:
-    _, registry = await poll_all([capture("t0"), with_engines(capture("t3"), 2)],
-                                 tap_counts={(MODEL, "0"): Totals()})
+    _, registry = await poll_all(
+        [capture("t0"), with_engines(capture("t3"), 2)], tap_counts={(MODEL, "0"): Totals()}
+    )
     v0 = (FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.t3.prom").read_text()
     _, v0_registry = await poll_all([v0])
     tap_registry = CollectorRegistry(auto_describe=False)
@@ -64,7 +65,8 @@ async def test_readme_table_lists_exactly_the_exported_families() -> None:
     real, documented = await real_families(), readme_families()
     assert documented == real, (
         f"missing from README: {sorted(real - documented)}\n"
-        f"in README but not exported: {sorted(documented - real)}")
+        f"in README but not exported: {sorted(documented - real)}"
+    )
 
 
 async def test_the_alerts_contract_matches_the_exposition() -> None:

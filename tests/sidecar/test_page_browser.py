@@ -50,18 +50,34 @@ def artifacts_dir(tmp_path: Path) -> Path:
 async def chromium(binary: str, profile: Path, *args: str) -> bytes:
     """Run headless Chromium without blocking the event loop (the load keeps running)."""
     process = await asyncio.create_subprocess_exec(
-        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={profile}", "--hide-scrollbars",
-        f"--window-size={WINDOW_SIZE[0]},{WINDOW_SIZE[1]}", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--hide-scrollbars",
+        f"--window-size={WINDOW_SIZE[0]},{WINDOW_SIZE[1]}",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
     assert process.returncode == 0, stderr.decode()[-2000:]
     return stdout
 
 
-async def until(client: httpx.AsyncClient, url: str, check: Callable[[Report], bool],
-                what: str, deadline: float = 60) -> Report:
+async def until(
+    client: httpx.AsyncClient,
+    url: str,
+    check: Callable[[Report], bool],
+    what: str,
+    deadline: float = 60,
+) -> Report:
     """Poll /api/report until ``check`` holds (no fixed sleeps)."""
     give_up = time.monotonic() + deadline
     while True:
@@ -82,20 +98,27 @@ def bucket_row(report: Report, bucket: str) -> Report | None:
 
 def good_for_a_while(report: Report) -> bool:
     model, greedy = model_row(report), bucket_row(report, "0")
-    return (model is not None and (model["acceptance_rate"] or 0) > 0.6
-            and greedy is not None and (greedy["acceptance_rate"] or 0) > 0.6)
+    return (
+        model is not None
+        and (model["acceptance_rate"] or 0) > 0.6
+        and greedy is not None
+        and (greedy["acceptance_rate"] or 0) > 0.6
+    )
 
 
 def degraded(report: Report) -> bool:
     model, greedy = model_row(report), bucket_row(report, "0")
-    return (model is not None and model["verdict"] == "disable"
-            and greedy is not None and greedy["verdict"] == "disable")
+    return (
+        model is not None
+        and model["verdict"] == "disable"
+        and greedy is not None
+        and greedy["verdict"] == "disable"
+    )
 
 
 def polyline_values(dom: str, kind: str, bucket: str) -> list[float]:
     """The acceptance values a series' polylines draw (y = 10 + 136 * (1 - value))."""
-    group = re.search(rf'<g class="series {kind}" data-bucket="{re.escape(bucket)}">(.*?)</g>',
-                      dom)
+    group = re.search(rf'<g class="series {kind}" data-bucket="{re.escape(bucket)}">(.*?)</g>', dom)
     assert group, f"no {kind} series {bucket!r} in the rendered page"
     values = []
     for points in re.findall(r'<polyline [^>]*points="([^"]+)"', group.group(1)):
@@ -106,28 +129,54 @@ def polyline_values(dom: str, kind: str, bucket: str) -> list[float]:
 async def test_live_page_renders_charts_and_verdict_colours(tmp_path: Path) -> None:
     binary = chromium_path()
     artifacts = artifacts_dir(tmp_path)
-    config = SimConfig(speculative=SpeculativeConfig("draft_model", 4),
-                       per_request_spec_decode_metrics="summary", drafter_quality=0.97, seed=1)
-    with running_simulator(config) as sim, sidecar(
-            sim.url, "--proxy-listen", "127.0.0.1:0", "--window", "1",
-            "--speculative-method", "draft_model") as (url, records):
+    config = SimConfig(
+        speculative=SpeculativeConfig("draft_model", 4),
+        per_request_spec_decode_metrics="summary",
+        drafter_quality=0.97,
+        seed=1,
+    )
+    with (
+        running_simulator(config) as sim,
+        sidecar(
+            sim.url,
+            "--proxy-listen",
+            "127.0.0.1:0",
+            "--window",
+            "1",
+            "--speculative-method",
+            "draft_model",
+        ) as (url, records),
+    ):
         tap_url = f"http://{address_of(records, 'tap')}"
-        load = asyncio.create_task(run_load(LoadConfig(
-            url=tap_url, concurrency=4, requests=None, duration=300, mix=parse_mix(DEMO_MIX),
-            stream_share=0.5, max_tokens=48, seed=1)))
+        load = asyncio.create_task(
+            run_load(
+                LoadConfig(
+                    url=tap_url,
+                    concurrency=4,
+                    requests=None,
+                    duration=300,
+                    mix=parse_mix(DEMO_MIX),
+                    stream_share=0.5,
+                    max_tokens=48,
+                    seed=1,
+                )
+            )
+        )
         try:
             async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
                 await until(client, url, good_for_a_while, "a good drafter's figures")
                 good_since = time.monotonic()
-                await until(client, url, lambda r: time.monotonic() - good_since > 2
-                            and good_for_a_while(r), "two seconds of a good drafter")
+                await until(
+                    client,
+                    url,
+                    lambda r: time.monotonic() - good_since > 2 and good_for_a_while(r),
+                    "two seconds of a good drafter",
+                )
                 await client.post(f"{sim.url}/sim/drafter", json={"quality": 0.0})
                 await until(client, url, degraded, "the degraded drafter's verdicts")
-                dom = (await chromium(binary, tmp_path / "dom-profile", "--dump-dom",
-                                      url)).decode()
+                dom = (await chromium(binary, tmp_path / "dom-profile", "--dump-dom", url)).decode()
                 screenshot = artifacts / "live-page.png"
-                await chromium(binary, tmp_path / "shot-profile", f"--screenshot={screenshot}",
-                               url)
+                await chromium(binary, tmp_path / "shot-profile", f"--screenshot={screenshot}", url)
         finally:
             load.cancel()
             await asyncio.gather(load, return_exceptions=True)
@@ -146,9 +195,15 @@ async def test_live_page_renders_charts_and_verdict_colours(tmp_path: Path) -> N
     image = decode(screenshot.read_bytes())
     assert (image.width, image.height) == WINDOW_SIZE
     colours = image.colours()
-    counts = {colour: count(colours, colour, tolerance=8)
-              for colour in (VERDICT_DISABLE_BACKGROUND, STATUS_UP_BACKGROUND, MODEL_COLOUR,
-                             *BUCKET_COLOURS[:3])}
+    counts = {
+        colour: count(colours, colour, tolerance=8)
+        for colour in (
+            VERDICT_DISABLE_BACKGROUND,
+            STATUS_UP_BACKGROUND,
+            MODEL_COLOUR,
+            *BUCKET_COLOURS[:3],
+        )
+    }
     print(f"pixels per colour: {counts}")
     assert counts[VERDICT_DISABLE_BACKGROUND] > 500  # several red verdict pills
     assert counts[STATUS_UP_BACKGROUND] > 100

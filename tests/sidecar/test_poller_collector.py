@@ -50,16 +50,33 @@ class Clock:
 COST = DraftCost(0.1, "method", "ngram")
 
 
-async def poll_all(bodies: list[str | ScrapeError], *, window: float = 3600,
-                   tap_counts: dict[BucketKey, Totals] | None = None
-                   ) -> tuple[Poller, CollectorRegistry]:
+async def poll_all(
+    bodies: list[str | ScrapeError],
+    *,
+    window: float = 3600,
+    tap_counts: dict[BucketKey, Totals] | None = None,
+) -> tuple[Poller, CollectorRegistry]:
     clock = Clock()
-    poller = Poller(ScriptedSource(bodies), interval=5, window=window, cost=COST,
-                    log_interval=60, clock=clock,
-                    tap_counts=(lambda: dict(tap_counts)) if tap_counts is not None else None)
+    poller = Poller(
+        ScriptedSource(bodies),
+        interval=5,
+        window=window,
+        cost=COST,
+        log_interval=60,
+        clock=clock,
+        tap_counts=(lambda: dict(tap_counts)) if tap_counts is not None else None,
+    )
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecDecodeCollector(poller.state, cost=COST, method="ngram", interval=5,
-                                          window=window, coverage_enabled=tap_counts is not None))
+    registry.register(
+        SpecDecodeCollector(
+            poller.state,
+            cost=COST,
+            method="ngram",
+            interval=5,
+            window=window,
+            coverage_enabled=tap_counts is not None,
+        )
+    )
     for _ in bodies:
         await poller.poll_once()
         clock.now += 5
@@ -76,8 +93,10 @@ async def test_counters_mirror_vllm_exactly() -> None:
     assert value(registry, "specdec_drafts_total", **labels) == 7380.0
     assert value(registry, "specdec_draft_tokens_total", **labels) == 29520.0
     assert value(registry, "specdec_accepted_tokens_total", **labels) == 23194.0
-    assert value(registry, "specdec_accepted_tokens_per_position_total", position="3",
-                 **labels) == 4981.0
+    assert (
+        value(registry, "specdec_accepted_tokens_per_position_total", position="3", **labels)
+        == 4981.0
+    )
     assert value(registry, "specdec_generation_tokens_total", **labels) == 31030.0
     assert value(registry, "specdec_num_speculative_tokens", model_name=MODEL) == 4.0
     assert value(registry, "specdec_spec_decode_enabled", model_name=MODEL) == 1.0
@@ -88,7 +107,8 @@ async def test_modelled_speedup_over_the_window() -> None:
     _poller, registry = await poll_all([capture("t0"), capture("t1")])
     # Interval t1 of the ground truth: 2362 drafts, 7434 accepted -> L = 1 + 7434/2362.
     assert value(registry, "specdec_estimated_speedup", model_name=MODEL) == (
-        (1 + 7434 / 2362) / (1 + 4 * 0.1))
+        (1 + 7434 / 2362) / (1 + 4 * 0.1)
+    )
     # In the exported unit (accepted / draft tokens): 9448 draft tokens in 2362 drafts of 4,
     # so the speedup is 1 at a = k*c / 4 = c.
     break_even = value(registry, "specdec_break_even_acceptance_rate", model_name=MODEL)
@@ -98,7 +118,8 @@ async def test_modelled_speedup_over_the_window() -> None:
 
 
 async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.WARNING)
     failures: list[str | ScrapeError] = [ScrapeError("timeout", "slow")] * 3
     poller, registry = await poll_all([capture("t1"), *failures])
@@ -136,29 +157,40 @@ async def test_spec_off_exports_enabled_zero_and_no_counters() -> None:
     _, registry = await poll_all([nospec, nospec])
     assert value(registry, "specdec_spec_decode_enabled", model_name=MODEL) == 0.0
     assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") is None
-    assert value(registry, "specdec_generation_tokens_total", model_name=MODEL,
-                 engine="0") == 6141.0
+    assert (
+        value(registry, "specdec_generation_tokens_total", model_name=MODEL, engine="0") == 6141.0
+    )
 
 
 async def test_legacy_v0_exports_its_own_gauges_only() -> None:
     v0 = (FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.t3.prom").read_text()
     _, registry = await poll_all([v0])
-    assert value(registry, "specdec_legacy_v0_draft_acceptance_rate",
-                 model_name=MODEL) == 0.7976538461538462
+    assert (
+        value(registry, "specdec_legacy_v0_draft_acceptance_rate", model_name=MODEL)
+        == 0.7976538461538462
+    )
     assert value(registry, "specdec_draft_tokens_total", model_name=MODEL, engine="0") is None
 
 
 async def test_coverage_ratio_is_tap_share_of_vllm_draft_tokens() -> None:
     tap: dict[BucketKey, Totals] = {(MODEL, "0"): Totals()}
     clock = Clock()
-    poller = Poller(ScriptedSource([capture("t1"), capture("t2")]), interval=5, window=60,
-                    cost=COST, log_interval=60, clock=clock, tap_counts=lambda: tap)
+    poller = Poller(
+        ScriptedSource([capture("t1"), capture("t2")]),
+        interval=5,
+        window=60,
+        cost=COST,
+        log_interval=60,
+        clock=clock,
+        tap_counts=lambda: tap,
+    )
     await poller.poll_once()
     clock.now += 5
     # interval t2 has 9736 draft tokens in vLLM; the tap attributed 4868 over two buckets, one of
     # them born since the first poll (the tap's counters start at zero, so it counts whole)
-    tap.update({(MODEL, "0"): Totals(draft_tokens=3000.0),
-                (MODEL, "invalid"): Totals(draft_tokens=1868.0)})
+    tap.update(
+        {(MODEL, "0"): Totals(draft_tokens=3000.0), (MODEL, "invalid"): Totals(draft_tokens=1868.0)}
+    )
     await poller.poll_once()
     assert poller.state.coverage == {MODEL: 0.5}
 
@@ -167,15 +199,25 @@ async def test_bucket_figures_cover_the_sidecar_window_not_since_start() -> None
     """A bucket that was good for a long time and then degraded reads its window, not its past."""
     tap: dict[BucketKey, Totals] = {}
     clock = Clock()
-    poller = Poller(ScriptedSource([capture("t0"), capture("t1"), capture("t2"), capture("t3")]),
-                    interval=5, window=10, cost=COST, log_interval=60, clock=clock,
-                    tap_counts=lambda: tap)
-    for drafts, draft_tokens, accepted in [(0, 0, 0), (1000, 4000, 3600), (1100, 4400, 3640),
-                                           (1200, 4800, 3680)]:
+    poller = Poller(
+        ScriptedSource([capture("t0"), capture("t1"), capture("t2"), capture("t3")]),
+        interval=5,
+        window=10,
+        cost=COST,
+        log_interval=60,
+        clock=clock,
+        tap_counts=lambda: tap,
+    )
+    for drafts, draft_tokens, accepted in [
+        (0, 0, 0),
+        (1000, 4000, 3600),
+        (1100, 4400, 3640),
+        (1200, 4800, 3680),
+    ]:
         tap[(MODEL, "0")] = Totals(drafts, draft_tokens, accepted)
         await poller.poll_once()
         clock.now += 5
-    (key, bucket), = poller.state.buckets.items()
+    ((key, bucket),) = poller.state.buckets.items()
     assert key == (MODEL, "0")
     assert bucket.engine == "all"
     # window = last two intervals: 200 drafts, 800 draft tokens, 80 accepted (since start: 0.767)
@@ -191,16 +233,20 @@ async def test_history_keeps_one_point_per_poll_and_a_gap_for_a_failed_poll() ->
     tap: dict[BucketKey, Totals] = {}
     clock = Clock()
     failure = ScrapeError("connect", "refused")
-    poller = Poller(ScriptedSource([capture("t0"), capture("t1"), failure, capture("t2")]),
-                    interval=5, window=60, cost=COST, log_interval=60, clock=clock,
-                    tap_counts=lambda: tap)
-    for counts in (Totals(), Totals(100, 400, 300), Totals(100, 400, 300),
-                   Totals(200, 800, 500)):
+    poller = Poller(
+        ScriptedSource([capture("t0"), capture("t1"), failure, capture("t2")]),
+        interval=5,
+        window=60,
+        cost=COST,
+        log_interval=60,
+        clock=clock,
+        tap_counts=lambda: tap,
+    )
+    for counts in (Totals(), Totals(100, 400, 300), Totals(100, 400, 300), Totals(200, 800, 500)):
         tap[(MODEL, "0")] = counts
         await poller.poll_once()
         clock.now += 5
-    lines = {(s.model_name, s.temperature_bucket): s.points
-             for s in poller.state.history.series()}
+    lines = {(s.model_name, s.temperature_bucket): s.points for s in poller.state.history.series()}
     model = lines[(MODEL, None)]
     assert [age for age, _ in model] == [15.0, 10.0, 5.0, 0.0]
     assert [value is None for _, value in model] == [True, False, True, False]
@@ -210,8 +256,9 @@ async def test_history_keeps_one_point_per_poll_and_a_gap_for_a_failed_poll() ->
 
 
 async def test_golden_exposition(update_golden: bool) -> None:
-    _, registry = await poll_all([capture("t0"), with_engines(capture("t3"), 2)],
-                                 tap_counts={(MODEL, "0"): Totals()})
+    _, registry = await poll_all(
+        [capture("t0"), with_engines(capture("t3"), 2)], tap_counts={(MODEL, "0"): Totals()}
+    )
     text = generate_latest(registry).decode()
     golden = GOLDEN / "exporter_two_engines.prom"
     if update_golden:
@@ -226,8 +273,9 @@ def test_golden_passes_promtool_check_metrics() -> None:
             pytest.fail("promtool missing in CI (apt-get install prometheus)")
         pytest.skip("promtool not installed (apt-get install prometheus)")
     golden = (GOLDEN / "exporter_two_engines.prom").read_bytes()
-    result = subprocess.run([promtool, "check", "metrics"], input=golden, capture_output=True,
-                            check=False)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=golden, capture_output=True, check=False
+    )
     assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
 
 
@@ -239,10 +287,12 @@ class BrokenSource:
 
 
 async def test_internal_errors_are_rate_limited_and_keep_their_traceback(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.ERROR)
-    poller = Poller(BrokenSource(), interval=5, window=60, cost=COST, log_interval=60,
-                    clock=Clock())
+    poller = Poller(
+        BrokenSource(), interval=5, window=60, cost=COST, log_interval=60, clock=Clock()
+    )
     for _ in range(5):
         await poller.poll_once()
     errors = [r for r in caplog.records if r.getMessage() == "unexpected error while polling vLLM"]
@@ -254,17 +304,19 @@ async def test_internal_errors_are_rate_limited_and_keep_their_traceback(
 def with_accepted(text: str, value: str) -> str:
     line = f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{MODEL}"}} '
     start = text.index(line) + len(line)
-    return text[:start] + value + text[text.index("\n", start):]
+    return text[:start] + value + text[text.index("\n", start) :]
 
 
 @pytest.mark.parametrize("written", ["NaN", "+Inf", "-3.0", "4.2e13"])
 async def test_an_invalid_series_is_dropped_counted_and_logged_once(
-        written: str, caplog: pytest.LogCaptureFixture) -> None:
+    written: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING)
     bad = with_accepted(capture("t2"), written)
     poller, registry = await poll_all([capture("t1"), bad, bad, bad])
     reason = {"NaN": "nan", "+Inf": "infinite", "-3.0": "negative"}.get(
-        written, "accepted_over_drafted")
+        written, "accepted_over_drafted"
+    )
     assert value(registry, "specdec_up") == 1.0
     assert value(registry, "specdec_invalid_series_total", reason=reason) == 3.0
     others = [r for r in ("nan", "infinite", "negative", "accepted_over_drafted") if r != reason]
@@ -273,8 +325,9 @@ async def test_an_invalid_series_is_dropped_counted_and_logged_once(
         assert value(registry, family, model_name=MODEL, engine="0") is None
     assert value(registry, "specdec_estimated_speedup", model_name=MODEL) is None
     assert value(registry, "specdec_num_speculative_tokens", model_name=MODEL) is None
-    assert value(registry, "specdec_generation_tokens_total", model_name=MODEL,
-                 engine="0") == 20207.0
+    assert (
+        value(registry, "specdec_generation_tokens_total", model_name=MODEL, engine="0") == 20207.0
+    )
     logged = [r for r in caplog.records if r.getMessage().startswith("vLLM exposed series")]
     assert len(logged) == 1
     assert poller.state.up

@@ -16,8 +16,9 @@ from variants import MODEL, capture
 pytestmark = pytest.mark.anyio
 
 
-def scraper_for(handler: httpx.MockTransport, timeout: float = 1.0,
-                max_body_bytes: int = 1 << 20) -> Scraper:
+def scraper_for(
+    handler: httpx.MockTransport, timeout: float = 1.0, max_body_bytes: int = 1 << 20
+) -> Scraper:
     client = httpx.AsyncClient(transport=handler)
     return Scraper(client, "http://vllm:8000/", timeout=timeout, max_body_bytes=max_body_bytes)
 
@@ -91,7 +92,7 @@ class Pieces(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for start in range(0, len(self._body), self._size):
-            yield self._body[start:start + self._size]
+            yield self._body[start : start + self._size]
 
 
 T3 = capture("t3").encode()
@@ -104,19 +105,27 @@ def gzip_members(*parts: bytes) -> bytes:
 
 @pytest.mark.parametrize(
     ("encoding", "body"),
-    [("gzip", gzip.compress(T3)), ("x-gzip", gzip.compress(T3)), ("deflate", zlib.compress(T3)),
-     ("GZIP", gzip.compress(T3)), ("identity", T3),
-     ("gzip", gzip_members(T3[:1000], T3[1000:]))],
-    ids=["gzip", "x-gzip", "deflate", "upper-case", "identity", "two-gzip-members"])
+    [
+        ("gzip", gzip.compress(T3)),
+        ("x-gzip", gzip.compress(T3)),
+        ("deflate", zlib.compress(T3)),
+        ("GZIP", gzip.compress(T3)),
+        ("identity", T3),
+        ("gzip", gzip_members(T3[:1000], T3[1000:])),
+    ],
+    ids=["gzip", "x-gzip", "deflate", "upper-case", "identity", "two-gzip-members"],
+)
 @pytest.mark.parametrize("piece", [7, 65536])
-async def test_compressed_bodies_are_inflated_as_they_stream(encoding: str, body: bytes,
-                                                             piece: int) -> None:
+async def test_compressed_bodies_are_inflated_as_they_stream(
+    encoding: str, body: bytes, piece: int
+) -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, stream=Pieces(body, piece),
-                              headers={"content-encoding": encoding})
+        return httpx.Response(
+            200, stream=Pieces(body, piece), headers={"content-encoding": encoding}
+        )
 
     scrape = await scraper_for(httpx.MockTransport(handler)).scrape()
     assert scrape.snapshot.counters[(MODEL, "0")].drafts == T3_DRAFTS
@@ -133,18 +142,24 @@ def bomb(decoded: int) -> bytes:
 
 @pytest.mark.parametrize(
     ("encoding", "body", "reason"),
-    [("gzip", bomb(64 << 20), "too_large"),
-     ("gzip", gzip.compress(T3)[:-20], "parse"),
-     ("gzip", b"\x1f\x8b" + b"\x00" * 50, "parse"),
-     ("deflate", T3, "parse"),
-     ("br", T3, "parse"),
-     ("gzip, gzip", T3, "parse")],
-    ids=["bomb", "cut-short", "corrupt", "not-deflate", "brotli", "stacked"])
-async def test_bad_compressed_bodies_are_classified(encoding: str, body: bytes,
-                                                    reason: str) -> None:
-    transport = httpx.MockTransport(lambda request: httpx.Response(
-        200, stream=Pieces(body, 65536), headers={"content-encoding": encoding}))
+    [
+        ("gzip", bomb(64 << 20), "too_large"),
+        ("gzip", gzip.compress(T3)[:-20], "parse"),
+        ("gzip", b"\x1f\x8b" + b"\x00" * 50, "parse"),
+        ("deflate", T3, "parse"),
+        ("br", T3, "parse"),
+        ("gzip, gzip", T3, "parse"),
+    ],
+    ids=["bomb", "cut-short", "corrupt", "not-deflate", "brotli", "stacked"],
+)
+async def test_bad_compressed_bodies_are_classified(
+    encoding: str, body: bytes, reason: str
+) -> None:
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(
+            200, stream=Pieces(body, 65536), headers={"content-encoding": encoding}
+        )
+    )
     with pytest.raises(ScrapeError) as caught:
         await scraper_for(transport, max_body_bytes=1 << 20).scrape()
     assert caught.value.reason == reason
-

@@ -92,8 +92,13 @@ def serving(bodies: dict[str, tuple[bytes, str]]) -> Iterator[str]:
 
 def scrape_in_child(bodies: dict[str, tuple[bytes, str]]) -> dict[str, object]:
     with serving(bodies) as base:
-        result = subprocess.run([sys.executable, "-c", CHILD, base, str(CAP)],
-                                capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", CHILD, base, str(CAP)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert result.returncode == 0, result.stderr
     found: dict[str, object] = json.loads(result.stdout)
     return found

@@ -45,7 +45,8 @@ async def return_early() -> None:
 
 @pytest.mark.anyio
 async def test_a_task_that_raises_stops_everything_with_exit_1_and_its_traceback(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     supervisor = Supervisor()
     supervisor.start("poller", wait_forever())
     supervisor.start("tap", fail_with_key_error(), drains=True)
@@ -59,13 +60,15 @@ async def test_a_task_that_raises_stops_everything_with_exit_1_and_its_traceback
 
 @pytest.mark.anyio
 async def test_a_task_that_returns_on_its_own_is_a_failure(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     supervisor = Supervisor()
     supervisor.start("poller", return_early())
     supervisor.start("metrics server", wait_forever())
     assert await supervisor.run() == 1
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
-        "poller stopped unexpectedly; exiting"]
+        "poller stopped unexpectedly; exiting"
+    ]
 
 
 class Drainer:
@@ -93,8 +96,11 @@ async def test_first_signal_drains_while_the_rest_keeps_running_then_exit_0() ->
         await metrics_stop.wait()
 
     supervisor.start("tap", drainer.run(), drains=True)
-    supervisor.start("metrics server", metrics(),
-                     stop=lambda: (stopped.append("metrics server"), metrics_stop.set()))
+    supervisor.start(
+        "metrics server",
+        metrics(),
+        stop=lambda: (stopped.append("metrics server"), metrics_stop.set()),
+    )
     run = asyncio.create_task(supervisor.run())
     await asyncio.sleep(0)
     supervisor.on_signal()
@@ -140,8 +146,13 @@ async def test_a_tap_that_fails_while_draining_is_a_failure() -> None:
 
 
 def run_until_exit(*flags: str) -> tuple[int, list[str]]:
-    result = subprocess.run([*SPECDEC, "run", "--vllm-url", CLOSED_PORT_URL, *flags],
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [*SPECDEC, "run", "--vllm-url", CLOSED_PORT_URL, *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     return result.returncode, result.stderr.splitlines()
 
 
@@ -158,8 +169,9 @@ def error_lines(lines: list[str]) -> list[dict[str, object]]:
 
 def test_tap_port_taken_exits_1_with_one_error_line() -> None:
     with taken_port() as port:
-        code, lines = run_until_exit("--listen", "127.0.0.1:0",
-                                     "--proxy-listen", f"127.0.0.1:{port}")
+        code, lines = run_until_exit(
+            "--listen", "127.0.0.1:0", "--proxy-listen", f"127.0.0.1:{port}"
+        )
     assert code == 1
     [error] = error_lines(lines)
     assert error["task"] == "tap"
@@ -182,7 +194,8 @@ def test_missing_generation_config_is_a_config_error_before_serving(tmp_path: ob
     assert code == 64
     assert lines == [
         f"specdec-exporter run: invalid setting: cannot read generation config {missing!r}: "
-        f"[Errno 2] No such file or directory: {missing!r}"]
+        f"[Errno 2] No such file or directory: {missing!r}"
+    ]
 
 
 def test_generation_config_that_is_not_json_is_a_config_error(tmp_path: object) -> None:
@@ -192,8 +205,10 @@ def test_generation_config_that_is_not_json_is_a_config_error(tmp_path: object) 
     code, lines = run_until_exit("--proxy-listen", "127.0.0.1:0", "--generation-config", path)
     assert code == 64
     [line] = lines
-    assert line.startswith(f"specdec-exporter run: invalid setting: cannot read generation "
-                           f"config {path!r}: Expecting property name")
+    assert line.startswith(
+        f"specdec-exporter run: invalid setting: cannot read generation "
+        f"config {path!r}: Expecting property name"
+    )
 
 
 # Graceful drain through the real `run` command, against the simulator
@@ -246,12 +261,21 @@ class Stream:
     """One streamed chat completion sent through the tap on a raw socket; keeps every byte."""
 
     def __init__(self, address: tuple[str, int], max_tokens: int) -> None:
-        body = json.dumps({"model": DEFAULT_MODEL, "max_tokens": max_tokens, "stream": True,
-                           "stream_options": {"include_usage": True}, "temperature": 0.7,
-                           "messages": [{"role": "user", "content": "Tell me about drafts."}]})
-        self.request = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
-                        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-                        f"{body}").encode()
+        body = json.dumps(
+            {
+                "model": DEFAULT_MODEL,
+                "max_tokens": max_tokens,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "temperature": 0.7,
+                "messages": [{"role": "user", "content": "Tell me about drafts."}],
+            }
+        )
+        self.request = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+            f"{body}"
+        ).encode()
         self.received = bytearray()
         self.streaming = threading.Event()
         self.ended = threading.Event()

@@ -27,11 +27,13 @@ MIN_JUDGED_REQUESTS = 10_000
 
 @pytest.mark.soak
 def test_soak_through_the_tap(tmp_path: Path) -> None:
-    result = soak.run_soak(CI_REQUESTS, concurrency=32, fault_every=2_000,
-                           max_seconds=CI_SECONDS, out=tmp_path)
+    result = soak.run_soak(
+        CI_REQUESTS, concurrency=32, fault_every=2_000, max_seconds=CI_SECONDS, out=tmp_path
+    )
     print(result.verdict(), f"(samples and summary in {tmp_path})")
-    assert result.requests >= MIN_JUDGED_REQUESTS, \
+    assert result.requests >= MIN_JUDGED_REQUESTS, (
         f"only {result.requests} requests before the time bound: too few samples to judge"
+    )
     for check in result.checks:
         assert check.ok, f"{check.name}: {check.detail}"
     # the mix really exercised the paths the soak is for
@@ -40,31 +42,55 @@ def test_soak_through_the_tap(tmp_path: Path) -> None:
     assert outcomes["unknown-model 404 complete"] > 0
     assert result.faults == CI_REQUESTS // 2_000 or result.requests < CI_REQUESTS
     assert any(" 502 " in key for key in outcomes), "vLLM's refusal gave no 502"
-    assert any(" 500 " in key or key.endswith(" ended early") for key in outcomes), \
+    assert any(" 500 " in key or key.endswith(" ended early") for key in outcomes), (
         "vLLM's restart ended no request early"
+    )
 
 
 def samples(rss_mib: list[float], fds: list[int], series: list[int]) -> list[object]:
-    return [soak.Sample(requests=1_000 * (i + 1), seconds=float(i), rss_bytes=int(rss * MIB),
-                        fds=fd, series=count, up=1, tap_requests=0, load1=0.0)
-            for i, (rss, fd, count) in enumerate(zip(rss_mib, fds, series, strict=True))]
+    return [
+        soak.Sample(
+            requests=1_000 * (i + 1),
+            seconds=float(i),
+            rss_bytes=int(rss * MIB),
+            fds=fd,
+            series=count,
+            up=1,
+            tap_requests=0,
+            load1=0.0,
+        )
+        for i, (rss, fd, count) in enumerate(zip(rss_mib, fds, series, strict=True))
+    ]
 
 
-FLAT = dict(rss_mib=[40.0, 50.0, 50.5, 59.9, 51.0, 52.0, 50.0, 50.0, 50.0, 50.0],
-            fds=[16 + 68] * 10, series=[1000, 1000, 1000, 990, 1000, 1000, 1000, 1000, 1000, 1000])
+FLAT = dict(
+    rss_mib=[40.0, 50.0, 50.5, 59.9, 51.0, 52.0, 50.0, 50.0, 50.0, 50.0],
+    fds=[16 + 68] * 10,
+    series=[1000, 1000, 1000, 990, 1000, 1000, 1000, 1000, 1000, 1000],
+)
 
 
-def verdicts(rss_mib: list[float], fds: list[int], series: list[int], *, end_fds: int = 17,
-             end_series: int = 1000) -> dict[str, bool]:
-    checks = soak.judge(samples(rss_mib, fds, series), baseline_fds=16, end_fds=end_fds,
-                        end_series=end_series, concurrency=32)
+def verdicts(
+    rss_mib: list[float],
+    fds: list[int],
+    series: list[int],
+    *,
+    end_fds: int = 17,
+    end_series: int = 1000,
+) -> dict[str, bool]:
+    checks = soak.judge(
+        samples(rss_mib, fds, series),
+        baseline_fds=16,
+        end_fds=end_fds,
+        end_series=end_series,
+        concurrency=32,
+    )
     return {check.name: check.ok for check in checks}
 
 
 def test_a_flat_run_passes_every_check() -> None:
     # the first sample (10 % of 10) is the warm-up: its 40 MiB does not count
-    assert verdicts(**FLAT) == {"rss": True, "fds": True, "fds at the end": True,
-                                "series": True}
+    assert verdicts(**FLAT) == {"rss": True, "fds": True, "fds at the end": True, "series": True}
 
 
 def test_rss_spread_over_10_mib_after_the_warm_up_fails() -> None:
@@ -91,19 +117,30 @@ def test_series_must_return_to_the_warm_up_count_at_the_end() -> None:
 
 
 def test_one_sample_is_not_enough_to_judge() -> None:
-    checks = soak.judge(samples([50.0], [20], [1000]), baseline_fds=16, end_fds=16,
-                        end_series=1000, concurrency=32)
+    checks = soak.judge(
+        samples([50.0], [20], [1000]), baseline_fds=16, end_fds=16, end_series=1000, concurrency=32
+    )
     assert [(check.name, check.ok) for check in checks] == [("samples", False)]
 
 
 def test_counts_must_match_per_label_set_exactly() -> None:
-    ledger = soak.Ledger(inspected=5, expected=collections.Counter(
-        {("soak-model", "0", "true"): 3, ("other", "0.5-0.7", "false"): 2}))
-    exact = {("soak-model", "0", "true"): 3, ("other", "0.5-0.7", "false"): 2,
-             ("soak-model", "1.0+", "false"): 0}
+    ledger = soak.Ledger(
+        inspected=5,
+        expected=collections.Counter(
+            {("soak-model", "0", "true"): 3, ("other", "0.5-0.7", "false"): 2}
+        ),
+    )
+    exact = {
+        ("soak-model", "0", "true"): 3,
+        ("other", "0.5-0.7", "false"): 2,
+        ("soak-model", "1.0+", "false"): 0,
+    }
     assert soak.count_check(ledger, exact).ok
-    moved = {("soak-model", "0", "true"): 2, ("soak-model", "0", "false"): 1,
-             ("other", "0.5-0.7", "false"): 2}
+    moved = {
+        ("soak-model", "0", "true"): 2,
+        ("soak-model", "0", "false"): 1,
+        ("other", "0.5-0.7", "false"): 2,
+    }
     check = soak.count_check(ledger, moved)
     assert not check.ok
     assert "soak-model/0/true': (3, 2)" in check.detail
@@ -123,11 +160,17 @@ def test_expected_labels_of_the_mix() -> None:
     rng = soak.random.Random(1)
     build = {name: builder for name, (_, builder) in soak.MIX.items()}
     defaults = build["chat stream, no model, no temperature"](rng)
-    assert (defaults.model_label, defaults.bucket, defaults.attributable) == \
-        ("soak-model", "0.7-1.0", True)  # vLLM's default temperature, 1.0
+    assert (defaults.model_label, defaults.bucket, defaults.attributable) == (
+        "soak-model",
+        "0.7-1.0",
+        True,
+    )  # vLLM's default temperature, 1.0
     unknown = build["unknown model (404)"](rng)
-    assert (unknown.model_label, unknown.bucket, unknown.attributable) == \
-        ("other", "0.5-0.7", False)
+    assert (unknown.model_label, unknown.bucket, unknown.attributable) == (
+        "other",
+        "0.5-0.7",
+        False,
+    )
     assert build["temperature a string (400, bucket invalid)"](rng).bucket == "invalid"
     assert build["body over the inspection cap"](rng).bucket == "unknown"
     assert len(build["body over the inspection cap"](rng).raw) > soak.INSPECT_CAP

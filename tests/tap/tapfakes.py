@@ -21,17 +21,21 @@ from specdec_exporter.tap.stats import RequestStats
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-0.32.0-cpu"
 MODEL = "tiny-llama"
 
+
 def fixture_response(name: str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads((FIXTURES / "responses" / name).read_text())
     return document
 
+
 def fixture_stream(name: str) -> bytes:
     return (FIXTURES / "streams" / name).read_bytes()
+
 
 def sse_events(stream: bytes) -> list[bytes]:
     """Each event of a capture, with its blank line (as vLLM writes one per HTTP chunk), cut by
     the tap's own splitter."""
     return iter_events(stream)
+
 
 def shape(value: Any) -> Any:
     """A chunk's structure: every key in its order, the type of every leaf (not the generated
@@ -44,6 +48,7 @@ def shape(value: Any) -> Any:
         return value
     return type(value).__name__
 
+
 def chunk_sequence(stream: bytes) -> list[Any]:
     """The shape of each event's data (the load generator's decoder), runs of equal shapes (the
     content chunks) as one."""
@@ -51,6 +56,7 @@ def chunk_sequence(stream: bytes) -> list[Any]:
     payloads = decoder.feed(stream) + decoder.close()
     shapes = [DONE if data == DONE else shape(json.loads(data)) for data in payloads]
     return [item for index, item in enumerate(shapes) if index == 0 or shapes[index - 1] != item]
+
 
 @dataclass
 class Received:
@@ -61,6 +67,7 @@ class Received:
 
     def json(self) -> Any:
         return json.loads(self.body)
+
 
 @dataclass
 class Reply:
@@ -79,13 +86,21 @@ class Reply:
     drop: bool = False
     """Close the connection without answering."""
 
+
 def json_reply(document: Any, status: int = 200) -> Reply:
     body = json.dumps(document).encode()
     return Reply(status, [("content-type", "application/json")], [body])
 
+
 def sse_reply(stream: bytes, **options: Any) -> Reply:
-    return Reply(200, [("content-type", "text/event-stream; charset=utf-8")], sse_events(stream),
-                 chunked=True, **options)
+    return Reply(
+        200,
+        [("content-type", "text/event-stream; charset=utf-8")],
+        sse_events(stream),
+        chunked=True,
+        **options,
+    )
+
 
 def replay_vllm(request: Received) -> Reply:
     """Answer as the real vLLM of the captures did: by stream / include_usage / n / temperature."""
@@ -93,18 +108,24 @@ def replay_vllm(request: Received) -> Reply:
     if body.get("stream"):
         with_usage = (body.get("stream_options") or {}).get("include_usage")
         greedy = body.get("temperature") == 0.0
-        name = ("chat_T0p0_stream_0.sse" if greedy else "chat_T0p8_stream_0.sse") if with_usage \
+        name = (
+            ("chat_T0p0_stream_0.sse" if greedy else "chat_T0p8_stream_0.sse")
+            if with_usage
             else "chat_T0p8_stream_no_include_usage_0.sse"
+        )
         return sse_reply(fixture_stream(name))
     if body.get("n", 1) > 1:
         return json_reply(fixture_response("chat_n2_T0p8_nonstream_0.json")["response"])
     if "temperature" not in body:
         return json_reply(fixture_response("chat_no_temperature_nonstream_0.json")["response"])
-    name = "chat_T0p0_nonstream_0.json" if body["temperature"] == 0.0 \
-        else "chat_T0p8_nonstream_0.json"
+    name = (
+        "chat_T0p0_nonstream_0.json" if body["temperature"] == 0.0 else "chat_T0p8_nonstream_0.json"
+    )
     return json_reply(fixture_response(name)["response"])
 
+
 Handler = Callable[[Received], Reply]
+
 
 class FakeUpstream:
     """A raw asyncio HTTP/1.1 server; records requests and client disconnects."""
@@ -148,8 +169,9 @@ class FakeUpstream:
             self._tasks.discard(task)
             writer.close()
 
-    async def _answer(self, reply: Reply, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> bool:
+    async def _answer(
+        self, reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         if reply.drop:
             writer.transport.abort()
             return False
@@ -182,6 +204,7 @@ class FakeUpstream:
         self.disconnects += 1
         self.disconnected.set()
 
+
 async def read_request(reader: asyncio.StreamReader) -> Received | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -202,6 +225,7 @@ async def read_request(reader: asyncio.StreamReader) -> Received | None:
         body = b""
     return Received(method, target, headers, body)
 
+
 async def read_chunked(reader: asyncio.StreamReader) -> bytes:
     parts = []
     while True:
@@ -211,6 +235,7 @@ async def read_chunked(reader: asyncio.StreamReader) -> bytes:
             return b"".join(parts)
         parts.append(await reader.readexactly(size))
         await reader.readexactly(2)
+
 
 @dataclass
 class TapUnderTest:
@@ -232,11 +257,16 @@ def address_of(url: str) -> tuple[str, int]:
     host, _, port = url.removeprefix("http://").rpartition(":")
     return host, int(port)
 
+
 @asynccontextmanager
-async def running_tap(handler: Handler = replay_vllm, *, upstream_url: str | None = None,
-                      models: frozenset[str] | Callable[[], frozenset[str]] = frozenset({MODEL}),
-                      k: int | None = 4,
-                      **settings: Any) -> AsyncIterator[TapUnderTest]:
+async def running_tap(
+    handler: Handler = replay_vllm,
+    *,
+    upstream_url: str | None = None,
+    models: frozenset[str] | Callable[[], frozenset[str]] = frozenset({MODEL}),
+    k: int | None = 4,
+    **settings: Any,
+) -> AsyncIterator[TapUnderTest]:
     """The fake upstream and the tap in this event loop; the tap listens on an OS-chosen port."""
     upstream = FakeUpstream(handler)
     url = upstream_url or await upstream.start()
@@ -254,6 +284,7 @@ async def running_tap(handler: Handler = replay_vllm, *, upstream_url: str | Non
             await task
         await upstream.stop()
 
+
 async def raw_exchange(address: tuple[str, int], request: bytes) -> bytes:
     """Send raw bytes, read until the server closes: every byte the tap wrote."""
     reader, writer = await asyncio.open_connection(*address)
@@ -266,17 +297,26 @@ async def raw_exchange(address: tuple[str, int], request: bytes) -> bytes:
         with suppress(ConnectionError):
             await writer.wait_closed()
 
-def post_request(path: str, body: bytes, *, close: bool = True,
-                 extra: tuple[str, ...] = ()) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "host: tap", "content-type: application/json",
-             f"content-length: {len(body)}", *extra]
+
+def post_request(
+    path: str, body: bytes, *, close: bool = True, extra: tuple[str, ...] = ()
+) -> bytes:
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "host: tap",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        *extra,
+    ]
     if close:
         lines.append("connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
+
 def split_response(raw: bytes) -> tuple[bytes, bytes]:
     head, _, body = raw.partition(b"\r\n\r\n")
     return head, body
+
 
 def dechunk(body: bytes) -> bytes:
     out, rest = [], body
@@ -286,7 +326,8 @@ def dechunk(body: bytes) -> bytes:
         if size == 0:
             return b"".join(out)
         out.append(rest[:size])
-        rest = rest[size + 2:]
+        rest = rest[size + 2 :]
+
 
 async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll a condition with a deadline (no fixed sleeps in tests)."""
@@ -376,8 +417,9 @@ class RawUpstream:
             connection.closed.set()
             writer.close()
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        connection: RawConnection) -> None:
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: RawConnection
+    ) -> None:
         pending, tunnel = b"", False
         while data := await reader.read(65536):
             connection.data += data
@@ -386,22 +428,24 @@ class RawUpstream:
                 continue
             pending += data
             while not tunnel and (end := pending.find(b"\r\n\r\n")) >= 0:
-                head, pending = pending[:end + 4], pending[end + 4:]
+                head, pending = pending[: end + 4], pending[end + 4 :]
                 answer = self.answer(head)
                 for index, piece in enumerate([answer] if isinstance(answer, bytes) else answer):
                     if index:
                         await writer.drain()
                         await asyncio.sleep(0.05)
                     writer.write(piece)
-                tunnel = (answer if isinstance(answer, bytes) else b"".join(answer)) \
-                    .startswith(b"HTTP/1.1 101")
+                tunnel = (answer if isinstance(answer, bytes) else b"".join(answer)).startswith(
+                    b"HTTP/1.1 101"
+                )
             if tunnel and pending:
                 writer.write(pending.upper())
 
 
 @asynccontextmanager
-async def raw_upstream(answer: Callable[[bytes], bytes | list[bytes]]
-                       ) -> AsyncIterator[RawUpstream]:
+async def raw_upstream(
+    answer: Callable[[bytes], bytes | list[bytes]],
+) -> AsyncIterator[RawUpstream]:
     upstream = RawUpstream(answer)
     await upstream.start()
     try:

@@ -105,8 +105,9 @@ class H11Upstream:
                     return
                 current = None
 
-    async def _answer(self, connection: h11.Connection, writer: asyncio.StreamWriter,
-                      answer: Answer) -> bool:
+    async def _answer(
+        self, connection: h11.Connection, writer: asyncio.StreamWriter, answer: Answer
+    ) -> bool:
         for index, piece in enumerate(answer.pieces):
             if index:
                 await writer.drain()

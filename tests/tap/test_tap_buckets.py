@@ -46,7 +46,12 @@ def test_custom_edges() -> None:
     buckets = TemperatureBuckets((0.3, 1.2))
     assert buckets.labels == ("0", "0-0.3", "0.3-1.2", "1.2+")
     assert [buckets.label_for(t) for t in (0, 0.3, 0.31, 1.2, 1.21)] == [
-        "0", "0-0.3", "0.3-1.2", "0.3-1.2", "1.2+"]
+        "0",
+        "0-0.3",
+        "0.3-1.2",
+        "0.3-1.2",
+        "1.2+",
+    ]
 
 
 def test_single_edge_and_integer_edges() -> None:
@@ -54,9 +59,17 @@ def test_single_edge_and_integer_edges() -> None:
     assert TemperatureBuckets((0.25, 2)).labels == ("0", "0-0.25", "0.25-2.0", "2.0+")
 
 
-@pytest.mark.parametrize(("edge", "text"), [(0.5, "0.5"), (1.0, "1.0"), (2, "2.0"),
-                                            (1e-7, "0.0000001"), (1e20, "100000000000000000000.0"),
-                                            (0.1 + 0.2, "0.30000000000000004")])
+@pytest.mark.parametrize(
+    ("edge", "text"),
+    [
+        (0.5, "0.5"),
+        (1.0, "1.0"),
+        (2, "2.0"),
+        (1e-7, "0.0000001"),
+        (1e20, "100000000000000000000.0"),
+        (0.1 + 0.2, "0.30000000000000004"),
+    ],
+)
 def test_edge_formatting_rule(edge: float, text: str) -> None:
     assert format_edge(edge) == text
 
@@ -65,8 +78,9 @@ def test_labels_from_edges_function() -> None:
     assert bucket_labels((0.4,)) == ("0", "0-0.4", "0.4+")
 
 
-@pytest.mark.parametrize("edges", [(), (0.0, 1.0), (-1.0,), (0.7, 0.5), (0.5, 0.5),
-                                   (math.inf,), (math.nan,)])
+@pytest.mark.parametrize(
+    "edges", [(), (0.0, 1.0), (-1.0,), (0.7, 0.5), (0.5, 0.5), (math.inf,), (math.nan,)]
+)
 def test_bad_edges_rejected(edges: tuple[float, ...]) -> None:
     with pytest.raises(ValueError, match="edges"):
         TemperatureBuckets(edges)
@@ -85,13 +99,13 @@ def test_bad_edges_rejected(edges: tuple[float, ...]) -> None:
         (1e308, None, 1e308),
     ],
 )
-def test_effective_temperature(body_value: object, default: float | None,
-                               expected: float) -> None:
+def test_effective_temperature(body_value: object, default: float | None, expected: float) -> None:
     assert effective_temperature(body_value, default) == expected
 
 
-@pytest.mark.parametrize("body_value", ["0.5", True, False, [0.5], {"t": 1}, math.nan,
-                                        math.inf, -math.inf, -0.1, -1])
+@pytest.mark.parametrize(
+    "body_value", ["0.5", True, False, [0.5], {"t": 1}, math.nan, math.inf, -math.inf, -0.1, -1]
+)
 def test_invalid_temperature_is_none_and_never_raises(body_value: object) -> None:
     assert effective_temperature(body_value, 0.6) is None
 

@@ -37,8 +37,9 @@ async def test_generation_config_sets_the_default(tmp_path: Path) -> None:
 
 async def test_default_temperature_wins_over_generation_config(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text('{"temperature": 0.6}')
-    async with running_tap(lambda _: REPLY, generation_config=tmp_path,
-                           default_temperature=0.0) as tap:
+    async with running_tap(
+        lambda _: REPLY, generation_config=tmp_path, default_temperature=0.0
+    ) as tap:
         await raw_exchange(tap.address, post_request("/v1/chat/completions", NO_TEMPERATURE))
         assert bucket_of_only_request(tap.stats) == "0"
 
@@ -58,8 +59,9 @@ async def test_path_prefix_of_the_vllm_url_is_kept() -> None:
     async with running_tap(lambda _: REPLY) as upstream_side:
         base = upstream_side.settings.vllm_url
         async with running_tap(upstream_url=f"{base}/serving") as tap:
-            await raw_exchange(tap.address, b"GET /v1/models?x=1 HTTP/1.1\r\nhost: t\r\n"
-                               b"connection: close\r\n\r\n")
+            await raw_exchange(
+                tap.address, b"GET /v1/models?x=1 HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+            )
         assert upstream_side.upstream.received[0].target == "/serving/v1/models?x=1"
     assert Origin.from_url("http://vllm:8000/serving/").path_prefix == b"/serving"
     assert Origin.from_url("https://vllm").port == 443

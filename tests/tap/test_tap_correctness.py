@@ -27,8 +27,9 @@ pytestmark = pytest.mark.anyio
 CHAT = "/v1/chat/completions"
 SMALL = json_reply({"ok": True})
 GREEDY = json.dumps({"model": MODEL, "temperature": 0.0, "messages": []}).encode()
-UPGRADE_HEAD = (b"GET /v1/realtime HTTP/1.1\r\nhost: tap\r\nupgrade: websocket\r\n"
-                b"connection: Upgrade\r\n\r\n")
+UPGRADE_HEAD = (
+    b"GET /v1/realtime HTTP/1.1\r\nhost: tap\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n"
+)
 SMUGGLED = b"GET /smuggled HTTP/1.1\r\nhost: tap\r\n\r\n"
 OK_2 = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nno"
 
@@ -67,8 +68,10 @@ async def test_garbage_after_a_request_does_not_change_its_response() -> None:
 
 
 async def test_upgrade_refused_by_upstream_forwards_no_held_bytes() -> None:
-    async with raw_upstream(lambda _: OK_2) as upstream, \
-            running_tap(upstream_url=upstream.url) as tap:
+    async with (
+        raw_upstream(lambda _: OK_2) as upstream,
+        running_tap(upstream_url=upstream.url) as tap,
+    ):
         raw = await read_all(tap.address, UPGRADE_HEAD + SMUGGLED + b"frame bytes")
         assert raw.startswith(b"HTTP/1.1 200") and raw.count(b"HTTP/1.1 ") == 1
         assert split_response(raw)[1] == b"no"
@@ -95,10 +98,14 @@ async def test_bytes_after_upgrade_wait_for_the_101() -> None:
 
 
 async def test_upgrade_101_opens_the_tunnel_and_keeps_its_head() -> None:
-    switching = (b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
-                 b"connection: Upgrade\r\nsec-websocket-accept: x\r\n\r\n")
-    async with raw_upstream(lambda _: switching) as upstream, \
-            running_tap(upstream_url=upstream.url) as tap:
+    switching = (
+        b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
+        b"connection: Upgrade\r\nsec-websocket-accept: x\r\n\r\n"
+    )
+    async with (
+        raw_upstream(lambda _: switching) as upstream,
+        running_tap(upstream_url=upstream.url) as tap,
+    ):
         reader, writer = await asyncio.open_connection(*tap.address)
         writer.write(UPGRADE_HEAD + b"hello")
         assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == switching
@@ -110,8 +117,10 @@ async def test_upgrade_101_opens_the_tunnel_and_keeps_its_head() -> None:
 
 async def test_101_to_a_request_without_upgrade_is_a_502() -> None:
     switching = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n"
-    async with raw_upstream(lambda _: switching) as upstream, \
-            running_tap(upstream_url=upstream.url) as tap:
+    async with (
+        raw_upstream(lambda _: switching) as upstream,
+        running_tap(upstream_url=upstream.url) as tap,
+    ):
         raw = await read_all(tap.address, b"GET /a HTTP/1.1\r\nhost: tap\r\n\r\n" + SMUGGLED)
         assert raw.startswith(b"HTTP/1.1 502")
         assert b"smuggled" not in upstream.received
@@ -121,28 +130,37 @@ async def test_101_to_a_request_without_upgrade_is_a_502() -> None:
 
 
 async def test_connect_is_refused_and_nothing_goes_upstream() -> None:
-    async with raw_upstream(lambda _: OK_2) as upstream, \
-            running_tap(upstream_url=upstream.url) as tap:
-        raw = await read_all(tap.address, b"CONNECT vllm:8000 HTTP/1.1\r\nhost: vllm:8000\r\n\r\n"
-                             + SMUGGLED)
+    async with (
+        raw_upstream(lambda _: OK_2) as upstream,
+        running_tap(upstream_url=upstream.url) as tap,
+    ):
+        raw = await read_all(
+            tap.address, b"CONNECT vllm:8000 HTTP/1.1\r\nhost: vllm:8000\r\n\r\n" + SMUGGLED
+        )
         assert raw.startswith(b"HTTP/1.1 501") and raw.count(b"HTTP/1.1 ") == 1
         assert b"connection: close" in raw.lower()
         assert upstream.connections == []
 
 
 async def test_transfer_coding_other_than_chunked_is_refused() -> None:
-    async with raw_upstream(lambda _: OK_2) as upstream, \
-            running_tap(upstream_url=upstream.url) as tap:
-        raw = await read_all(tap.address, b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
-                             b"transfer-encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n")
+    async with (
+        raw_upstream(lambda _: OK_2) as upstream,
+        running_tap(upstream_url=upstream.url) as tap,
+    ):
+        raw = await read_all(
+            tap.address,
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
+            b"transfer-encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+        )
         assert raw.startswith(b"HTTP/1.1 501") and b"connection: close" in raw.lower()
         assert upstream.connections == []
 
 
 # Malformed request bodies: 400 while nothing was answered, upstream dropped
 
-CHUNKED_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\n"
-                b"transfer-encoding: chunked\r\n\r\n")
+CHUNKED_HEAD = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\ntransfer-encoding: chunked\r\n\r\n"
+)
 MALFORMED_CHUNKS = {
     "size-overflow": b"ffffffffffffffffff1\r\nab\r\n0\r\n\r\n",
     "0x-prefix": b"0x2\r\nab\r\n0\r\n\r\n",
@@ -163,12 +181,15 @@ async def test_malformed_chunked_body_gets_400_and_nothing_upstream(body: bytes)
 
 
 async def test_malformed_body_after_the_head_went_upstream_aborts_it() -> None:
-    async with raw_upstream(lambda _: b"") as upstream, \
-            running_tap(upstream_url=upstream.url, proxy_inspect_max_bytes=16) as tap:
+    async with (
+        raw_upstream(lambda _: b"") as upstream,
+        running_tap(upstream_url=upstream.url, proxy_inspect_max_bytes=16) as tap,
+    ):
         reader, writer = await asyncio.open_connection(*tap.address)
         writer.write(CHUNKED_HEAD + b"40\r\n" + b"x" * 64 + b"\r\n")  # over the cap: streamed
-        await wait_until(lambda: bool(upstream.connections)
-                         and b"x" * 64 in upstream.connections[0].data)
+        await wait_until(
+            lambda: bool(upstream.connections) and b"x" * 64 in upstream.connections[0].data
+        )
         writer.write(b"0x2\r\nab\r\n")
         raw = await asyncio.wait_for(reader.read(), 5)
         writer.close()
@@ -179,8 +200,10 @@ async def test_malformed_body_after_the_head_went_upstream_aborts_it() -> None:
 
 async def test_malformed_body_after_the_response_started_only_closes() -> None:
     early = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
-    async with raw_upstream(lambda _: early) as upstream, \
-            running_tap(upstream_url=upstream.url, proxy_inspect_max_bytes=16) as tap:
+    async with (
+        raw_upstream(lambda _: early) as upstream,
+        running_tap(upstream_url=upstream.url, proxy_inspect_max_bytes=16) as tap,
+    ):
         reader, writer = await asyncio.open_connection(*tap.address)
         writer.write(CHUNKED_HEAD + b"40\r\n" + b"x" * 64 + b"\r\n")
         head = await asyncio.wait_for(reader.readuntil(b"hello\r\n"), 5)
@@ -241,18 +264,26 @@ async def two_gets(address: tuple[str, int]) -> list[bytes]:
     return answers
 
 
-@pytest.mark.parametrize(("first", "surplus"),
-                         [(FIRST, SECOND), (FIRST_CHUNKED, SECOND), (FIRST, b"\r\n")],
-                         ids=["length", "chunked", "stray-crlf"])
+@pytest.mark.parametrize(
+    ("first", "surplus"),
+    [(FIRST, SECOND), (FIRST_CHUNKED, SECOND), (FIRST, b"\r\n")],
+    ids=["length", "chunked", "stray-crlf"],
+)
 async def test_two_upstream_responses_in_one_write_give_one_clean_response(
-        first: bytes, surplus: bytes) -> None:
-    async with raw_upstream(lambda _: first + surplus) as upstream, \
-            running_tap(upstream_url=upstream.url) as tap:
+    first: bytes, surplus: bytes
+) -> None:
+    async with (
+        raw_upstream(lambda _: first + surplus) as upstream,
+        running_tap(upstream_url=upstream.url) as tap,
+    ):
         answers = await two_gets(tap.address)
         for answer in answers:
             head, body = split_response(answer)
-            framing = [line for line in head.lower().split(b"\r\n")
-                       if line.startswith((b"content-length", b"transfer-encoding"))]
+            framing = [
+                line
+                for line in head.lower().split(b"\r\n")
+                if line.startswith((b"content-length", b"transfer-encoding"))
+            ]
             assert len(framing) == 1
             assert (dechunk(body) if b"chunked" in framing[0] else body) == b"first"
         assert len(upstream.connections) == 2  # the out-of-step connection was not reused
@@ -260,8 +291,10 @@ async def test_two_upstream_responses_in_one_write_give_one_clean_response(
 
 async def test_surplus_in_a_later_upstream_read_cuts_instead_of_forwarding_it() -> None:
     pieces = [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfi", b"rst" + SECOND]
-    async with raw_upstream(lambda _: pieces) as upstream, \
-            running_tap(upstream_url=upstream.url) as tap:
+    async with (
+        raw_upstream(lambda _: pieces) as upstream,
+        running_tap(upstream_url=upstream.url) as tap,
+    ):
         raw = await read_all(tap.address, b"GET /a HTTP/1.1\r\nhost: tap\r\n\r\n")
         assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b"\r\n\r\nfi")
         assert b"second" not in raw
@@ -316,29 +349,41 @@ async def test_unsupported_versions_are_refused(request_bytes: bytes, status: in
 # include_usage: a pure byte insertion
 
 INSERTIONS = [
-    (b'{ "model" : "tiny-llama", "stream":true, "x":"\\u00e9\\/\\"}", "stream_options" : '
-     b'{ "foo" : [1, "}"] } , "x": 2}', b'"}"] }', b'"}"] ,"include_usage":true}'),
+    (
+        b'{ "model" : "tiny-llama", "stream":true, "x":"\\u00e9\\/\\"}", "stream_options" : '
+        b'{ "foo" : [1, "}"] } , "x": 2}',
+        b'"}"] }',
+        b'"}"] ,"include_usage":true}',
+    ),
     (b'{"stream":true,"stream_options":{}}', b"{}", b'{"include_usage":true}'),
-    (b'{"stream":true,"stream_options":{"include_usage":false}}', b"false}",
-     b'false,"include_usage":true}'),
-    (b'{"stream":true,"stream_options":null ,"n":1}', b"null",
-     b'null,"stream_options":{"include_usage":true}'),
-    (b'{"stream_options":{"include_usage":1},"stream":true,"stream_options":{"a":1}}',
-     b'{"a":1}', b'{"a":1,"include_usage":true}'),
+    (
+        b'{"stream":true,"stream_options":{"include_usage":false}}',
+        b"false}",
+        b'false,"include_usage":true}',
+    ),
+    (
+        b'{"stream":true,"stream_options":null ,"n":1}',
+        b"null",
+        b'null,"stream_options":{"include_usage":true}',
+    ),
+    (
+        b'{"stream_options":{"include_usage":1},"stream":true,"stream_options":{"a":1}}',
+        b'{"a":1}',
+        b'{"a":1,"include_usage":true}',
+    ),
     (b'{"stream":true,"stream\\u005foptions":{}}', b"{}", b'{"include_usage":true}'),
     (b'\n {"stream" :true}', b"{", b'{"stream_options":{"include_usage":true},'),
 ]
 
 
 @pytest.mark.parametrize(("body", "old", "new"), INSERTIONS)
-async def test_include_usage_is_a_pure_byte_insertion(body: bytes, old: bytes,
-                                                      new: bytes) -> None:
+async def test_include_usage_is_a_pure_byte_insertion(body: bytes, old: bytes, new: bytes) -> None:
     async with running_tap(replay_vllm) as tap:
         raw = await read_all(tap.address, post_request(CHAT, body))
         assert raw.startswith(b"HTTP/1.1 200")
         sent = tap.upstream.received[0].body
         at = body.rindex(old)
-        assert sent == body[:at] + new + body[at + len(old):]
+        assert sent == body[:at] + new + body[at + len(old) :]
         assert json.loads(sent)["stream_options"]["include_usage"] is True
         assert b'"usage"' not in dechunk(split_response(raw)[1])  # undone for the client
 

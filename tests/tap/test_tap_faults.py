@@ -29,8 +29,9 @@ from specdec_exporter.tap.sse import UsageWatcher
 
 pytestmark = pytest.mark.anyio
 CHAT = "/v1/chat/completions"
-STREAM_BODY = json.dumps({"model": MODEL, "temperature": 0.8, "stream": True,
-                          "messages": []}).encode()
+STREAM_BODY = json.dumps(
+    {"model": MODEL, "temperature": 0.8, "stream": True, "messages": []}
+).encode()
 
 
 def free_port() -> int:
@@ -40,12 +41,15 @@ def free_port() -> int:
     return port
 
 
-def requests_in(tap_stats: object, bucket: str, attributed: str = "false",
-                model: str = MODEL) -> float | None:
+def requests_in(
+    tap_stats: object, bucket: str, attributed: str = "false", model: str = MODEL
+) -> float | None:
     registry = CollectorRegistry()
     tap_stats.register(registry)  # type: ignore[attr-defined]
-    return registry.get_sample_value("specdec_requests_total", {
-        "model_name": model, "temperature_bucket": bucket, "attributed": attributed})
+    return registry.get_sample_value(
+        "specdec_requests_total",
+        {"model_name": model, "temperature_bucket": bucket, "attributed": attributed},
+    )
 
 
 async def test_upstream_down_gives_502_in_openai_error_shape() -> None:
@@ -99,8 +103,9 @@ async def test_upstream_silence_times_out_with_504() -> None:
 
 
 async def test_invalid_json_passes_through_counted_invalid() -> None:
-    error = {"error": {"message": "bad json", "type": "BadRequestError", "param": None,
-                       "code": 400}}
+    error = {
+        "error": {"message": "bad json", "type": "BadRequestError", "param": None, "code": 400}
+    }
     async with running_tap(lambda _: json_reply(error, status=400)) as tap:
         raw = await raw_exchange(tap.address, post_request(CHAT, b"{not json"))
         assert raw.startswith(b"HTTP/1.1 400")
@@ -111,8 +116,16 @@ async def test_invalid_json_passes_through_counted_invalid() -> None:
 
 @pytest.mark.parametrize(
     ("temperature", "bucket"),
-    [(b'"0.5"', "invalid"), (b"NaN", "invalid"), (b"-1", "invalid"), (b"Infinity", "invalid"),
-     (b"[0.5]", "invalid"), (b"null", "0.7-1.0"), (b"1e300", "1.0+"), (b"0", "0")],
+    [
+        (b'"0.5"', "invalid"),
+        (b"NaN", "invalid"),
+        (b"-1", "invalid"),
+        (b"Infinity", "invalid"),
+        (b"[0.5]", "invalid"),
+        (b"null", "0.7-1.0"),
+        (b"1e300", "1.0+"),
+        (b"0", "0"),
+    ],
 )
 async def test_odd_temperatures(temperature: bytes, bucket: str) -> None:
     body = b'{"model": "tiny-llama", "messages": [], "temperature": ' + temperature + b"}"
@@ -125,8 +138,14 @@ async def test_odd_temperatures(temperature: bytes, bucket: str) -> None:
 
 
 async def test_body_over_the_cap_is_forwarded_uninspected() -> None:
-    body = json.dumps({"model": MODEL, "temperature": 0.0, "stream": True,
-                       "messages": [{"role": "user", "content": "x" * 5000}]}).encode()
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "temperature": 0.0,
+            "stream": True,
+            "messages": [{"role": "user", "content": "x" * 5000}],
+        }
+    ).encode()
     async with running_tap(replay_vllm, proxy_inspect_max_bytes=1024) as tap:
         raw = await raw_exchange(tap.address, post_request(CHAT, body))
         assert raw.startswith(b"HTTP/1.1 200")
@@ -137,10 +156,12 @@ async def test_body_over_the_cap_is_forwarded_uninspected() -> None:
 
 async def test_chunked_body_over_the_cap_is_streamed_through() -> None:
     body = json.dumps({"model": MODEL, "temperature": 0.0, "x": "y" * 3000}).encode()
-    pieces = [body[i:i + 700] for i in range(0, len(body), 700)]
+    pieces = [body[i : i + 700] for i in range(0, len(body), 700)]
     chunked = b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
-    request = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\ntransfer-encoding: chunked"
-               b"\r\nconnection: close\r\n\r\n" + chunked)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: tap\r\ntransfer-encoding: chunked"
+        b"\r\nconnection: close\r\n\r\n" + chunked
+    )
     async with running_tap(replay_vllm, proxy_inspect_max_bytes=1024) as tap:
         raw = await raw_exchange(tap.address, request)
         assert raw.startswith(b"HTTP/1.1 200")
@@ -165,8 +186,14 @@ async def test_ten_thousand_model_names_keep_labels_bounded() -> None:
 
 async def test_logs_never_carry_bodies_or_keys(caplog: pytest.LogCaptureFixture) -> None:
     secret_prompt = "my-secret-prompt-text"
-    body = json.dumps({"model": MODEL, "temperature": 0.1, "stream": True,
-                       "messages": [{"role": "user", "content": secret_prompt}]}).encode()
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "temperature": 0.1,
+            "stream": True,
+            "messages": [{"role": "user", "content": secret_prompt}],
+        }
+    ).encode()
     extra = ("authorization: Bearer sk-very-secret-key",)
     caplog.set_level(logging.DEBUG)
     async with running_tap(tolerant_vllm) as tap:
@@ -200,8 +227,14 @@ async def test_a_response_inspection_bug_fails_open(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(UsageWatcher, "feed", broken)
     stream = fixture_stream("chat_T0p8_stream_0.sse")
-    body = json.dumps({"model": MODEL, "temperature": 0.8, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "temperature": 0.8,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     async with running_tap(lambda _: sse_reply(stream)) as tap:
         raw = await raw_exchange(tap.address, post_request(CHAT, body))
         assert dechunk(split_response(raw)[1]) == stream

@@ -41,19 +41,25 @@ async def chat(base: str, **options: Any) -> Any:
 
 async def chat_stream(base: str, **options: Any) -> list[Any]:
     async with client(base) as api:
-        stream = await api.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True,
-                                                   **options)
+        stream = await api.chat.completions.create(
+            model=MODEL, messages=MESSAGES, stream=True, **options
+        )
         return [chunk.model_dump() async for chunk in stream]
 
 
 def captured_request(document: dict[str, Any]) -> Received:
-    return Received("POST", document["path"], {"content-type": "application/json"},
-                    json.dumps(document["body"]).encode())
+    return Received(
+        "POST",
+        document["path"],
+        {"content-type": "application/json"},
+        json.dumps(document["body"]).encode(),
+    )
 
 
 def real_headers(edge_case: str) -> dict[str, str]:
-    headers: dict[str, str] = json.loads(
-        (FIXTURES / "edge-cases" / edge_case).read_text())["headers"]
+    headers: dict[str, str] = json.loads((FIXTURES / "edge-cases" / edge_case).read_text())[
+        "headers"
+    ]
     return headers
 
 

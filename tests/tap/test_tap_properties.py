@@ -63,17 +63,35 @@ QUIRKS: dict[str, tuple[frozenset[str], str, str]] = {
     "two-hosts": (frozenset({"reject"}), "reject", ""),
     "gzip-chunked": (frozenset({"reject"}), "reject", ""),
     "http09": (frozenset({"reject"}), "reject", ""),
-    "no-host": (frozenset({"reject"}), "accept",
-                LENIENT + ": HTTP/1.1 without Host; vLLM's authority is sent as Host"),
-    "leading-crlf": (frozenset({"reject"}), "accept",
-                     LENIENT + ": an empty line before a request (RFC 9112 2.2 says ignore it)"),
-    "long-chunk-size": (frozenset({"reject"}), "accept",
-                        LENIENT + ": over 20 hex digits (leading zeros); sent with a length"),
+    "no-host": (
+        frozenset({"reject"}),
+        "accept",
+        LENIENT + ": HTTP/1.1 without Host; vLLM's authority is sent as Host",
+    ),
+    "leading-crlf": (
+        frozenset({"reject"}),
+        "accept",
+        LENIENT + ": an empty line before a request (RFC 9112 2.2 says ignore it)",
+    ),
+    "long-chunk-size": (
+        frozenset({"reject"}),
+        "accept",
+        LENIENT + ": over 20 hex digits (leading zeros); sent with a length",
+    ),
 }
-CHUNK_QUIRKS = {"chunk-size-space", "bare-extension", "extension-trailing-space",
-                "crlf-in-quoted-extension", "bare-lf-chunked", "chunk-size-overflow",
-                "0x-chunk-size", "no-crlf-after-data", "long-chunk-size", "length-and-chunked",
-                "gzip-chunked"}
+CHUNK_QUIRKS = {
+    "chunk-size-space",
+    "bare-extension",
+    "extension-trailing-space",
+    "crlf-in-quoted-extension",
+    "bare-lf-chunked",
+    "chunk-size-overflow",
+    "0x-chunk-size",
+    "no-crlf-after-data",
+    "long-chunk-size",
+    "length-and-chunked",
+    "gzip-chunked",
+}
 LENGTH_QUIRKS = {"dup-content-length", "content-length-list", "bad-content-length"}
 
 
@@ -104,13 +122,26 @@ class Spec:
 
 NAMES = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=10)
 VALUES = st.binary(max_size=20).map(
-    lambda raw: bytes(b if 0x21 <= b <= 0x7E or b >= 0x80 else 0x61 for b in raw) or b"v")
+    lambda raw: bytes(b if 0x21 <= b <= 0x7E or b >= 0x80 else 0x61 for b in raw) or b"v"
+)
 TARGETS = st.one_of(
-    st.sampled_from([b"/", b"/health", b"/v1/models", b"/v1/chat/completions",
-                     b"/v1/completions", b"/a/b?c=d&e=%20", b"http://vllm:8000/v1/models",
-                     b"/x#frag", b"/v1/chat/%63ompletions", b"/a|b{}"]),
-    st.text("abcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@%/", max_size=20)
-    .map(lambda path: b"/" + path.encode()),
+    st.sampled_from(
+        [
+            b"/",
+            b"/health",
+            b"/v1/models",
+            b"/v1/chat/completions",
+            b"/v1/completions",
+            b"/a/b?c=d&e=%20",
+            b"http://vllm:8000/v1/models",
+            b"/x#frag",
+            b"/v1/chat/%63ompletions",
+            b"/a|b{}",
+        ]
+    ),
+    st.text("abcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@%/", max_size=20).map(
+        lambda path: b"/" + path.encode()
+    ),
 )
 EXTENSIONS = [b"", b";a", b";a=b", b';a="b c"', b";x="]
 
@@ -133,21 +164,36 @@ def specs(draw: st.DrawFn) -> Spec:
     body = draw(st.binary(max_size=300)) if framing != "none" else b""
     if quirk in CHUNK_QUIRKS:
         body = body or b"x"
-    hop = draw(st.sampled_from([[], [(b"connection", b"keep-alive")],
-                                [(b"connection", b"x-hop"), (b"x-hop", b"1")],
-                                [(b"te", b"trailers")], [(b"keep-alive", b"timeout=5")]]))
+    hop = draw(
+        st.sampled_from(
+            [
+                [],
+                [(b"connection", b"keep-alive")],
+                [(b"connection", b"x-hop"), (b"x-hop", b"1")],
+                [(b"te", b"trailers")],
+                [(b"keep-alive", b"timeout=5")],
+            ]
+        )
+    )
     if draw(st.integers(0, 5)) == 0:
         hop = [*hop, (b"connection", b"close")]
     return Spec(
-        method=draw(st.sampled_from([b"GET", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS",
-                                     b"HEAD"])),
+        method=draw(
+            st.sampled_from([b"GET", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS", b"HEAD"])
+        ),
         target=draw(TARGETS),
         version=b"1.1" if quirk == "no-host" else draw(st.sampled_from([b"1.1", b"1.1", b"1.0"])),
-        headers=[(b"x-" + name.encode(), value) for name, value in
-                 draw(st.lists(st.tuples(NAMES, VALUES), max_size=4))],
-        hop=hop, host=draw(st.sampled_from([b"tap", b"vllm.example:8000"])), body=body,
-        framing=framing, chunks=draw(chunkings(body)) if framing == "chunked" else [],
-        expect=framing == "length" and draw(st.booleans()), quirk=quirk,
+        headers=[
+            (b"x-" + name.encode(), value)
+            for name, value in draw(st.lists(st.tuples(NAMES, VALUES), max_size=4))
+        ],
+        hop=hop,
+        host=draw(st.sampled_from([b"tap", b"vllm.example:8000"])),
+        body=body,
+        framing=framing,
+        chunks=draw(chunkings(body)) if framing == "chunked" else [],
+        expect=framing == "length" and draw(st.booleans()),
+        quirk=quirk,
     )
 
 
@@ -155,7 +201,8 @@ def render(spec: Spec) -> bytes:
     """The raw request, with its quirk applied."""
     quirk = spec.quirk
     method = {"lowercase-method": spec.method.lower(), "unknown-method": b"FROB"}.get(
-        quirk or "", spec.method)
+        quirk or "", spec.method
+    )
     target = b"/\xc3\xa9" if quirk == "non-ascii-target" else spec.target
     version = b"2.0" if quirk == "http2-version" else spec.version
     line = method + b" " + target + (b"" if quirk == "http09" else b" HTTP/" + version)
@@ -173,9 +220,12 @@ def head_lines(spec: Spec) -> list[bytes]:
     if quirk == "two-hosts":
         lines.append(b"host: other")
     lines += [name + b": " + value for name, value in spec.headers + spec.hop]
-    lines += {"obs-fold": [b"x-fold: a", b" b"], "control-in-value": [b"x-c: a\x01b"],
-              "del-in-value": [b"x-c: a\x7fb"], "space-before-colon": [b"x-s : b"]}.get(
-        quirk or "", [])
+    lines += {
+        "obs-fold": [b"x-fold: a", b" b"],
+        "control-in-value": [b"x-c: a\x01b"],
+        "del-in-value": [b"x-c: a\x7fb"],
+        "space-before-colon": [b"x-s : b"],
+    }.get(quirk or "", [])
     if spec.expect:
         lines.append(b"expect: 100-continue")
     return lines + framing_lines(spec)
@@ -184,15 +234,17 @@ def head_lines(spec: Spec) -> list[bytes]:
 def framing_lines(spec: Spec) -> list[bytes]:
     length = b"%d" % len(spec.body)
     if spec.framing == "length":
-        return {"dup-content-length": [b"content-length: " + length] * 2,
-                "content-length-list": [b"content-length: " + length + b", " + length],
-                "bad-content-length": [b"content-length: +" + length]}.get(
-            spec.quirk or "", [b"content-length: " + length])
+        return {
+            "dup-content-length": [b"content-length: " + length] * 2,
+            "content-length-list": [b"content-length: " + length + b", " + length],
+            "bad-content-length": [b"content-length: +" + length],
+        }.get(spec.quirk or "", [b"content-length: " + length])
     if spec.framing == "chunked":
         coding = b"gzip, chunked" if spec.quirk == "gzip-chunked" else b"chunked"
         lines = [b"transfer-encoding: " + coding]
-        return [b"content-length: " + length, *lines] if spec.quirk == "length-and-chunked" \
-            else lines
+        return (
+            [b"content-length: " + length, *lines] if spec.quirk == "length-and-chunked" else lines
+        )
     return []
 
 
@@ -279,8 +331,12 @@ class Observed:
     rest: bytes = b""
 
 
-async def send_one(harness: Harness, stream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                   spec: Spec, cuts: list[int]) -> Observed:
+async def send_one(
+    harness: Harness,
+    stream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    spec: Spec,
+    cuts: list[int],
+) -> Observed:
     reader, writer = stream
     upstream = harness.upstream
     forwarded, raw = len(upstream.forwarded), upstream.raw_bytes
@@ -294,8 +350,9 @@ async def send_one(harness: Harness, stream: tuple[asyncio.StreamReader, asyncio
     return Observed(reply, upstream.forwarded[forwarded:], upstream.raw_bytes - raw)
 
 
-async def run_sequence(harness: Harness, tap: str, requests: list[Spec], *, pipelined: bool,
-                       cuts: list[int]) -> list[Observed]:
+async def run_sequence(
+    harness: Harness, tap: str, requests: list[Spec], *, pipelined: bool, cuts: list[int]
+) -> list[Observed]:
     address = harness.taps[tap].address
     reader, writer = await asyncio.open_connection(*address)
     observed: list[Observed] = []
@@ -322,8 +379,11 @@ def check_accepted(spec: Spec, seen: Observed, reference: Forwarded | None) -> N
     sent = seen.forwarded[0]
     assert (sent.method, sent.target, bytes(sent.body)) == (spec.method, spec.target, spec.body)
     if reference is not None:  # h11 read the client's bytes as the same message
-        assert (reference.method, reference.target, bytes(reference.body)) == \
-            (spec.method, spec.target, spec.body)
+        assert (reference.method, reference.target, bytes(reference.body)) == (
+            spec.method,
+            spec.target,
+            spec.body,
+        )
     framing = {b"host", b"content-length", b"transfer-encoding"}
     kept = [(name.lower(), value) for name, value in sent.headers if name.lower() not in framing]
     assert kept == [(name, value) for name, value in spec.headers], spec.raw
@@ -337,10 +397,15 @@ def check_rejected(spec: Spec, seen: Observed) -> None:
 
 
 @SETTINGS
-@given(requests=st.lists(specs(), min_size=1, max_size=3), pipelined=st.booleans(),
-       tap=st.sampled_from(["default", "small"]), data=st.data())
-def test_request_framing_agrees_with_h11(harness: Harness, *, requests: list[Spec],
-                                         pipelined: bool, tap: str, data: st.DataObject) -> None:
+@given(
+    requests=st.lists(specs(), min_size=1, max_size=3),
+    pipelined=st.booleans(),
+    tap=st.sampled_from(["default", "small"]),
+    data=st.data(),
+)
+def test_request_framing_agrees_with_h11(
+    harness: Harness, *, requests: list[Spec], pipelined: bool, tap: str, data: st.DataObject
+) -> None:
     for spec in requests:
         spec.raw = render(spec)
     total = sum(len(spec.raw) for spec in requests)
@@ -368,6 +433,7 @@ def test_request_framing_agrees_with_h11(harness: Harness, *, requests: list[Spe
 
 # (a) bodies byte for byte
 
+
 @dataclass
 class Upload:
     method: bytes
@@ -377,15 +443,19 @@ class Upload:
     chunks: list[tuple[bytes, bytes]] | None
 
     def raw(self) -> bytes:
-        head = [self.method + b" " + self.target + b" HTTP/" + self.version, b"host: tap",
-                b"content-type: application/json"]
+        head = [
+            self.method + b" " + self.target + b" HTTP/" + self.version,
+            b"host: tap",
+            b"content-type: application/json",
+        ]
         if self.chunks is None:
             head.append(b"content-length: %d" % len(self.body))
             body = self.body
         else:
             head.append(b"transfer-encoding: chunked")
-            body = b"".join(b"%x%b\r\n%b\r\n" % (len(d), e, d) for d, e in self.chunks) + \
-                b"0\r\n\r\n"
+            body = (
+                b"".join(b"%x%b\r\n%b\r\n" % (len(d), e, d) for d, e in self.chunks) + b"0\r\n\r\n"
+            )
         return b"\r\n".join([*head, b"", b""]) + body
 
 
@@ -409,8 +479,9 @@ def responses(draw: st.DrawFn, body: bytes, content_type: bytes) -> tuple[Answer
     return Answer([piece for piece in pieces if piece], close=framing == "close"), wire
 
 
-async def upload(harness: Harness, tap: str, request: Upload,
-                 answer: Answer | Callable[[Forwarded], Answer]) -> Reply | None:
+async def upload(
+    harness: Harness, tap: str, request: Upload, answer: Answer | Callable[[Forwarded], Answer]
+) -> Reply | None:
     harness.upstream.responder = answer if callable(answer) else lambda _: answer
     reader, writer = await asyncio.open_connection(*harness.taps[tap].address)
     try:
@@ -421,17 +492,30 @@ async def upload(harness: Harness, tap: str, request: Upload,
 
 
 @SETTINGS
-@given(data=st.data(), tap=st.sampled_from(["default", "small"]),
-       version=st.sampled_from([b"1.1", b"1.1", b"1.0"]),
-       body=st.one_of(st.binary(max_size=2048), st.binary(min_size=600, max_size=5000)),
-       response_body=st.binary(max_size=4096))
-def test_uninspected_bodies_pass_byte_for_byte(harness: Harness, *, data: st.DataObject,
-                                               tap: str, version: bytes, body: bytes,
-                                               response_body: bytes) -> None:
+@given(
+    data=st.data(),
+    tap=st.sampled_from(["default", "small"]),
+    version=st.sampled_from([b"1.1", b"1.1", b"1.0"]),
+    body=st.one_of(st.binary(max_size=2048), st.binary(min_size=600, max_size=5000)),
+    response_body=st.binary(max_size=4096),
+)
+def test_uninspected_bodies_pass_byte_for_byte(
+    harness: Harness,
+    *,
+    data: st.DataObject,
+    tap: str,
+    version: bytes,
+    body: bytes,
+    response_body: bytes,
+) -> None:
     chunks = data.draw(st.one_of(st.none(), chunkings(body)))
-    request = Upload(data.draw(st.sampled_from([b"POST", b"PUT", b"PATCH"])),
-                     data.draw(st.sampled_from([b"/v1/x", b"/upload?a=1", b"/v1/models"])),
-                     version, body, chunks)
+    request = Upload(
+        data.draw(st.sampled_from([b"POST", b"PUT", b"PATCH"])),
+        data.draw(st.sampled_from([b"/v1/x", b"/upload?a=1", b"/v1/models"])),
+        version,
+        body,
+        chunks,
+    )
     answer, wire = data.draw(responses(response_body, b"application/octet-stream"))
     forwarded = len(harness.upstream.forwarded)
     reply = harness.run(upload(harness, tap, request, answer), timeout=5)
@@ -444,8 +528,12 @@ def test_uninspected_bodies_pass_byte_for_byte(harness: Harness, *, data: st.Dat
 
 
 ABSENT = object()
-INSERTIONS = (b'"stream_options":{"include_usage":true},', b'"include_usage":true',
-              b',"include_usage":true', b',"stream_options":{"include_usage":true}')
+INSERTIONS = (
+    b'"stream_options":{"include_usage":true},',
+    b'"include_usage":true',
+    b',"include_usage":true',
+    b',"stream_options":{"include_usage":true}',
+)
 FINGERPRINT = b'"system_fingerprint":"fp_7"'
 
 
@@ -454,16 +542,28 @@ def chat_bodies(draw: st.DrawFn) -> tuple[dict[str, Any], bytes]:
     """A chat request as a client might write it: any key order, spacing and escaping."""
     document: dict[str, Any] = {
         "model": draw(st.sampled_from(["tiny-llama", "other"])),
-        "messages": draw(st.lists(st.fixed_dictionaries(
-            {"role": st.sampled_from(["user", "system"]), "content": st.text(max_size=40)}),
-            max_size=3)),
+        "messages": draw(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"role": st.sampled_from(["user", "system"]), "content": st.text(max_size=40)}
+                ),
+                max_size=3,
+            )
+        ),
     }
     optional = {
         "temperature": st.floats(0, 2),
         "stream": st.sampled_from([True, True, False]),
-        "stream_options": st.sampled_from([
-            None, {}, {"include_usage": False}, {"include_usage": True},
-            {"continuous_usage_stats": True}, {"continuous_usage_stats": False, "x": [1, "}"]}]),
+        "stream_options": st.sampled_from(
+            [
+                None,
+                {},
+                {"include_usage": False},
+                {"include_usage": True},
+                {"continuous_usage_stats": True},
+                {"continuous_usage_stats": False, "x": [1, "}"]},
+            ]
+        ),
         "n": st.sampled_from([1, 2]),
     }
     for key, values in optional.items():
@@ -471,9 +571,12 @@ def chat_bodies(draw: st.DrawFn) -> tuple[dict[str, Any], bytes]:
             document[key] = draw(values)
     order = draw(st.permutations(sorted(document)))
     document = {key: document[key] for key in order}
-    text = json.dumps(document, ensure_ascii=draw(st.booleans()),
-                      indent=draw(st.sampled_from([None, 1, "\t"])),
-                      separators=draw(st.sampled_from([None, (",", ":"), (" , ", " : ")])))
+    text = json.dumps(
+        document,
+        ensure_ascii=draw(st.booleans()),
+        indent=draw(st.sampled_from([None, 1, "\t"])),
+        separators=draw(st.sampled_from([None, (",", ":"), (" , ", " : ")])),
+    )
     space = draw(st.sampled_from(["", " ", "\n"]))
     return document, (space + text + space).encode()
 
@@ -483,8 +586,9 @@ def wants_rewrite(document: dict[str, Any]) -> bool:
     options = document.get("stream_options")
     if document.get("stream") is not True or document.get("n", 1) != 1:
         return False
-    return options is None or (options.get("include_usage") is not True
-                               and not options.get("continuous_usage_stats"))
+    return options is None or (
+        options.get("include_usage") is not True and not options.get("continuous_usage_stats")
+    )
 
 
 def inserted(client: bytes, sent: bytes) -> bytes | None:
@@ -495,8 +599,11 @@ def inserted(client: bytes, sent: bytes) -> bytes | None:
         if len(sent) != len(client) + len(snippet):
             continue
         for at in range(len(client) + 1):
-            if sent[:at] == client[:at] and sent[at:at + len(snippet)] == snippet and \
-                    sent[at + len(snippet):] == client[at:]:
+            if (
+                sent[:at] == client[:at]
+                and sent[at : at + len(snippet)] == snippet
+                and sent[at + len(snippet) :] == client[at:]
+            ):
                 return snippet
     raise AssertionError(f"not a single allowed insertion: {client!r} -> {sent!r}")
 
@@ -505,12 +612,16 @@ def inserted(client: bytes, sent: bytes) -> bytes | None:
 def sse_streams(draw: st.DrawFn) -> tuple[list[bytes], bytes]:
     """vLLM-shaped events (content, finish, [DONE]) and the usage event it adds on request."""
     texts = draw(st.lists(st.text(max_size=30), max_size=5))
-    events = [b'data: {"id":"c","choices":[{"index":0,"delta":{"content":%b},'
-              b'"finish_reason":null}]}\n\n' % json.dumps(text).encode() for text in texts]
-    events.append(b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
-                  b"\n\n")
-    usage = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d,'
-             b'"total_tokens":%d},%b}\n\n' % (len(texts), len(texts) + 3, FINGERPRINT))
+    events = [
+        b'data: {"id":"c","choices":[{"index":0,"delta":{"content":%b},'
+        b'"finish_reason":null}]}\n\n' % json.dumps(text).encode()
+        for text in texts
+    ]
+    events.append(b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')
+    usage = (
+        b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d,'
+        b'"total_tokens":%d},%b}\n\n' % (len(texts), len(texts) + 3, FINGERPRINT)
+    )
     return [*events, b"data: [DONE]\n\n"], usage
 
 
@@ -518,14 +629,21 @@ def vllm_like(events: list[bytes], usage: bytes, json_body: bytes) -> Callable[[
     def answer(request: Forwarded) -> Answer:
         document = json.loads(bytes(request.body))
         if document.get("stream") is not True:
-            return Answer([b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                           b"content-length: %d\r\n\r\n%b" % (len(json_body), json_body)])
+            return Answer(
+                [
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%b" % (len(json_body), json_body)
+                ]
+            )
         with_usage = (document.get("stream_options") or {}).get("include_usage") is True
         stream = [*events[:-1], usage, events[-1]] if with_usage else events
-        head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                b"transfer-encoding: chunked\r\n\r\n")
+        head = (
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
         chunks = [b"%x\r\n%b\r\n" % (len(event), event) for event in stream]
         return Answer([head + chunks[0], *chunks[1:], b"0\r\n\r\n"])
+
     return answer
 
 
@@ -537,13 +655,26 @@ def undone(events: list[bytes]) -> bytes:
 
 
 @SETTINGS
-@given(data=st.data(), tap=st.sampled_from(["default", "small"]), chat=chat_bodies(),
-       stream=sse_streams(), json_body=st.binary(max_size=2048),
-       target=st.sampled_from([b"/v1/chat/completions", b"/v1/completions",
-                               b"http://vllm/v1/chat/%63ompletions?x=1"]))
+@given(
+    data=st.data(),
+    tap=st.sampled_from(["default", "small"]),
+    chat=chat_bodies(),
+    stream=sse_streams(),
+    json_body=st.binary(max_size=2048),
+    target=st.sampled_from(
+        [b"/v1/chat/completions", b"/v1/completions", b"http://vllm/v1/chat/%63ompletions?x=1"]
+    ),
+)
 def test_inspected_bodies_pass_byte_for_byte_but_for_the_usage_rewrite(
-        harness: Harness, *, data: st.DataObject, tap: str, chat: tuple[dict[str, Any], bytes],
-        stream: tuple[list[bytes], bytes], json_body: bytes, target: bytes) -> None:
+    harness: Harness,
+    *,
+    data: st.DataObject,
+    tap: str,
+    chat: tuple[dict[str, Any], bytes],
+    stream: tuple[list[bytes], bytes],
+    json_body: bytes,
+    target: bytes,
+) -> None:
     document, body = chat
     chunks = data.draw(st.one_of(st.none(), chunkings(body)))
     events, usage = stream
@@ -551,16 +682,22 @@ def test_inspected_bodies_pass_byte_for_byte_but_for_the_usage_rewrite(
     counted = sum(row.requests for row in stats.bucket_summary())
     forwarded = len(harness.upstream.forwarded)
     request = Upload(b"POST", target, b"1.1", body, chunks)
-    reply = harness.run(upload(harness, tap, request, vllm_like(events, usage, json_body)),
-                        timeout=5)
+    reply = harness.run(
+        upload(harness, tap, request, vllm_like(events, usage, json_body)), timeout=5
+    )
     sent = bytes(harness.upstream.forwarded[forwarded].body)
     snippet = inserted(body, sent)
-    assert (snippet is not None) == (wants_rewrite(document) and len(body) <= SMALL_CAP
-                                     if tap == "small" else wants_rewrite(document))
+    assert (snippet is not None) == (
+        wants_rewrite(document) and len(body) <= SMALL_CAP
+        if tap == "small"
+        else wants_rewrite(document)
+    )
     if snippet is not None:
         options = document.get("stream_options") or {}
-        assert json.loads(sent) == {**document, "stream_options": {**options,
-                                                                   "include_usage": True}}
+        assert json.loads(sent) == {
+            **document,
+            "stream_options": {**options, "include_usage": True},
+        }
     assert reply is not None and reply.status == 200
     if document.get("stream") is not True:
         assert reply.wire_body == json_body
@@ -569,7 +706,9 @@ def test_inspected_bodies_pass_byte_for_byte_but_for_the_usage_rewrite(
     else:
         with_usage = (document.get("stream_options") or {}).get("include_usage") is True
         sent_events = [*events[:-1], usage, events[-1]] if with_usage else events
-        assert reply.wire_body == b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in sent_events) \
-            + b"0\r\n\r\n"  # verbatim, chunk framing included
+        assert (
+            reply.wire_body
+            == b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in sent_events) + b"0\r\n\r\n"
+        )  # verbatim, chunk framing included
     assert sum(row.requests for row in stats.bucket_summary()) == counted + 1
     assert harness.upstream.errors == []

@@ -64,8 +64,10 @@ async def test_non_streaming_exact_bytes_and_counts(fixture: str, bucket: str) -
         head, body = split_response(raw)
         assert head.startswith(b"HTTP/1.1 200 OK\r\n")
         assert body == json.dumps(fixture_response(fixture)["response"]).encode()
-        assert head.lower() == (b"http/1.1 200 ok\r\ncontent-type: application/json\r\n"
-                                b"content-length: %d\r\nconnection: close" % len(body))
+        assert head.lower() == (
+            b"http/1.1 200 ok\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close" % len(body)
+        )
         assert tap.upstream.received[0].body == request_body(fixture)  # passed on unchanged
         assert counts(tap, bucket) == (1, 0, *spec_of(fixture))
 
@@ -87,24 +89,32 @@ async def test_n2_has_no_metrics_so_it_is_unattributed() -> None:
 
 async def test_stream_with_include_usage_passes_every_byte_including_chunk_framing() -> None:
     stream = fixture_stream("chat_T0p8_stream_0.sse")
-    body = json.dumps({"model": MODEL, "temperature": 0.8, "stream": True,
-                       "stream_options": {"include_usage": True}, "messages": []}).encode()
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "temperature": 0.8,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [],
+        }
+    ).encode()
     async with running_tap() as tap:
         raw = await raw_exchange(tap.address, post_request(CHAT, body))
         head, wire = split_response(raw)
         expected = b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in sse_events(stream))
         assert wire == expected + b"0\r\n\r\n"
-        assert head.lower() == (b"http/1.1 200 ok\r\ncontent-type: text/event-stream; "
-                                b"charset=utf-8\r\ntransfer-encoding: chunked\r\n"
-                                b"connection: close")
+        assert head.lower() == (
+            b"http/1.1 200 ok\r\ncontent-type: text/event-stream; "
+            b"charset=utf-8\r\ntransfer-encoding: chunked\r\n"
+            b"connection: close"
+        )
         assert tap.upstream.received[0].body == body
         assert counts(tap, "0.7-1.0") == (1, 0, 43, 172, 52)
 
 
 async def test_stream_without_include_usage_gets_the_no_usage_structure() -> None:
     with_usage = fixture_stream("chat_T0p8_stream_0.sse")
-    body = json.dumps({"model": MODEL, "temperature": 0.8, "stream": True,
-                       "messages": []}).encode()
+    body = json.dumps({"model": MODEL, "temperature": 0.8, "stream": True, "messages": []}).encode()
     async with running_tap() as tap:
         raw = await raw_exchange(tap.address, post_request(CHAT, body))
         sent_upstream = tap.upstream.received[0].json()
@@ -112,8 +122,11 @@ async def test_stream_without_include_usage_gets_the_no_usage_structure() -> Non
         events = sse_events(dechunk(split_response(raw)[1]))
         original = sse_events(with_usage)
         assert events[:-2] == original[:-3]  # every other byte unchanged
-        assert events[-2] == original[-3].removesuffix(b"}\n\n") + \
-            b',"system_fingerprint":"vllm-0.32.0-52476dec"}\n\n'
+        assert (
+            events[-2]
+            == original[-3].removesuffix(b"}\n\n")
+            + b',"system_fingerprint":"vllm-0.32.0-52476dec"}\n\n'
+        )
         assert events[-1] == b"data: [DONE]\n\n"
         assert not any(b'"usage"' in event for event in events)
         assert counts(tap, "0.7-1.0") == (1, 0, 43, 172, 52)
@@ -141,8 +154,11 @@ async def test_other_paths_pass_unchanged_and_are_not_counted() -> None:
         return json_reply({"object": "list", "data": [{"id": MODEL}]})
 
     async with running_tap(models) as tap:
-        raw = await raw_exchange(tap.address, b"GET /v1/models?x=1 HTTP/1.1\r\nhost: tap\r\n"
-                                 b"authorization: Bearer sk-secret\r\nconnection: close\r\n\r\n")
+        raw = await raw_exchange(
+            tap.address,
+            b"GET /v1/models?x=1 HTTP/1.1\r\nhost: tap\r\n"
+            b"authorization: Bearer sk-secret\r\nconnection: close\r\n\r\n",
+        )
         assert split_response(raw)[1] == b'{"object": "list", "data": [{"id": "tiny-llama"}]}'
         received = tap.upstream.received[0]
         assert (received.method, received.target) == ("GET", "/v1/models?x=1")

@@ -35,8 +35,10 @@ def test_stream_without_stream_options_gets_include_usage_inserted_first() -> No
     body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
     result = plan(None, raw=body)
     assert result.undo_include_usage
-    assert result.body == (b'{"stream_options":{"include_usage":true},"model":"m","stream":true,'
-                           b'"messages":[{"role":"user","content":"hi"}]}')
+    assert result.body == (
+        b'{"stream_options":{"include_usage":true},"model":"m","stream":true,'
+        b'"messages":[{"role":"user","content":"hi"}]}'
+    )
 
 
 def test_leading_whitespace_kept() -> None:
@@ -110,15 +112,22 @@ def test_model_label_is_bounded() -> None:
 def test_uninspected_plan() -> None:
     result = uninspected_plan(b"{}")
     assert (result.model, result.temperature_bucket, result.undo_include_usage) == (
-        None, "unknown", False)
+        None,
+        "unknown",
+        False,
+    )
 
 
 def test_object_members_finds_top_level_values_byte_exactly() -> None:
     body = b' {"a" : "}\\"{" , "b\\u0062":[{"c":"]"}], "a":null,"d":-1.5e3 }'
     members = object_members(body)
     assert members is not None
-    assert [(m.key, body[m.start:m.end]) for m in members] == [
-        ("a", b'"}\\"{"'), ("bb", b'[{"c":"]"}]'), ("a", b"null"), ("d", b"-1.5e3")]
+    assert [(m.key, body[m.start : m.end]) for m in members] == [
+        ("a", b'"}\\"{"'),
+        ("bb", b'[{"c":"]"}]'),
+        ("a", b"null"),
+        ("d", b"-1.5e3"),
+    ]
     assert object_members(b"[1]") is None and object_members(b'{"a":"open') is None
 
 
@@ -126,4 +135,4 @@ def test_include_usage_insertion_keeps_every_other_byte() -> None:
     body = b'{"stream": true, "stream_options": {"continuous_usage_stats": false}, "x": "\\u00e9"}'
     result = plan(None, raw=body)
     assert result.undo_include_usage
-    assert result.body == body.replace(b'false}', b'false,"include_usage":true}')
+    assert result.body == body.replace(b"false}", b'false,"include_usage":true}')

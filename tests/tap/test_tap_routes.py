@@ -35,11 +35,14 @@ TARGETS = [
 
 def request(target: bytes, model: str) -> bytes:
     """A valid request for the endpoint the target names (chat or plain completions)."""
-    shape = {"messages": [{"role": "user", "content": "hi"}]} if b"chat" in target \
-        else {"prompt": "hi"}
+    shape = (
+        {"messages": [{"role": "user", "content": "hi"}]} if b"chat" in target else {"prompt": "hi"}
+    )
     body = json.dumps({"model": model, "temperature": 0.0, "max_tokens": 4, **shape}).encode()
-    return (b"POST %b HTTP/1.1\r\nhost: vllm\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (target, len(body), body))
+    return (
+        b"POST %b HTTP/1.1\r\nhost: vllm\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (target, len(body), body)
+    )
 
 
 def status_of(raw: bytes) -> int:
@@ -49,7 +52,10 @@ def status_of(raw: bytes) -> int:
 async def test_served_200_if_and_only_if_counted() -> None:
     config = sim_settings.SimConfig(
         speculative=sim_settings.SpeculativeConfig("ngram", 4),
-        per_request_spec_decode_metrics="summary", speed=50.0, mean_output_tokens=4)
+        per_request_spec_decode_metrics="summary",
+        speed=50.0,
+        mean_output_tokens=4,
+    )
     with sim_server.running_simulator(config) as sim:
         model = sim.config.served_model_name
         host, port = sim.url.removeprefix("http://").rsplit(":", 1)

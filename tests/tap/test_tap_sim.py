@@ -32,9 +32,12 @@ def request_bodies(model: str) -> list[dict[str, Any]]:
     mixes = itertools.cycle(itertools.product(TEMPERATURES, SHAPES))
     for index in range(REQUESTS):
         temperature, shape = next(mixes)
-        body: dict[str, Any] = {"model": model, "max_tokens": 24 + index % 9,
-                                "messages": [{"role": "user", "content": f"count {index}"}],
-                                **shape}
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": 24 + index % 9,
+            "messages": [{"role": "user", "content": f"count {index}"}],
+            **shape,
+        }
         if temperature is not None:
             body["temperature"] = temperature
         bodies.append(body)
@@ -74,19 +77,25 @@ def truth_by_bucket(truth: dict[str, Any], buckets: TemperatureBuckets) -> dict[
 async def test_tap_counts_equal_simulator_ground_truth() -> None:
     config = sim_settings.SimConfig(
         speculative=sim_settings.SpeculativeConfig("ngram", 4),
-        per_request_spec_decode_metrics="summary", default_temperature=DEFAULT_TEMPERATURE,
-        speed=20.0, mean_output_tokens=24)
+        per_request_spec_decode_metrics="summary",
+        default_temperature=DEFAULT_TEMPERATURE,
+        speed=20.0,
+        mean_output_tokens=24,
+    )
     with sim_server.running_simulator(config) as sim:
         model = sim.config.served_model_name
-        async with running_tap(upstream_url=sim.url, models=frozenset({model}),
-                               default_temperature=DEFAULT_TEMPERATURE) as tap:
+        async with running_tap(
+            upstream_url=sim.url, models=frozenset({model}), default_temperature=DEFAULT_TEMPERATURE
+        ) as tap:
             await send_all(tap.url, request_bodies(model))
             async with httpx.AsyncClient() as client:
                 truth = (await client.get(f"{sim.url}/sim/ground-truth")).json()
     expected = truth_by_bucket(truth, tap.stats.buckets)
-    got = {row.temperature_bucket: [row.attributed, row.drafts, row.draft_tokens,
-                                    row.accepted_tokens]
-           for row in tap.stats.bucket_summary() if row.requests}
+    got = {
+        row.temperature_bucket: [row.attributed, row.drafts, row.draft_tokens, row.accepted_tokens]
+        for row in tap.stats.bucket_summary()
+        if row.requests
+    }
     assert got == expected
     assert sum(row[0] for row in got.values()) == REQUESTS  # every request attributed
     assert len(got) == 5  # all five buckets exercised

@@ -17,8 +17,11 @@ LIMIT = 1 << 20
 
 def undo(stream: bytes, piece_size: int | None = None) -> tuple[bytes, IncludeUsageUndo]:
     undoer = IncludeUsageUndo(LIMIT)
-    pieces = sse_events(stream) if piece_size is None else [
-        stream[i:i + piece_size] for i in range(0, len(stream), piece_size)]
+    pieces = (
+        sse_events(stream)
+        if piece_size is None
+        else [stream[i : i + piece_size] for i in range(0, len(stream), piece_size)]
+    )
     out = b"".join(undoer.feed(piece) for piece in pieces) + undoer.finish()
     return out, undoer
 
@@ -37,8 +40,9 @@ def test_undo_changes_only_the_finish_and_usage_chunks() -> None:
     out_events = sse_events(out)
     assert len(out_events) == len(events) - 1
     assert out_events[:-2] == events[:-3]  # every other byte unchanged
-    finish = events[-3].removesuffix(b"}\n\n") + \
-        b',"system_fingerprint":"vllm-0.32.0-52476dec"}\n\n'
+    finish = (
+        events[-3].removesuffix(b"}\n\n") + b',"system_fingerprint":"vllm-0.32.0-52476dec"}\n\n'
+    )
     assert out_events[-2] == finish
     assert out_events[-1] == b"data: [DONE]\n\n"
 
@@ -94,7 +98,7 @@ def test_non_sse_body_passes_through_after_the_limit() -> None:
 def test_watcher_finds_metrics_on_the_final_chunk() -> None:
     watcher = UsageWatcher(LIMIT)
     for index in range(0, len(GREEDY_WITH_USAGE), 50):
-        watcher.feed(GREEDY_WITH_USAGE[index:index + 50])
+        watcher.feed(GREEDY_WITH_USAGE[index : index + 50])
     assert watcher.final_chunk is not None
     spec = watcher.final_chunk["metrics"]["speculative_decoding"]
     assert (spec["num_spec_steps"], spec["num_draft_tokens"]) == (23, 92)

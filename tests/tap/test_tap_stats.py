@@ -42,8 +42,7 @@ def test_series_precreated_at_zero_for_every_bucket() -> None:
         assert value(registry, "specdec_requests_total", **labels, attributed="false") == 0
         assert value(registry, "specdec_request_draft_tokens_total", **labels) == 0
         assert value(registry, "specdec_request_acceptance_rate_count", **labels) == 0
-        assert value(registry, "specdec_request_acceptance_length_bucket", **labels,
-                     le="5.0") == 0
+        assert value(registry, "specdec_request_acceptance_length_bucket", **labels, le="5.0") == 0
 
 
 def test_record_sums_exactly() -> None:
@@ -72,7 +71,8 @@ def test_acceptance_histograms() -> None:
     assert value(registry, "specdec_request_acceptance_rate_bucket", **labels, le="0.75") == 0
     assert value(registry, "specdec_request_acceptance_rate_bucket", **labels, le="0.8") == 1
     assert value(registry, "specdec_request_acceptance_rate_sum", **labels) == pytest.approx(
-        73 / 92)
+        73 / 92
+    )
     assert value(registry, "specdec_request_acceptance_length_bucket", **labels, le="4.0") == 0
     assert value(registry, "specdec_request_acceptance_length_bucket", **labels, le="4.25") == 1
     assert value(registry, "specdec_request_acceptance_length_bucket", **labels, le="+Inf") == 1
@@ -107,15 +107,21 @@ def test_unknown_k_waits_for_the_first_response() -> None:
 
 def test_latency_histograms() -> None:
     stats, registry = stats_with()
-    stats.record(RequestRecord(MODEL, "0", None, time_to_first_token=0.03,
-                               time_per_output_token=0.02))
+    stats.record(
+        RequestRecord(MODEL, "0", None, time_to_first_token=0.03, time_per_output_token=0.02)
+    )
     labels = {"model_name": MODEL, "temperature_bucket": "0"}
-    assert value(registry, "specdec_request_time_to_first_token_seconds_bucket", **labels,
-                 le="0.04") == 1
-    assert value(registry, "specdec_request_time_to_first_token_seconds_bucket", **labels,
-                 le="0.02") == 0
-    assert value(registry, "specdec_request_time_per_output_token_seconds_sum",
-                 **labels) == pytest.approx(0.02)
+    assert (
+        value(registry, "specdec_request_time_to_first_token_seconds_bucket", **labels, le="0.04")
+        == 1
+    )
+    assert (
+        value(registry, "specdec_request_time_to_first_token_seconds_bucket", **labels, le="0.02")
+        == 0
+    )
+    assert value(
+        registry, "specdec_request_time_per_output_token_seconds_sum", **labels
+    ) == pytest.approx(0.02)
 
 
 def test_bucket_summary() -> None:
@@ -125,8 +131,13 @@ def test_bucket_summary() -> None:
     rows = {(row.model_name, row.temperature_bucket): row for row in stats.bucket_summary()}
     assert len(rows) == 6  # five buckets pre-created, plus invalid on first use
     greedy = rows[(MODEL, "0")]
-    assert (greedy.requests, greedy.attributed, greedy.drafts, greedy.draft_tokens,
-            greedy.accepted_tokens) == (1, 1, 23, 92, 73)
+    assert (
+        greedy.requests,
+        greedy.attributed,
+        greedy.drafts,
+        greedy.draft_tokens,
+        greedy.accepted_tokens,
+    ) == (1, 1, 23, 92, 73)
     assert greedy.acceptance_rate == pytest.approx(73 / 92)
     assert greedy.mean_acceptance_length == pytest.approx(1 + 73 / 23)
     assert rows[(MODEL, "invalid")].requests == 1
@@ -139,16 +150,22 @@ def test_exposition_is_valid_text_and_has_no_colons() -> None:
     text = generate_latest(registry).decode()
     assert "# TYPE specdec_requests_total counter" in text
     assert "# TYPE specdec_request_acceptance_length histogram" in text
-    assert all(":" not in line.split("{")[0] for line in text.splitlines()
-               if not line.startswith("#"))
+    assert all(
+        ":" not in line.split("{")[0] for line in text.splitlines() if not line.startswith("#")
+    )
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_accepts_the_exposition() -> None:
     stats, registry = stats_with()
     stats.record(RequestRecord(MODEL, "0", GREEDY_SPEC, 0.1, 0.01))
-    result = subprocess.run(["promtool", "check", "metrics"], input=generate_latest(registry),
-                            capture_output=True, check=False, timeout=30)
+    result = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=generate_latest(registry),
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

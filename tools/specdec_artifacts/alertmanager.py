@@ -45,19 +45,25 @@ EVENT_DETAILS = {
     "temperature_bucket": "{{ .CommonLabels.temperature_bucket }}",
     "runbook_url": "{{ " + _FIRST + ".Annotations.runbook_url }}",
     "dashboard_url": "{{ " + _FIRST + ".Annotations.dashboard_url }}",
-    "alerts": ("{{ range .Alerts }}{{ .Labels.alertname }} {{ .Labels.instance }}: "
-               "{{ .Annotations.description }} Runbook: {{ .Annotations.runbook_url }}\n"
-               "{{ end }}"),
+    "alerts": (
+        "{{ range .Alerts }}{{ .Labels.alertname }} {{ .Labels.instance }}: "
+        "{{ .Annotations.description }} Runbook: {{ .Annotations.runbook_url }}\n"
+        "{{ end }}"
+    ),
 }
 EVENT_LINKS = (
     ("{{ " + _FIRST + ".Annotations.runbook_url }}", "Runbook"),
     ("{{ " + _FIRST + ".Annotations.dashboard_url }}", "Dashboard"),
 )
-CHAT_TITLE = ("[{{ .Status | toUpper }}] {{ .CommonLabels.model_name }} "
-              "({{ .CommonLabels.namespace }}): {{ len .Alerts }} speculative-decoding alert(s)")
-CHAT_TEXT = ("{{ range .Alerts }}*{{ .Labels.alertname }}* ({{ .Labels.severity }}) "
-             "{{ .Annotations.description }}\nRunbook: {{ .Annotations.runbook_url }}\n"
-             "Dashboard: {{ .Annotations.dashboard_url }}\n{{ end }}")
+CHAT_TITLE = (
+    "[{{ .Status | toUpper }}] {{ .CommonLabels.model_name }} "
+    "({{ .CommonLabels.namespace }}): {{ len .Alerts }} speculative-decoding alert(s)"
+)
+CHAT_TEXT = (
+    "{{ range .Alerts }}*{{ .Labels.alertname }}* ({{ .Labels.severity }}) "
+    "{{ .Annotations.description }}\nRunbook: {{ .Annotations.runbook_url }}\n"
+    "Dashboard: {{ .Annotations.dashboard_url }}\n{{ end }}"
+)
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,9 @@ class Endpoints:
 
     @classmethod
     def of(cls, routing: Routing) -> Endpoints:
-        return cls(routing.pagerduty_url, routing.pagerduty_routing_key_file,
-                   routing.slack_api_url_file)
+        return cls(
+            routing.pagerduty_url, routing.pagerduty_routing_key_file, routing.slack_api_url_file
+        )
 
 
 def subtree(settings: Settings, endpoints: Endpoints | None = None) -> Document:
@@ -80,43 +87,57 @@ def subtree(settings: Settings, endpoints: Endpoints | None = None) -> Document:
     routing = settings.alertmanager
     ends = endpoints or Endpoints.of(routing)
     return {
-        "routes": [{
-            "receiver": routing.chat_receiver,
-            "matchers": [f'alertname=~"{OURS}"'],
-            "group_by": [*routing.group_by, *settings.cluster],
-            "group_wait": routing.group_wait,
-            "group_interval": routing.group_interval,
-            "repeat_interval": routing.repeat_interval,
-            "routes": [
-                {"receiver": routing.pagerduty_receiver, "matchers": ['severity="critical"']},
-                {"receiver": routing.chat_receiver, "matchers": ['severity="warning"']},
-            ],
-        }],
-        "inhibit_rules": [{
-            "source_matchers": [f'alertname=~"{"|".join(INHIBITING_ALERTS)}"'],
-            "target_matchers": [f'alertname=~"{"|".join(INHIBITED_ALERTS)}"'],
-            "equal": [*INHIBITION_EQUAL, *settings.cluster],
-        }],
+        "routes": [
+            {
+                "receiver": routing.chat_receiver,
+                "matchers": [f'alertname=~"{OURS}"'],
+                "group_by": [*routing.group_by, *settings.cluster],
+                "group_wait": routing.group_wait,
+                "group_interval": routing.group_interval,
+                "repeat_interval": routing.repeat_interval,
+                "routes": [
+                    {"receiver": routing.pagerduty_receiver, "matchers": ['severity="critical"']},
+                    {"receiver": routing.chat_receiver, "matchers": ['severity="warning"']},
+                ],
+            }
+        ],
+        "inhibit_rules": [
+            {
+                "source_matchers": [f'alertname=~"{"|".join(INHIBITING_ALERTS)}"'],
+                "target_matchers": [f'alertname=~"{"|".join(INHIBITED_ALERTS)}"'],
+                "equal": [*INHIBITION_EQUAL, *settings.cluster],
+            }
+        ],
         "receivers": [
-            {"name": routing.pagerduty_receiver, "pagerduty_configs": [{
-                "routing_key_file": ends.routing_key_file,
-                "url": ends.pagerduty_url,
-                "send_resolved": True,
-                "severity": PAGERDUTY_SEVERITY,
-                "class": "{{ " + _FIRST + ".Labels.alertname }}",
-                "component": "{{ .CommonLabels.model_name }}",
-                "group": "{{ .CommonLabels.namespace }}",
-                "description": EVENT_SUMMARY,
-                "details": dict(EVENT_DETAILS),
-                "links": [{"href": href, "text": text} for href, text in EVENT_LINKS],
-            }]},
-            {"name": routing.chat_receiver, "slack_configs": [{
-                "api_url_file": ends.slack_api_url_file,
-                "channel": routing.slack_channel,
-                "send_resolved": True,
-                "title": CHAT_TITLE,
-                "text": CHAT_TEXT,
-            }]},
+            {
+                "name": routing.pagerduty_receiver,
+                "pagerduty_configs": [
+                    {
+                        "routing_key_file": ends.routing_key_file,
+                        "url": ends.pagerduty_url,
+                        "send_resolved": True,
+                        "severity": PAGERDUTY_SEVERITY,
+                        "class": "{{ " + _FIRST + ".Labels.alertname }}",
+                        "component": "{{ .CommonLabels.model_name }}",
+                        "group": "{{ .CommonLabels.namespace }}",
+                        "description": EVENT_SUMMARY,
+                        "details": dict(EVENT_DETAILS),
+                        "links": [{"href": href, "text": text} for href, text in EVENT_LINKS],
+                    }
+                ],
+            },
+            {
+                "name": routing.chat_receiver,
+                "slack_configs": [
+                    {
+                        "api_url_file": ends.slack_api_url_file,
+                        "channel": routing.slack_channel,
+                        "send_resolved": True,
+                        "title": CHAT_TITLE,
+                        "text": CHAT_TEXT,
+                    }
+                ],
+            },
         ],
     }
 
@@ -135,17 +156,22 @@ def merge_into(config: Document, ours: Document) -> Document:
         raise ValueError(f"receiver names already used in the config: {', '.join(clash)}")
     route["routes"] = [*copy.deepcopy(ours["routes"]), *route.get("routes", [])]
     merged["receivers"] = [*merged.get("receivers", []), *copy.deepcopy(ours["receivers"])]
-    merged["inhibit_rules"] = [*merged.get("inhibit_rules", []),
-                               *copy.deepcopy(ours["inhibit_rules"])]
+    merged["inhibit_rules"] = [
+        *merged.get("inhibit_rules", []),
+        *copy.deepcopy(ours["inhibit_rules"]),
+    ]
     return merged
 
 
-def standalone_config(settings: Settings, endpoints: Endpoints | None = None,
-                      default: Document | None = None) -> Document:
+def standalone_config(
+    settings: Settings, endpoints: Endpoints | None = None, default: Document | None = None
+) -> Document:
     """A whole alertmanager.yml: a root route to `default` (a receiver that drops everything,
     unless given) with the subtree merged in. The e2e test and `amtool` tests run it."""
-    root = {"route": {"receiver": DEFAULT_RECEIVER},
-            "receivers": [default or {"name": DEFAULT_RECEIVER}]}
+    root = {
+        "route": {"receiver": DEFAULT_RECEIVER},
+        "receivers": [default or {"name": DEFAULT_RECEIVER}],
+    }
     return merge_into(root, subtree(settings, endpoints))
 
 
@@ -171,40 +197,61 @@ def alertmanager_config_resource(settings: Settings) -> Document:
                 "groupInterval": routing.group_interval,
                 "repeatInterval": routing.repeat_interval,
                 "routes": [
-                    {"receiver": routing.pagerduty_receiver,
-                     "matchers": [_matcher("severity", "critical")]},
-                    {"receiver": routing.chat_receiver,
-                     "matchers": [_matcher("severity", "warning")]},
+                    {
+                        "receiver": routing.pagerduty_receiver,
+                        "matchers": [_matcher("severity", "critical")],
+                    },
+                    {
+                        "receiver": routing.chat_receiver,
+                        "matchers": [_matcher("severity", "warning")],
+                    },
                 ],
             },
-            "inhibitRules": [{
-                "sourceMatch": [_matcher("alertname", "|".join(INHIBITING_ALERTS), "=~")],
-                "targetMatch": [_matcher("alertname", "|".join(INHIBITED_ALERTS), "=~")],
-                "equal": [*INHIBITION_EQUAL, *settings.cluster],
-            }],
+            "inhibitRules": [
+                {
+                    "sourceMatch": [_matcher("alertname", "|".join(INHIBITING_ALERTS), "=~")],
+                    "targetMatch": [_matcher("alertname", "|".join(INHIBITED_ALERTS), "=~")],
+                    "equal": [*INHIBITION_EQUAL, *settings.cluster],
+                }
+            ],
             "receivers": [
-                {"name": routing.pagerduty_receiver, "pagerdutyConfigs": [{
-                    "routingKey": {"name": routing.pagerduty_secret.name,
-                                   "key": routing.pagerduty_secret.key},
-                    "url": routing.pagerduty_url,
-                    "sendResolved": True,
-                    "severity": PAGERDUTY_SEVERITY,
-                    "class": "{{ " + _FIRST + ".Labels.alertname }}",
-                    "component": "{{ .CommonLabels.model_name }}",
-                    "group": "{{ .CommonLabels.namespace }}",
-                    "description": EVENT_SUMMARY,
-                    "details": [{"key": k, "value": v} for k, v in EVENT_DETAILS.items()],
-                    "pagerDutyLinkConfigs": [{"href": href, "alt": text}
-                                             for href, text in EVENT_LINKS],
-                }]},
-                {"name": routing.chat_receiver, "slackConfigs": [{
-                    "apiURL": {"name": routing.slack_secret.name,
-                               "key": routing.slack_secret.key},
-                    "channel": routing.slack_channel,
-                    "sendResolved": True,
-                    "title": CHAT_TITLE,
-                    "text": CHAT_TEXT,
-                }]},
+                {
+                    "name": routing.pagerduty_receiver,
+                    "pagerdutyConfigs": [
+                        {
+                            "routingKey": {
+                                "name": routing.pagerduty_secret.name,
+                                "key": routing.pagerduty_secret.key,
+                            },
+                            "url": routing.pagerduty_url,
+                            "sendResolved": True,
+                            "severity": PAGERDUTY_SEVERITY,
+                            "class": "{{ " + _FIRST + ".Labels.alertname }}",
+                            "component": "{{ .CommonLabels.model_name }}",
+                            "group": "{{ .CommonLabels.namespace }}",
+                            "description": EVENT_SUMMARY,
+                            "details": [{"key": k, "value": v} for k, v in EVENT_DETAILS.items()],
+                            "pagerDutyLinkConfigs": [
+                                {"href": href, "alt": text} for href, text in EVENT_LINKS
+                            ],
+                        }
+                    ],
+                },
+                {
+                    "name": routing.chat_receiver,
+                    "slackConfigs": [
+                        {
+                            "apiURL": {
+                                "name": routing.slack_secret.name,
+                                "key": routing.slack_secret.key,
+                            },
+                            "channel": routing.slack_channel,
+                            "sendResolved": True,
+                            "title": CHAT_TITLE,
+                            "text": CHAT_TEXT,
+                        }
+                    ],
+                },
             ],
         },
     }

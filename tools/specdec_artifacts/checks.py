@@ -17,8 +17,10 @@ _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 _NAME = re.compile(r"(?<![\w:$])[a-zA-Z_][\w:]*")
 _SELECTOR = re.compile(r"(?<![\w:])([a-zA-Z_][\w:]*)\s*\{([^}]*)\}")
 _MATCHER_LABEL = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)")
-_MODIFIER = re.compile(r"\s*(?:(?:on|ignoring)\s*\([\w\s,]*\)\s*)?"
-                       r"(?:group_(?:left|right)\s*(?:\([\w\s,]*\))?\s*)?")
+_MODIFIER = re.compile(
+    r"\s*(?:(?:on|ignoring)\s*\([\w\s,]*\)\s*)?"
+    r"(?:group_(?:left|right)\s*(?:\([\w\s,]*\))?\s*)?"
+)
 _SPECDEC = series_index(SPECDEC_METRICS)
 _VLLM = series_index(VLLM_METRICS)
 REQUIRED_VARIABLES = ("datasource", "cluster", "namespace", "pod", "model", "engine", "bucket")
@@ -39,8 +41,9 @@ def stale_outputs(outputs: Iterable[Output], root: Path) -> list[str]:
     return problems
 
 
-def query_problems(expr: str, recorded: frozenset[str],
-                   extra_labels: tuple[str, ...] = ()) -> list[str]:
+def query_problems(
+    expr: str, recorded: frozenset[str], extra_labels: tuple[str, ...] = ()
+) -> list[str]:
     """What is wrong with one PromQL expression: unknown series or labels, unguarded maths.
     `extra_labels`: labels every series may carry besides its own (the cluster label)."""
     text = _QUOTED.sub('""', expr)
@@ -49,8 +52,9 @@ def query_problems(expr: str, recorded: frozenset[str],
     return problems
 
 
-def dashboard_problems(board: dict[str, Any], recorded: frozenset[str],
-                       scope_labels: tuple[str, ...] = ("namespace",)) -> list[str]:
+def dashboard_problems(
+    board: dict[str, Any], recorded: frozenset[str], scope_labels: tuple[str, ...] = ("namespace",)
+) -> list[str]:
     """Structure (datasource variable, uid, tags, "No traffic") and every query of a dashboard;
     every specdec_*, vllm:* or recorded series must be filtered on each of `scope_labels`."""
     problems = []
@@ -63,10 +67,14 @@ def dashboard_problems(board: dict[str, Any], recorded: frozenset[str],
     names = [v["name"] for v in board["templating"]["list"]]
     problems += [f"missing variable ${name}" for name in REQUIRED_VARIABLES if name not in names]
     for panel in panels_of(board):
-        problems += [f"panel {panel['title']!r}: {p}"
-                     for p in _panel_problems(panel, recorded, scope_labels)]
-        problems += [f"panel {panel['title']!r}: {p}" for target in panel["targets"]
-                     for p in unscoped_series(target["expr"], scope_labels)]
+        problems += [
+            f"panel {panel['title']!r}: {p}" for p in _panel_problems(panel, recorded, scope_labels)
+        ]
+        problems += [
+            f"panel {panel['title']!r}: {p}"
+            for target in panel["targets"]
+            for p in unscoped_series(target["expr"], scope_labels)
+        ]
     return problems
 
 
@@ -78,17 +86,21 @@ def unscoped_series(expr: str, labels: tuple[str, ...]) -> list[str]:
         if not (name.startswith(("specdec_", "vllm:")) or ":specdec_" in name):
             continue
         present = set(_MATCHER_LABEL.findall(matchers))
-        problems += [f"{name} is not filtered on {label}" for label in labels
-                     if label not in present]
+        problems += [
+            f"{name} is not filtered on {label}" for label in labels if label not in present
+        ]
     return problems
 
 
 def rule_problems(groups: list[dict[str, Any]], extra_labels: tuple[str, ...] = ()) -> list[str]:
     """Every rule expression against the contract, with the same guards as the dashboards."""
     recorded = frozenset(r["record"] for g in groups for r in g["rules"] if "record" in r)
-    return [f"rule {rule.get('record') or rule.get('alert')}: {problem}"
-            for group in groups for rule in group["rules"]
-            for problem in query_problems(rule["expr"], recorded, extra_labels)]
+    return [
+        f"rule {rule.get('record') or rule.get('alert')}: {problem}"
+        for group in groups
+        for rule in group["rules"]
+        for problem in query_problems(rule["expr"], recorded, extra_labels)
+    ]
 
 
 def panels_of(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -98,19 +110,23 @@ def panels_of(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from panel.get("panels", [])
 
 
-def _panel_problems(panel: dict[str, Any], recorded: frozenset[str],
-                    extra_labels: tuple[str, ...]) -> list[str]:
+def _panel_problems(
+    panel: dict[str, Any], recorded: frozenset[str], extra_labels: tuple[str, ...]
+) -> list[str]:
     defaults = panel["fieldConfig"]["defaults"]
     problems = []
     if panel.get("datasource") != DATASOURCE:
         problems.append("datasource is not ${datasource}")
     if defaults.get("noValue") != NO_TRAFFIC or not any(
-            m.get("options", {}).get("result", {}).get("text") == NO_TRAFFIC
-            for m in defaults.get("mappings", [])):
+        m.get("options", {}).get("result", {}).get("text") == NO_TRAFFIC
+        for m in defaults.get("mappings", [])
+    ):
         problems.append(f'no "{NO_TRAFFIC}" value and mapping')
     for target in panel["targets"]:
-        problems += [f"{p} in {target['expr']!r}"
-                     for p in query_problems(target["expr"], recorded, extra_labels)]
+        problems += [
+            f"{p} in {target['expr']!r}"
+            for p in query_problems(target["expr"], recorded, extra_labels)
+        ]
     return problems
 
 
@@ -142,9 +158,9 @@ def _unguarded_divisions(text: str) -> list[str]:
     """Every `/` must divide by a parenthesised `(... > 0)`."""
     problems = []
     for match in re.finditer(r"/", text):
-        rest = text[match.end():]
+        rest = text[match.end() :]
         modifier = _MODIFIER.match(rest)
-        operand = _parenthesised(rest[modifier.end() if modifier else 0:])
+        operand = _parenthesised(rest[modifier.end() if modifier else 0 :])
         if operand is None or not re.search(r">\s*0\s*$", operand):
             problems.append("division without a `(denominator > 0)` guard")
     return problems
@@ -154,8 +170,8 @@ def _unguarded_quantiles(text: str) -> list[str]:
     """Every histogram_quantile must be followed by `and <observations> > 0`."""
     problems = []
     for match in re.finditer(r"histogram_quantile\s*", text):
-        call = _parenthesised(text[match.end():])
-        after = text[match.end() + len(call or "") + 2:]
+        call = _parenthesised(text[match.end() :])
+        after = text[match.end() + len(call or "") + 2 :]
         if call is None or not re.match(r"\s*and\b[^/]*>\s*0", after):
             problems.append("histogram_quantile without an `and <count> > 0` guard")
     return problems
@@ -174,8 +190,17 @@ def _parenthesised(text: str) -> str | None:
 
 
 def _short_diff(committed: str, generated: str, limit: int = 30) -> str:
-    lines = list(difflib.unified_diff(committed.splitlines(), generated.splitlines(),
-                                      "committed", "generated", lineterm="", n=1))
-    shown = lines[:limit] + ([f"... {len(lines) - limit} more diff lines"]
-                             if len(lines) > limit else [])
+    lines = list(
+        difflib.unified_diff(
+            committed.splitlines(),
+            generated.splitlines(),
+            "committed",
+            "generated",
+            lineterm="",
+            n=1,
+        )
+    )
+    shown = lines[:limit] + (
+        [f"... {len(lines) - limit} more diff lines"] if len(lines) > limit else []
+    )
     return "\n".join("    " + line for line in shown)

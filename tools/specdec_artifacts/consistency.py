@@ -33,32 +33,41 @@ PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThresho
 def example_manifests(folder: Path = EXAMPLE) -> list[Manifest]:
     """The example stack as kustomize renders it (the sidecar injected by the components), without
     its generated speculative-config ConfigMap: callers add the one the config gives."""
-    return [doc for doc in render(folder) if (doc["kind"], doc["metadata"]["name"]) != (
-        "ConfigMap", SPECULATIVE_CONFIG_MAP)]
+    return [
+        doc
+        for doc in render(folder)
+        if (doc["kind"], doc["metadata"]["name"]) != ("ConfigMap", SPECULATIVE_CONFIG_MAP)
+    ]
 
 
 def deploy_problems(settings: Settings, manifests: list[Manifest]) -> list[str]:
     """What in the manifests (the hand-written ones plus the generated ConfigMap) disagrees
     with the config."""
-    config_maps = {m["metadata"]["name"]: m.get("data", {}) for m in manifests
-                   if m["kind"] == "ConfigMap"}
+    config_maps = {
+        m["metadata"]["name"]: m.get("data", {}) for m in manifests if m["kind"] == "ConfigMap"
+    }
     problems = []
     for deployment in (m for m in manifests if m["kind"] in ("Deployment", "StatefulSet")):
         containers = _containers(deployment)
         vllm, sidecar = containers.get(VLLM_CONTAINER), containers.get(SIDECAR_CONTAINER)
         if vllm is None or sidecar is None:
-            problems.append(f"{_name(deployment)}: no `{VLLM_CONTAINER}` and "
-                            f"`{SIDECAR_CONTAINER}` containers to compare")
+            problems.append(
+                f"{_name(deployment)}: no `{VLLM_CONTAINER}` and "
+                f"`{SIDECAR_CONTAINER}` containers to compare"
+            )
             continue
-        problems += [f"{_name(deployment)}: {p}" for p in
-                     method_problems(settings, vllm, sidecar, config_maps)]
+        problems += [
+            f"{_name(deployment)}: {p}"
+            for p in method_problems(settings, vllm, sidecar, config_maps)
+        ]
         problems += [f"{_name(deployment)}: {p}" for p in startup_problems(settings, vllm)]
     problems += job_problems(settings, [m for m in manifests if m["kind"] == "PodMonitor"])
     return problems
 
 
-def method_problems(settings: Settings, vllm: Container, sidecar: Container,
-                    config_maps: dict[str, dict[str, str]]) -> list[str]:
+def method_problems(
+    settings: Settings, vllm: Container, sidecar: Container, config_maps: dict[str, dict[str, str]]
+) -> list[str]:
     wanted = settings.example_deployment
     text = _resolve(_flag(vllm, "--speculative-config"), vllm, config_maps)
     if text is None:
@@ -72,11 +81,15 @@ def method_problems(settings: Settings, vllm: Container, sidecar: Container,
         method = _env(sidecar, "SPECDEC_SPECULATIVE_METHOD", config_maps)
     problems = []
     if speculative != wanted.speculative_config:
-        problems.append(f"vLLM's --speculative-config {speculative} is not alerts/config.toml's "
-                        f"{wanted.speculative_config}")
+        problems.append(
+            f"vLLM's --speculative-config {speculative} is not alerts/config.toml's "
+            f"{wanted.speculative_config}"
+        )
     if method != speculative.get("method"):
-        problems.append(f"the sidecar's --speculative-method {method!r} is not vLLM's method "
-                        f"{speculative.get('method')!r}: it would model the wrong draft cost")
+        problems.append(
+            f"the sidecar's --speculative-method {method!r} is not vLLM's method "
+            f"{speculative.get('method')!r}: it would model the wrong draft cost"
+        )
     return problems
 
 
@@ -88,23 +101,32 @@ def startup_problems(settings: Settings, vllm: Container) -> list[str]:
     budget = timing["initialDelaySeconds"] + timing["periodSeconds"] * timing["failureThreshold"]
     grace = startup_grace_seconds(settings)
     if budget >= grace:
-        return [f"vLLM's startupProbe allows {budget:g} s, but SpecDecodeVLLMNeverUp pages after "
-                f"{grace:g} s: a slow start would page; raise its `for`"]
+        return [
+            f"vLLM's startupProbe allows {budget:g} s, but SpecDecodeVLLMNeverUp pages after "
+            f"{grace:g} s: a slow start would page; raise its `for`"
+        ]
     return []
 
 
 def job_problems(settings: Settings, monitors: Iterable[Manifest]) -> list[str]:
-    jobs = {rule["replacement"] for monitor in monitors
-            for endpoint in monitor["spec"]["podMetricsEndpoints"]
-            for rule in endpoint.get("relabelings", [])
-            if rule.get("targetLabel") == "job" and "replacement" in rule}
+    jobs = {
+        rule["replacement"]
+        for monitor in monitors
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]
+        for rule in endpoint.get("relabelings", [])
+        if rule.get("targetLabel") == "job" and "replacement" in rule
+    }
     problems = []
-    for name, matchers in (("sidecar", settings.selectors.sidecar),
-                           ("vllm", settings.selectors.vllm)):
+    for name, matchers in (
+        ("sidecar", settings.selectors.sidecar),
+        ("vllm", settings.selectors.vllm),
+    ):
         match = _JOB.match(matchers)
         if match and match.group(1) not in jobs:
-            problems.append(f"[selectors] {name} selects job {match.group(1)!r}, but the "
-                            f"PodMonitor sets the jobs {sorted(jobs)}")
+            problems.append(
+                f"[selectors] {name} selects job {match.group(1)!r}, but the "
+                f"PodMonitor sets the jobs {sorted(jobs)}"
+            )
     return problems
 
 
@@ -129,8 +151,9 @@ def _flag(container: Container, flag: str) -> str | None:
     return None
 
 
-def _resolve(value: str | None, container: Container,
-             config_maps: dict[str, dict[str, str]]) -> str | None:
+def _resolve(
+    value: str | None, container: Container, config_maps: dict[str, dict[str, str]]
+) -> str | None:
     """Kubernetes' `$(VAR)` expansion of a command-line value from the container's env."""
     if value is None:
         return None

@@ -77,6 +77,7 @@ VLLM_METRICS: tuple[Metric, ...] = (
 )
 """vLLM's own families the dashboards read, scraped by Prometheus straight from vLLM."""
 
+
 def series_index(metrics: tuple[Metric, ...]) -> dict[str, Metric]:
     """Every usable series name mapped to the metric it belongs to."""
     return {sample: metric for metric in metrics for sample in metric.sample_names()}

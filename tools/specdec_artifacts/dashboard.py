@@ -59,10 +59,24 @@ class Scope:
         fleet = _join(settings.selectors.sidecar, models)
         sidecar = _join(fleet, 'pod=~"$pod"')
         model = _join(sidecar, 'model_name=~"$model"')
-        vllm = _join(settings.selectors.vllm, cluster, 'namespace=~"$namespace"', 'pod=~"$pod"',
-                     'model_name=~"$model"', 'engine=~"$engine"')
-        return cls(cluster, models, fleet, sidecar, model, _join(model, 'engine=~"$engine"'),
-                   _join(model, 'temperature_bucket=~"$bucket"'), vllm)
+        vllm = _join(
+            settings.selectors.vllm,
+            cluster,
+            'namespace=~"$namespace"',
+            'pod=~"$pod"',
+            'model_name=~"$model"',
+            'engine=~"$engine"',
+        )
+        return cls(
+            cluster,
+            models,
+            fleet,
+            sidecar,
+            model,
+            _join(model, 'engine=~"$engine"'),
+            _join(model, 'temperature_bucket=~"$bucket"'),
+            vllm,
+        )
 
 
 def _join(*matchers: str) -> str:
@@ -84,146 +98,290 @@ def _ratio(by: str, numerator: str, denominator: str, matchers: str) -> str:
 def _quantile(q: float, histogram: str, by: str, matchers: str) -> str:
     """P(q) of a histogram, only where the window holds observations."""
     buckets = _sum_rate(f"{by}, le" if by else "le", f"{histogram}_bucket", matchers)
-    return (f"histogram_quantile({q}, {buckets})\n"
-            f"and\n{_sum_rate(by, f'{histogram}_count', matchers)} > 0")
+    return (
+        f"histogram_quantile({q}, {buckets})\n"
+        f"and\n{_sum_rate(by, f'{histogram}_count', matchers)} > 0"
+    )
 
 
 def variables(settings: Settings) -> list[JSON]:
-    sel, scope, label = settings.selectors.sidecar, Scope.of(settings), \
-        settings.selectors.cluster_label
+    sel, scope, label = (
+        settings.selectors.sidecar,
+        Scope.of(settings),
+        settings.selectors.cluster_label,
+    )
     in_cluster = _join(sel, scope.cluster)
     in_namespace = _join(in_cluster, 'namespace=~"$namespace"')
     in_pod = _join(in_namespace, 'pod=~"$pod"')
-    cluster = (query_variable("cluster", "Cluster", f"label_values(specdec_build_info{{{sel}}}, "
-                              f"{label})") if label else constant_variable("cluster", ""))
+    cluster = (
+        query_variable("cluster", "Cluster", f"label_values(specdec_build_info{{{sel}}}, {label})")
+        if label
+        else constant_variable("cluster", "")
+    )
     return [
         datasource_variable(),
         cluster,
-        query_variable("namespace", "Namespace",
-                       f"label_values(specdec_build_info{{{in_cluster}}}, namespace)"),
+        query_variable(
+            "namespace", "Namespace", f"label_values(specdec_build_info{{{in_cluster}}}, namespace)"
+        ),
         query_variable("pod", "Pod", f"label_values(specdec_build_info{{{in_namespace}}}, pod)"),
-        query_variable("model", "Model",
-                       f"label_values(specdec_spec_decode_enabled{{{in_pod}}}, model_name)"),
-        query_variable("engine", "Engine",
-                       f'label_values(specdec_drafts_total{{{in_pod}, model_name=~"$model"}}, '
-                       "engine)"),
-        query_variable("bucket", "Temperature bucket",
-                       f'label_values(specdec_requests_total{{{in_pod}, model_name=~"$model"}}, '
-                       "temperature_bucket)"),
+        query_variable(
+            "model", "Model", f"label_values(specdec_spec_decode_enabled{{{in_pod}}}, model_name)"
+        ),
+        query_variable(
+            "engine",
+            "Engine",
+            f'label_values(specdec_drafts_total{{{in_pod}, model_name=~"$model"}}, engine)',
+        ),
+        query_variable(
+            "bucket",
+            "Temperature bucket",
+            f'label_values(specdec_requests_total{{{in_pod}, model_name=~"$model"}}, '
+            "temperature_bucket)",
+        ),
     ]
 
 
 def _threshold(settings: Settings, scope: Scope) -> Query:
     """t per model, as the alerts compare it: by model, by method, else the default."""
-    return Query(f"max by (model_name) (\n{threshold_expr(settings, scope.model)}\n)",
-                 "threshold {{model_name}}")
+    return Query(
+        f"max by (model_name) (\n{threshold_expr(settings, scope.model)}\n)",
+        "threshold {{model_name}}",
+    )
 
 
 def acceptance_row(settings: Settings, scope: Scope) -> Row:
-    per_model = _ratio("model_name", "specdec_accepted_tokens_total",
-                       "specdec_draft_tokens_total", scope.engine)
-    break_even = ("max by (model_name) ("
-                  f"{selector('specdec_break_even_acceptance_rate', scope.model)})")
-    return Row("Acceptance", (
-        Panel("Acceptance rate per model",
-              "Accepted / proposed draft tokens, engines summed before dividing. Dashed: the "
-              "model's alert threshold t, and the break-even: the acceptance rate at which the "
-              "modelled speedup L / (1 + k·c) is 1 (k·c / mean draft length; c when every draft "
-              "is k tokens long). Below the break-even, speculation is a net loss by the model.",
-              (Query(per_model, "{{model_name}}"), _threshold(settings, scope),
-               Query(break_even, "break-even {{model_name}}")),
-              unit="percentunit", min=0, max=1, dashed=REFERENCE_LINES),
-        Panel("Acceptance rate per engine",
-              "Per data-parallel engine: one engine far from the others points at that rank.",
-              (Query(_ratio("model_name, engine", "specdec_accepted_tokens_total",
-                            "specdec_draft_tokens_total", scope.engine), "{{model_name}} engine "
-                     "{{engine}}"), _threshold(settings, scope)),
-              unit="percentunit", min=0, max=1, dashed=REFERENCE_LINES),
-        Panel("Mean acceptance length",
-              "Tokens per verify step: 1 + accepted / drafts (counts the bonus token); the "
-              "dashed line is the ceiling k + 1.",
-              (Query("1 + " + _ratio("model_name", "specdec_accepted_tokens_total",
-                                     "specdec_drafts_total", scope.engine), "{{model_name}}"),
-               Query("1 + max by (model_name) ("
-                     + selector("specdec_num_speculative_tokens", scope.model) + ")",
-                     "k + 1 {{model_name}}")),
-              width=8, min=1, dashed=REFERENCE_LINES),
-        Panel("Acceptance rate per draft position",
-              "Accepted at position i / drafts. Unconditional: with variable draft lengths "
-              "(ngram) a later position also counts drafts that never reached it.",
-              (Query(guarded_ratio(
-                  _sum_rate("model_name, position", "specdec_accepted_tokens_per_position_total",
-                            scope.engine),
-                  _sum_rate("model_name", "specdec_drafts_total", scope.engine),
-                  "ignoring (position) group_left ()"), "{{model_name}} position {{position}}"),),
-              width=8, unit="percentunit", min=0, max=1),
-        Panel("Share of output from drafts",
-              "Accepted draft tokens / all generated tokens: how much of the output the drafter "
-              "wrote.",
-              (Query(_ratio("model_name", "specdec_accepted_tokens_total",
-                            "specdec_generation_tokens_total", scope.engine), "{{model_name}}"),),
-              width=8, unit="percentunit", min=0, max=1),
-    ))
+    per_model = _ratio(
+        "model_name", "specdec_accepted_tokens_total", "specdec_draft_tokens_total", scope.engine
+    )
+    break_even = (
+        f"max by (model_name) ({selector('specdec_break_even_acceptance_rate', scope.model)})"
+    )
+    return Row(
+        "Acceptance",
+        (
+            Panel(
+                "Acceptance rate per model",
+                "Accepted / proposed draft tokens, engines summed before dividing. Dashed: the "
+                "model's alert threshold t, and the break-even: the acceptance rate at which the "
+                "modelled speedup L / (1 + k·c) is 1 (k·c / mean draft length; c when every draft "
+                "is k tokens long). Below the break-even, speculation is a net loss by the model.",
+                (
+                    Query(per_model, "{{model_name}}"),
+                    _threshold(settings, scope),
+                    Query(break_even, "break-even {{model_name}}"),
+                ),
+                unit="percentunit",
+                min=0,
+                max=1,
+                dashed=REFERENCE_LINES,
+            ),
+            Panel(
+                "Acceptance rate per engine",
+                "Per data-parallel engine: one engine far from the others points at that rank.",
+                (
+                    Query(
+                        _ratio(
+                            "model_name, engine",
+                            "specdec_accepted_tokens_total",
+                            "specdec_draft_tokens_total",
+                            scope.engine,
+                        ),
+                        "{{model_name}} engine {{engine}}",
+                    ),
+                    _threshold(settings, scope),
+                ),
+                unit="percentunit",
+                min=0,
+                max=1,
+                dashed=REFERENCE_LINES,
+            ),
+            Panel(
+                "Mean acceptance length",
+                "Tokens per verify step: 1 + accepted / drafts (counts the bonus token); the "
+                "dashed line is the ceiling k + 1.",
+                (
+                    Query(
+                        "1 + "
+                        + _ratio(
+                            "model_name",
+                            "specdec_accepted_tokens_total",
+                            "specdec_drafts_total",
+                            scope.engine,
+                        ),
+                        "{{model_name}}",
+                    ),
+                    Query(
+                        "1 + max by (model_name) ("
+                        + selector("specdec_num_speculative_tokens", scope.model)
+                        + ")",
+                        "k + 1 {{model_name}}",
+                    ),
+                ),
+                width=8,
+                min=1,
+                dashed=REFERENCE_LINES,
+            ),
+            Panel(
+                "Acceptance rate per draft position",
+                "Accepted at position i / drafts. Unconditional: with variable draft lengths "
+                "(ngram) a later position also counts drafts that never reached it.",
+                (
+                    Query(
+                        guarded_ratio(
+                            _sum_rate(
+                                "model_name, position",
+                                "specdec_accepted_tokens_per_position_total",
+                                scope.engine,
+                            ),
+                            _sum_rate("model_name", "specdec_drafts_total", scope.engine),
+                            "ignoring (position) group_left ()",
+                        ),
+                        "{{model_name}} position {{position}}",
+                    ),
+                ),
+                width=8,
+                unit="percentunit",
+                min=0,
+                max=1,
+            ),
+            Panel(
+                "Share of output from drafts",
+                "Accepted draft tokens / all generated tokens: how much of the output the drafter "
+                "wrote.",
+                (
+                    Query(
+                        _ratio(
+                            "model_name",
+                            "specdec_accepted_tokens_total",
+                            "specdec_generation_tokens_total",
+                            scope.engine,
+                        ),
+                        "{{model_name}}",
+                    ),
+                ),
+                width=8,
+                unit="percentunit",
+                min=0,
+                max=1,
+            ),
+        ),
+    )
 
 
 def temperature_row(settings: Settings, scope: Scope) -> Row:
     histogram = "specdec_request_acceptance_rate"
     quantiles = tuple(
-        Query(_quantile(q, histogram, "model_name, temperature_bucket", scope.bucket),
-              f"P{round(q * 100)} {{{{temperature_bucket}}}}")
-        for q in (0.1, 0.5, 0.9))
+        Query(
+            _quantile(q, histogram, "model_name, temperature_bucket", scope.bucket),
+            f"P{round(q * 100)} {{{{temperature_bucket}}}}",
+        )
+        for q in (0.1, 0.5, 0.9)
+    )
     heatmap = sum_by("le", f"increase({selector(f'{histogram}_bucket', scope.bucket)}[{WINDOW}])")
-    share = guarded_ratio(_sum_rate("temperature_bucket", "specdec_requests_total", scope.model),
-                          _sum_rate("", "specdec_requests_total", scope.model),
-                          "ignoring (temperature_bucket) group_left ()")
+    share = guarded_ratio(
+        _sum_rate("temperature_bucket", "specdec_requests_total", scope.model),
+        _sum_rate("", "specdec_requests_total", scope.model),
+        "ignoring (temperature_bucket) group_left ()",
+    )
     tail = Threshold(settings.thresholds.tail_acceptance_rate)
-    return Row("By temperature bucket (request tap)", (
-        Panel("Acceptance rate by temperature bucket",
-              "From the tap's per-request counters. Acceptance falls as temperature rises. "
-              "Dashed: the model's threshold t.",
-              (Query(_ratio("model_name, temperature_bucket",
+    return Row(
+        "By temperature bucket (request tap)",
+        (
+            Panel(
+                "Acceptance rate by temperature bucket",
+                "From the tap's per-request counters. Acceptance falls as temperature rises. "
+                "Dashed: the model's threshold t.",
+                (
+                    Query(
+                        _ratio(
+                            "model_name, temperature_bucket",
                             "specdec_request_accepted_tokens_total",
-                            "specdec_request_draft_tokens_total", scope.bucket),
-                     "{{model_name}} {{temperature_bucket}}"), _threshold(settings, scope)),
-              unit="percentunit", min=0, max=1, dashed=REFERENCE_LINES),
-        Panel("Per-request acceptance (heatmap)",
-              "How many requests ended with each acceptance rate, over time.",
-              (Query(heatmap, heatmap=True),), kind="heatmap", unit="percentunit"),
-        Panel("Per-request acceptance P10 / P50 / P90",
-              "A low P10 with a healthy mean is a tail of requests that accept few drafts; the "
-              "line is the tail alert's threshold.",
-              quantiles, unit="percentunit", min=0, max=1, threshold=tail),
-        Panel("Traffic share per temperature bucket",
-              "Requests per bucket / all requests through the tap.",
-              (Query(share, "{{temperature_bucket}}"),),
-              unit="percentunit", min=0, max=1, stacked=True),
-    ))
+                            "specdec_request_draft_tokens_total",
+                            scope.bucket,
+                        ),
+                        "{{model_name}} {{temperature_bucket}}",
+                    ),
+                    _threshold(settings, scope),
+                ),
+                unit="percentunit",
+                min=0,
+                max=1,
+                dashed=REFERENCE_LINES,
+            ),
+            Panel(
+                "Per-request acceptance (heatmap)",
+                "How many requests ended with each acceptance rate, over time.",
+                (Query(heatmap, heatmap=True),),
+                kind="heatmap",
+                unit="percentunit",
+            ),
+            Panel(
+                "Per-request acceptance P10 / P50 / P90",
+                "A low P10 with a healthy mean is a tail of requests that accept few drafts; the "
+                "line is the tail alert's threshold.",
+                quantiles,
+                unit="percentunit",
+                min=0,
+                max=1,
+                threshold=tail,
+            ),
+            Panel(
+                "Traffic share per temperature bucket",
+                "Requests per bucket / all requests through the tap.",
+                (Query(share, "{{temperature_bucket}}"),),
+                unit="percentunit",
+                min=0,
+                max=1,
+                stacked=True,
+            ),
+        ),
+    )
 
 
 def speedup_row(scope: Scope) -> Row:
     flow = [
         Query(_sum_rate("", "specdec_draft_tokens_total", scope.engine), "drafted"),
         Query(_sum_rate("", "specdec_accepted_tokens_total", scope.engine), "accepted"),
-        Query(f"{_sum_rate('', 'specdec_draft_tokens_total', scope.engine)}\n- "
-              f"{_sum_rate('', 'specdec_accepted_tokens_total', scope.engine)}", "rejected"),
+        Query(
+            f"{_sum_rate('', 'specdec_draft_tokens_total', scope.engine)}\n- "
+            f"{_sum_rate('', 'specdec_accepted_tokens_total', scope.engine)}",
+            "rejected",
+        ),
         Query(_sum_rate("", "specdec_generation_tokens_total", scope.engine), "generated"),
     ]
-    return Row("Speedup and token flow", (
-        Panel("Modelled speedup",
-              "The sidecar's model L / (1 + k·c) over its window: below 1, drafting costs more "
-              "than it saves (a net loss, the SpecDecodeSpeedupBelowOne page).",
-              (Query(selector("specdec_estimated_speedup", scope.model),
-                     "{{model_name}} {{pod}}"),),
-              width=10, threshold=Threshold(NET_LOSS_BELOW)),
-        Panel("Draft cost c",
-              "The c of the model and where it came from: flag, calibration, method (that "
-              "method's default) or default. A measured c (calibration) beats an assumed one.",
-              (Query(selector("specdec_draft_cost_ratio", scope.sidecar), "{{pod}} {{source}}"),),
-              kind="stat", width=4),
-        Panel("Draft token flow",
-              "Drafted = accepted + rejected; generated includes every output token.",
-              tuple(flow), width=10, unit=TOKENS_PER_SECOND),
-    ))
+    return Row(
+        "Speedup and token flow",
+        (
+            Panel(
+                "Modelled speedup",
+                "The sidecar's model L / (1 + k·c) over its window: below 1, drafting costs more "
+                "than it saves (a net loss, the SpecDecodeSpeedupBelowOne page).",
+                (
+                    Query(
+                        selector("specdec_estimated_speedup", scope.model), "{{model_name}} {{pod}}"
+                    ),
+                ),
+                width=10,
+                threshold=Threshold(NET_LOSS_BELOW),
+            ),
+            Panel(
+                "Draft cost c",
+                "The c of the model and where it came from: flag, calibration, method (that "
+                "method's default) or default. A measured c (calibration) beats an assumed one.",
+                (Query(selector("specdec_draft_cost_ratio", scope.sidecar), "{{pod}} {{source}}"),),
+                kind="stat",
+                width=4,
+            ),
+            Panel(
+                "Draft token flow",
+                "Drafted = accepted + rejected; generated includes every output token.",
+                tuple(flow),
+                width=10,
+                unit=TOKENS_PER_SECOND,
+            ),
+        ),
+    )
 
 
 def latency_row(scope: Scope) -> Row:
@@ -233,61 +391,129 @@ def latency_row(scope: Scope) -> Row:
     vllm_ttft = _quantile(0.9, "vllm:time_to_first_token_seconds", "", scope.vllm)
     vllm_tpot = _quantile(0.9, "vllm:request_time_per_output_token_seconds", "", scope.vllm)
     vllm_itl = _quantile(0.9, "vllm:inter_token_latency_seconds", "", scope.vllm)
-    vllm_e2e = tuple(Query(_quantile(q, "vllm:e2e_request_latency_seconds", "", scope.vllm),
-                           f"P{round(q * 100)}") for q in (0.5, 0.9, 0.99))
-    return Row("Latency by temperature bucket", (
-        Panel("Time to first token P90",
-              "Per bucket from the tap, next to vLLM's own histogram (dashed, all requests of "
-              "the selected pods).",
-              (Query(tap_ttft, "tap {{temperature_bucket}}"), Query(vllm_ttft, "vLLM all")),
-              width=8, unit="s", dashed="vLLM.*"),
-        Panel("Time per output token P90",
-              "Per bucket from the tap; dashed: vLLM's per-request TPOT and inter-token latency.",
-              (Query(tap_tpot, "tap {{temperature_bucket}}"), Query(vllm_tpot, "vLLM TPOT"),
-               Query(vllm_itl, "vLLM inter-token")),
-              width=8, unit="s", dashed="vLLM.*"),
-        Panel("vLLM end-to-end request latency",
-              "vLLM's own histogram for the selected pods: speculation trades TTFT for TPOT.",
-              vllm_e2e, width=8, unit="s"),
-    ))
+    vllm_e2e = tuple(
+        Query(
+            _quantile(q, "vllm:e2e_request_latency_seconds", "", scope.vllm), f"P{round(q * 100)}"
+        )
+        for q in (0.5, 0.9, 0.99)
+    )
+    return Row(
+        "Latency by temperature bucket",
+        (
+            Panel(
+                "Time to first token P90",
+                "Per bucket from the tap, next to vLLM's own histogram (dashed, all requests of "
+                "the selected pods).",
+                (Query(tap_ttft, "tap {{temperature_bucket}}"), Query(vllm_ttft, "vLLM all")),
+                width=8,
+                unit="s",
+                dashed="vLLM.*",
+            ),
+            Panel(
+                "Time per output token P90",
+                "Per bucket from the tap; dashed: vLLM's per-request TPOT and inter-token latency.",
+                (
+                    Query(tap_tpot, "tap {{temperature_bucket}}"),
+                    Query(vllm_tpot, "vLLM TPOT"),
+                    Query(vllm_itl, "vLLM inter-token"),
+                ),
+                width=8,
+                unit="s",
+                dashed="vLLM.*",
+            ),
+            Panel(
+                "vLLM end-to-end request latency",
+                "vLLM's own histogram for the selected pods: speculation trades TTFT for TPOT.",
+                vllm_e2e,
+                width=8,
+                unit="s",
+            ),
+        ),
+    )
 
 
 def health_row(settings: Settings, scope: Scope) -> Row:
     attributed = guarded_ratio(
         _sum_rate("model_name", "specdec_requests_total", f'{scope.model}, attributed="true"'),
-        _sum_rate("model_name", "specdec_requests_total", scope.model))
-    return Row("Tap coverage and sidecar health", (
-        Panel("Tap coverage",
-              "Draft tokens the tap attributed to a request / draft tokens vLLM counted.",
-              (Query(selector("specdec_request_coverage_ratio", scope.model),
-                     "{{model_name}} {{pod}}"),
-               Query(attributed, "attributed requests {{model_name}}")),
-              width=8, unit="percentunit", min=0, max=1,
-              threshold=Threshold(settings.thresholds.coverage_ratio)),
-        Panel("Sidecar target up", "Prometheus' scrape of the sidecar (1 = up).",
-              (Query(selector("up", scope.sidecar), "{{pod}} {{instance}}"),),
-              kind="stat", width=4, threshold=Threshold(1)),
-        Panel("vLLM reachable from the sidecar",
-              "specdec_up: the sidecar's last poll of vLLM (1 = up).",
-              (Query(selector("specdec_up", scope.sidecar), "{{pod}}"),),
-              kind="stat", width=4, threshold=Threshold(1)),
-        Panel("vLLM up since the sidecar started",
-              "specdec_vllm_ever_up: 0 while vLLM has not answered once (still starting, paged "
-              "only after the startup grace); 1 once it has (a failure then is an outage).",
-              (Query(selector("specdec_vllm_ever_up", scope.sidecar), "{{pod}}"),),
-              kind="stat", width=4, threshold=Threshold(1)),
-        Panel("Sidecar build", "Versions running (number of sidecars per version).",
-              (Query(sum_by("version", selector("specdec_build_info", scope.sidecar)),
-                     "{{version}}"),),
-              kind="stat", width=4),
-        Panel("Scrape duration of vLLM", "How long the sidecar's poll of vLLM's /metrics took.",
-              (Query(selector("specdec_scrape_duration_seconds", scope.sidecar), "{{pod}}"),),
-              unit="s"),
-        Panel("Scrape failures by reason", "connect, timeout, http_status, parse, too_large.",
-              (Query(_sum_rate("pod, instance, reason", "specdec_scrape_failures_total",
-                               scope.sidecar), "{{pod}} {{instance}} {{reason}}"),),
-              unit="reqps"),
-    ))
+        _sum_rate("model_name", "specdec_requests_total", scope.model),
+    )
+    return Row(
+        "Tap coverage and sidecar health",
+        (
+            Panel(
+                "Tap coverage",
+                "Draft tokens the tap attributed to a request / draft tokens vLLM counted.",
+                (
+                    Query(
+                        selector("specdec_request_coverage_ratio", scope.model),
+                        "{{model_name}} {{pod}}",
+                    ),
+                    Query(attributed, "attributed requests {{model_name}}"),
+                ),
+                width=8,
+                unit="percentunit",
+                min=0,
+                max=1,
+                threshold=Threshold(settings.thresholds.coverage_ratio),
+            ),
+            Panel(
+                "Sidecar target up",
+                "Prometheus' scrape of the sidecar (1 = up).",
+                (Query(selector("up", scope.sidecar), "{{pod}} {{instance}}"),),
+                kind="stat",
+                width=4,
+                threshold=Threshold(1),
+            ),
+            Panel(
+                "vLLM reachable from the sidecar",
+                "specdec_up: the sidecar's last poll of vLLM (1 = up).",
+                (Query(selector("specdec_up", scope.sidecar), "{{pod}}"),),
+                kind="stat",
+                width=4,
+                threshold=Threshold(1),
+            ),
+            Panel(
+                "vLLM up since the sidecar started",
+                "specdec_vllm_ever_up: 0 while vLLM has not answered once (still starting, paged "
+                "only after the startup grace); 1 once it has (a failure then is an outage).",
+                (Query(selector("specdec_vllm_ever_up", scope.sidecar), "{{pod}}"),),
+                kind="stat",
+                width=4,
+                threshold=Threshold(1),
+            ),
+            Panel(
+                "Sidecar build",
+                "Versions running (number of sidecars per version).",
+                (
+                    Query(
+                        sum_by("version", selector("specdec_build_info", scope.sidecar)),
+                        "{{version}}",
+                    ),
+                ),
+                kind="stat",
+                width=4,
+            ),
+            Panel(
+                "Scrape duration of vLLM",
+                "How long the sidecar's poll of vLLM's /metrics took.",
+                (Query(selector("specdec_scrape_duration_seconds", scope.sidecar), "{{pod}}"),),
+                unit="s",
+            ),
+            Panel(
+                "Scrape failures by reason",
+                "connect, timeout, http_status, parse, too_large.",
+                (
+                    Query(
+                        _sum_rate(
+                            "pod, instance, reason", "specdec_scrape_failures_total", scope.sidecar
+                        ),
+                        "{{pod}} {{instance}} {{reason}}",
+                    ),
+                ),
+                unit="reqps",
+            ),
+        ),
+    )
 
 
 def fleet_row(settings: Settings, scope: Scope) -> Row:
@@ -297,39 +523,81 @@ def fleet_row(settings: Settings, scope: Scope) -> Row:
     ratio_op = f"ratio_{names.window}"
     acceptance = Threshold(settings.thresholds.acceptance_rate)
     speedup = Threshold(NET_LOSS_BELOW)
-    return Row("Fleet: models and pods ranked, worst first (recording rules)", (
-        Panel("Models by acceptance",
-              f"Accepted / draft tokens per model over all its pods ({settings.windows.rate}).",
-              (Query(f"sort({selector(names.model('acceptance_rate', ratio_op), scope.models)})",
-                     instant=True),),
-              kind="table", width=6, unit="percentunit", threshold=acceptance),
-        Panel("Models by modelled speedup",
-              "The worst pod's modelled speedup per model: below 1, a net loss by the model.",
-              (Query(f"sort({selector(names.model('estimated_speedup', 'min'), scope.models)})",
-                     instant=True),),
-              kind="table", width=6, threshold=speedup),
-        Panel("Pods by acceptance",
-              f"Accepted / draft tokens per pod and model ({settings.windows.rate}).",
-              (Query(f"sort({selector(names.pod('acceptance_rate', ratio_op), scope.fleet)})",
-                     instant=True),),
-              kind="table", width=6, unit="percentunit", threshold=acceptance),
-        Panel("Pods by modelled speedup",
-              "Each sidecar's modelled speedup L / (1 + k·c) over its window.",
-              (Query(f"sort({selector('specdec_estimated_speedup', scope.fleet)})",
-                     instant=True),),
-              kind="table", width=6, threshold=speedup),
-    ))
+    return Row(
+        "Fleet: models and pods ranked, worst first (recording rules)",
+        (
+            Panel(
+                "Models by acceptance",
+                f"Accepted / draft tokens per model over all its pods ({settings.windows.rate}).",
+                (
+                    Query(
+                        f"sort({selector(names.model('acceptance_rate', ratio_op), scope.models)})",
+                        instant=True,
+                    ),
+                ),
+                kind="table",
+                width=6,
+                unit="percentunit",
+                threshold=acceptance,
+            ),
+            Panel(
+                "Models by modelled speedup",
+                "The worst pod's modelled speedup per model: below 1, a net loss by the model.",
+                (
+                    Query(
+                        f"sort({selector(names.model('estimated_speedup', 'min'), scope.models)})",
+                        instant=True,
+                    ),
+                ),
+                kind="table",
+                width=6,
+                threshold=speedup,
+            ),
+            Panel(
+                "Pods by acceptance",
+                f"Accepted / draft tokens per pod and model ({settings.windows.rate}).",
+                (
+                    Query(
+                        f"sort({selector(names.pod('acceptance_rate', ratio_op), scope.fleet)})",
+                        instant=True,
+                    ),
+                ),
+                kind="table",
+                width=6,
+                unit="percentunit",
+                threshold=acceptance,
+            ),
+            Panel(
+                "Pods by modelled speedup",
+                "Each sidecar's modelled speedup L / (1 + k·c) over its window.",
+                (
+                    Query(
+                        f"sort({selector('specdec_estimated_speedup', scope.fleet)})", instant=True
+                    ),
+                ),
+                kind="table",
+                width=6,
+                threshold=speedup,
+            ),
+        ),
+    )
 
 
 def dashboard(settings: Settings) -> JSON:
     links, scope = settings.links, Scope.of(settings)
-    rows = (acceptance_row(settings, scope), temperature_row(settings, scope), speedup_row(scope),
-            latency_row(scope), health_row(settings, scope), fleet_row(settings, scope))
+    rows = (
+        acceptance_row(settings, scope),
+        temperature_row(settings, scope),
+        speedup_row(scope),
+        latency_row(scope),
+        health_row(settings, scope),
+        fleet_row(settings, scope),
+    )
     return {
         "uid": links.dashboard_uid,
         "title": TITLE,
         "description": "Acceptance, temperature split, modelled speedup and health of "
-                       "speculative decoding in vLLM (vllm-specdec-exporter).",
+        "speculative decoding in vLLM (vllm-specdec-exporter).",
         "tags": TAGS,
         "editable": True,
         "graphTooltip": 1,
@@ -337,8 +605,15 @@ def dashboard(settings: Settings) -> JSON:
         "time": {"from": "now-6h", "to": "now"},
         "timezone": "browser",
         "schemaVersion": SCHEMA_VERSION,
-        "links": [{"title": "Runbook", "type": "link", "url": links.runbook,
-                   "targetBlank": True, "icon": "doc"}],
+        "links": [
+            {
+                "title": "Runbook",
+                "type": "link",
+                "url": links.runbook,
+                "targetBlank": True,
+                "icon": "doc",
+            }
+        ],
         "templating": {"list": variables(settings)},
         "annotations": {"list": []},
         "panels": layout(rows),

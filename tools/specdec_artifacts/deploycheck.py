@@ -56,8 +56,13 @@ def render(kustomization: Path) -> list[Manifest]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise ToolMissingError("kubectl is not on PATH")
-    result = subprocess.run([kubectl, "kustomize", str(kustomization)], capture_output=True,
-                            text=True, check=False, timeout=120)
+    result = subprocess.run(
+        [kubectl, "kustomize", str(kustomization)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     if result.returncode != 0:
         raise ValueError(f"kubectl kustomize {kustomization} failed: {result.stderr.strip()}")
     return load_manifests(result.stdout)
@@ -92,9 +97,14 @@ def crd_schema_problems(manifests: list[Manifest]) -> list[str]:
         folder = CRD_VALIDATOR.relative_to(REPO_ROOT)
         raise ToolMissingError(f"run `npm ci --prefix {folder}` first")
     resources = [m for m in manifests if m["apiVersion"].startswith(MONITORING_GROUP)]
-    result = subprocess.run([node, str(CRD_VALIDATOR / "validate.mjs")],
-                            input=json.dumps(resources), capture_output=True, text=True,
-                            check=False, timeout=120)
+    result = subprocess.run(
+        [node, str(CRD_VALIDATOR / "validate.mjs")],
+        input=json.dumps(resources),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     if result.returncode not in (0, 1):
         raise RuntimeError(f"crd-validate crashed: {result.stderr.strip()}")
     return result.stdout.splitlines()[:-1] if result.returncode else []
@@ -110,10 +120,15 @@ def restricted_problems(manifests: list[Manifest]) -> list[str]:
         pod_context = pod.get("securityContext", {})
         for container in containers(pod):
             context = {**pod_context, **container.get("securityContext", {})}
-            problems += [f"{_name(manifest)} container {container['name']}: {p}"
-                         for p in _restricted_container(context)]
-        problems += [f"{_name(manifest)}: volume {v['name']} is hostPath"
-                     for v in pod.get("volumes", []) if "hostPath" in v]
+            problems += [
+                f"{_name(manifest)} container {container['name']}: {p}"
+                for p in _restricted_container(context)
+            ]
+        problems += [
+            f"{_name(manifest)}: volume {v['name']} is hostPath"
+            for v in pod.get("volumes", [])
+            if "hostPath" in v
+        ]
     return problems
 
 

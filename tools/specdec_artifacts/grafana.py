@@ -63,8 +63,14 @@ class Row:
 
 def constant_variable(name: str, value: str) -> JSON:
     """A hidden variable with a fixed value (a variable queries may name but nobody picks)."""
-    return {"name": name, "type": "constant", "query": value, "hide": 2,
-            "current": {"text": value, "value": value}, "options": []}
+    return {
+        "name": name,
+        "type": "constant",
+        "query": value,
+        "hide": 2,
+        "current": {"text": value, "value": value},
+        "options": [],
+    }
 
 
 def query_variable(name: str, label: str, query: str, all_value: str | None = ".*") -> JSON:
@@ -91,9 +97,17 @@ def query_variable(name: str, label: str, query: str, all_value: str | None = ".
 
 
 def datasource_variable() -> JSON:
-    return {"name": "datasource", "label": "Data source", "type": "datasource",
-            "query": "prometheus", "current": {}, "options": [], "hide": 0, "refresh": 1,
-            "regex": ""}
+    return {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {},
+        "options": [],
+        "hide": 0,
+        "refresh": 1,
+        "regex": "",
+    }
 
 
 def layout(rows: tuple[Row, ...]) -> list[JSON]:
@@ -101,14 +115,23 @@ def layout(rows: tuple[Row, ...]) -> list[JSON]:
     panels: list[JSON] = []
     y = 0
     for row in rows:
-        panels.append({"type": "row", "title": row.title, "id": len(panels) + 1,
-                       "collapsed": False, "panels": [], "gridPos": _grid(0, y, GRID_WIDTH, 1)})
+        panels.append(
+            {
+                "type": "row",
+                "title": row.title,
+                "id": len(panels) + 1,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": _grid(0, y, GRID_WIDTH, 1),
+            }
+        )
         y, x, line_height = y + 1, 0, 0
         for panel in row.panels:
             if x + panel.width > GRID_WIDTH:
                 y, x, line_height = y + line_height, 0, 0
-            panels.append(render_panel(panel, len(panels) + 1, _grid(x, y, panel.width,
-                                                                     panel.height)))
+            panels.append(
+                render_panel(panel, len(panels) + 1, _grid(x, y, panel.width, panel.height))
+            )
             x, line_height = x + panel.width, max(line_height, panel.height)
         y += line_height
     return panels
@@ -128,14 +151,21 @@ def render_panel(panel: Panel, panel_id: int, grid: JSON) -> JSON:
     }
     if panel.kind == "table":  # one row per series: its labels and its value, no timestamp
         rendered["transformations"] = [
-            {"id": "organize", "options": {"excludeByName": {"Time": True}}}]
+            {"id": "organize", "options": {"excludeByName": {"Time": True}}}
+        ]
     return rendered
 
 
 def _target(query: Query, ref_id: str) -> JSON:
-    target: JSON = {"datasource": DATASOURCE, "refId": ref_id, "expr": query.expr,
-                    "legendFormat": query.legend or "__auto", "range": True, "instant": False,
-                    "editorMode": "code"}
+    target: JSON = {
+        "datasource": DATASOURCE,
+        "refId": ref_id,
+        "expr": query.expr,
+        "legendFormat": query.legend or "__auto",
+        "range": True,
+        "instant": False,
+        "editorMode": "code",
+    }
     if query.heatmap:
         target["format"] = "heatmap"
         target["legendFormat"] = "{{le}}"
@@ -145,8 +175,13 @@ def _target(query: Query, ref_id: str) -> JSON:
 
 
 def _field_defaults(panel: Panel) -> JSON:
-    defaults: JSON = {"unit": panel.unit, "noValue": NO_TRAFFIC, "mappings": [NO_TRAFFIC_MAPPING],
-                      "color": {"mode": "palette-classic"}, "thresholds": _thresholds(panel)}
+    defaults: JSON = {
+        "unit": panel.unit,
+        "noValue": NO_TRAFFIC,
+        "mappings": [NO_TRAFFIC_MAPPING],
+        "color": {"mode": "palette-classic"},
+        "thresholds": _thresholds(panel),
+    }
     if panel.min is not None:
         defaults["min"] = panel.min
     if panel.max is not None:
@@ -164,8 +199,13 @@ def _thresholds(panel: Panel) -> JSON:
     if panel.threshold is None:
         return {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
     below, above = ("red", "green") if panel.threshold.good_above else ("green", "red")
-    return {"mode": "absolute", "steps": [{"color": below, "value": None},
-                                          {"color": above, "value": panel.threshold.value}]}
+    return {
+        "mode": "absolute",
+        "steps": [
+            {"color": below, "value": None},
+            {"color": above, "value": panel.threshold.value},
+        ],
+    }
 
 
 def _timeseries_style(panel: Panel) -> JSON:
@@ -183,28 +223,49 @@ def _timeseries_style(panel: Panel) -> JSON:
 def _overrides(panel: Panel) -> list[JSON]:
     if panel.dashed is None:
         return []
-    return [{"matcher": {"id": "byRegexp", "options": panel.dashed},
-             "properties": [{"id": "custom.lineStyle",
-                             "value": {"fill": "dash", "dash": [10, 10]}}]}]
+    return [
+        {
+            "matcher": {"id": "byRegexp", "options": panel.dashed},
+            "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}],
+        }
+    ]
 
 
 def _options(panel: Panel) -> JSON:
     if panel.kind == "stat":
-        return {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                "colorMode": "value", "graphMode": "area", "textMode": "auto",
-                "orientation": "auto", "justifyMode": "auto"}
+        return {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+            "orientation": "auto",
+            "justifyMode": "auto",
+        }
     if panel.kind == "table":
-        return {"showHeader": True, "cellHeight": "sm",
-                "sortBy": [{"displayName": "Value", "desc": False}]}
+        return {
+            "showHeader": True,
+            "cellHeight": "sm",
+            "sortBy": [{"displayName": "Value", "desc": False}],
+        }
     if panel.kind == "heatmap":
-        return {"calculate": False, "cellGap": 1,
-                "yAxis": {"axisPlacement": "left", "unit": panel.unit},
-                "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
-                "tooltip": {"mode": "single", "yHistogram": True},
-                "legend": {"show": True}, "rowsFrame": {"layout": "auto"}}
-    return {"legend": {"displayMode": "table", "placement": "bottom", "showLegend": True,
-                       "calcs": ["mean", "lastNotNull"]},
-            "tooltip": {"mode": "multi", "sort": "desc"}}
+        return {
+            "calculate": False,
+            "cellGap": 1,
+            "yAxis": {"axisPlacement": "left", "unit": panel.unit},
+            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+            "tooltip": {"mode": "single", "yHistogram": True},
+            "legend": {"show": True},
+            "rowsFrame": {"layout": "auto"},
+        }
+    return {
+        "legend": {
+            "displayMode": "table",
+            "placement": "bottom",
+            "showLegend": True,
+            "calcs": ["mean", "lastNotNull"],
+        },
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
 
 
 def _grid(x: int, y: int, width: int, height: int) -> JSON:

@@ -24,8 +24,7 @@ POSITION = "instance_model_name_position"
 BUCKET = "instance_model_name_temperature_bucket"
 MODEL = "namespace_model_name"
 
-INHIBITING_ALERTS = ("SpecDecodeSidecarDown", "SpecDecodeVLLMUnreachable",
-                     "SpecDecodeVLLMNeverUp")
+INHIBITING_ALERTS = ("SpecDecodeSidecarDown", "SpecDecodeVLLMUnreachable", "SpecDecodeVLLMNeverUp")
 INHIBITED_ALERTS = (
     "SpecDecodeAcceptanceLow",
     "SpecDecodeBucketAcceptanceLow",
@@ -50,8 +49,11 @@ class Names:
     @classmethod
     def of(cls, settings: Settings) -> Names:
         comparison = f"rate{settings.windows.comparison}"
-        return cls(window=f"rate{settings.windows.rate}", comparison=comparison,
-                   offset=f"{comparison}_offset{settings.windows.comparison_offset}")
+        return cls(
+            window=f"rate{settings.windows.rate}",
+            comparison=comparison,
+            offset=f"{comparison}_offset{settings.windows.comparison_offset}",
+        )
 
     def pod(self, metric: str, operation: str = "") -> str:
         return f"{POD}:specdec_{metric}:{operation or self.window}"
@@ -109,17 +111,27 @@ def model_recording_rules(settings: Settings) -> list[Rule]:
         _record(names.pod("acceptance_rate", ratio_op), guarded_ratio(accepted, draft_tokens)),
         _record(names.pod("acceptance_length", mean_op), "1 + " + guarded_ratio(accepted, drafts)),
         _record(names.pod("draft_output_share", ratio_op), guarded_ratio(accepted, generated)),
-        _record(names.engine("acceptance_rate", ratio_op), guarded_ratio(
-            engine_accepted, rate("specdec_draft_tokens_total", w, sel))),
-        _record(names.engine("acceptance_length", mean_op), "1 + " + guarded_ratio(
-            engine_accepted, rate("specdec_drafts_total", w, sel))),
-        _record(f"{POSITION}:specdec_position_acceptance_rate:{ratio_op}",
-                guarded_ratio(per_position, drafts, "ignoring (position) group_left ()")),
+        _record(
+            names.engine("acceptance_rate", ratio_op),
+            guarded_ratio(engine_accepted, rate("specdec_draft_tokens_total", w, sel)),
+        ),
+        _record(
+            names.engine("acceptance_length", mean_op),
+            "1 + " + guarded_ratio(engine_accepted, rate("specdec_drafts_total", w, sel)),
+        ),
+        _record(
+            f"{POSITION}:specdec_position_acceptance_rate:{ratio_op}",
+            guarded_ratio(per_position, drafts, "ignoring (position) group_left ()"),
+        ),
         _record(names.threshold, threshold_expr(settings)),
-        _record(names.model("acceptance_rate", ratio_op),
-                guarded_ratio(sum_by(by_model, accepted), sum_by(by_model, draft_tokens))),
-        _record(names.model("estimated_speedup", "min"),
-                f"min by ({by_model}) ({selector('specdec_estimated_speedup', sel)})"),
+        _record(
+            names.model("acceptance_rate", ratio_op),
+            guarded_ratio(sum_by(by_model, accepted), sum_by(by_model, draft_tokens)),
+        ),
+        _record(
+            names.model("estimated_speedup", "min"),
+            f"min by ({by_model}) ({selector('specdec_estimated_speedup', sel)})",
+        ),
     ]
 
 
@@ -133,10 +145,14 @@ def threshold_expr(settings: Settings, sel: str = "") -> str:
         info = selector("specdec_speculative_info", sel, *matchers)
         return f"{_num(value)} * group without (method) ({info})"
 
-    parts = [constant(value, f"model_name={_quoted(model)}")
-             for model, value in sorted(settings.acceptance_rate_by_model.items())]
-    parts += [constant(value, f"method={_quoted(method)}")
-              for method, value in sorted(t.acceptance_rate_by_method.items())]
+    parts = [
+        constant(value, f"model_name={_quoted(model)}")
+        for model, value in sorted(settings.acceptance_rate_by_model.items())
+    ]
+    parts += [
+        constant(value, f"method={_quoted(method)}")
+        for method, value in sorted(t.acceptance_rate_by_method.items())
+    ]
     parts.append(constant(t.acceptance_rate))
     return "\nor\n".join(parts)
 
@@ -148,17 +164,27 @@ def bucket_recording_rules(settings: Settings) -> list[Rule]:
     observed = rate("specdec_request_acceptance_rate_count", w, sel)
     buckets = rate("specdec_request_acceptance_rate_bucket", w, sel)
     rules = [
-        _record(names.bucket("request_draft_tokens"),
-                rate("specdec_request_draft_tokens_total", w, sel)),
-        _record(names.bucket("request_acceptance_rate", f"ratio_{names.window}"),
-                guarded_ratio(accepted, names.bucket("request_draft_tokens"))),
-        _record(names.bucket("request_acceptance_length", f"mean_{names.window}"),
-                "1 + " + guarded_ratio(accepted, rate("specdec_request_drafts_total", w, sel))),
+        _record(
+            names.bucket("request_draft_tokens"), rate("specdec_request_draft_tokens_total", w, sel)
+        ),
+        _record(
+            names.bucket("request_acceptance_rate", f"ratio_{names.window}"),
+            guarded_ratio(accepted, names.bucket("request_draft_tokens")),
+        ),
+        _record(
+            names.bucket("request_acceptance_length", f"mean_{names.window}"),
+            "1 + " + guarded_ratio(accepted, rate("specdec_request_drafts_total", w, sel)),
+        ),
     ]
     for quantile in sorted({0.1, 0.5, 0.9, settings.thresholds.tail_quantile}):
         expr = f"histogram_quantile({_num(quantile)}, {buckets})\nand\n{observed} > 0"
-        rules.append(_record(names.bucket("request_acceptance_rate", f"quantile_{names.window}"),
-                             expr, {"quantile": _num(quantile)}))
+        rules.append(
+            _record(
+                names.bucket("request_acceptance_rate", f"quantile_{names.window}"),
+                expr,
+                {"quantile": _num(quantile)},
+            )
+        )
     return rules
 
 
@@ -175,8 +201,12 @@ def comparison_recording_rules(settings: Settings) -> list[Rule]:
     for operation, shift in ((names.comparison, ""), (names.offset, offset)):
         draft_tokens = model_rate("draft_tokens", shift)
         rules.append(_record(names.model("draft_tokens", operation), draft_tokens))
-        rules.append(_record(names.model("acceptance_rate", f"ratio_{operation}"),
-                             guarded_ratio(model_rate("accepted_tokens", shift), draft_tokens)))
+        rules.append(
+            _record(
+                names.model("acceptance_rate", f"ratio_{operation}"),
+                guarded_ratio(model_rate("accepted_tokens", shift), draft_tokens),
+            )
+        )
     return rules
 
 
@@ -195,8 +225,9 @@ class Lookup:
     def __init__(self, settings: Settings) -> None:
         names = Names.of(settings)
         self._target = ("job", "instance", *settings.cluster)
-        self.acceptance = self._value(names.pod("acceptance_rate", f"ratio_{names.window}"),
-                                      "humanizePercentage", model=True)
+        self.acceptance = self._value(
+            names.pod("acceptance_rate", f"ratio_{names.window}"), "humanizePercentage", model=True
+        )
         self.threshold = self._value(names.threshold, "humanizePercentage", model=True)
         self.speedup = self._value("specdec_estimated_speedup", 'printf "%.2f"', model=True)
         self.cost = self._value("specdec_draft_cost_ratio", 'printf "%g"', model=False)
@@ -205,47 +236,63 @@ class Lookup:
         labels = (*self._target, "model_name") if model else self._target
         matchers = ", ".join(f"{label}=%q" for label in labels)
         values = " ".join(f"$labels.{label}" for label in labels)
-        return (f"{{{{ with printf `{metric}{{{matchers}}}` {values} | query }}}}"
-                f"{{{{ . | first | value | {format_} }}}}{{{{ else }}}}unknown{{{{ end }}}}")
+        return (
+            f"{{{{ with printf `{metric}{{{matchers}}}` {values} | query }}}}"
+            f"{{{{ . | first | value | {format_} }}}}{{{{ else }}}}unknown{{{{ end }}}}"
+        )
 
 
 def acceptance_alerts(settings: Settings) -> list[Rule]:
     names, t, look = Names.of(settings), settings.thresholds, Lookup(settings)
     ratio_op, w, sel = f"ratio_{names.window}", settings.windows.rate, settings.selectors.sidecar
-    low = (f"{names.pod('acceptance_rate', ratio_op)}\n< {names.threshold}\n"
-           f"and\n{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}\n"
-           f"unless\n{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}")
-    dropped = (f"{names.model('acceptance_rate', f'ratio_{names.offset}')}\n"
-               f"- {names.model('acceptance_rate', f'ratio_{names.comparison}')}\n"
-               f"> {_num(t.acceptance_drop)}\n"
-               f"and\n{names.model('draft_tokens', names.comparison)}"
-               f" >= {_num(t.min_draft_tokens_per_second)}\n"
-               f"and\n{names.model('draft_tokens', names.offset)}"
-               f" >= {_num(t.min_draft_tokens_per_second)}")
+    low = (
+        f"{names.pod('acceptance_rate', ratio_op)}\n< {names.threshold}\n"
+        f"and\n{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}\n"
+        f"unless\n{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}"
+    )
+    dropped = (
+        f"{names.model('acceptance_rate', f'ratio_{names.offset}')}\n"
+        f"- {names.model('acceptance_rate', f'ratio_{names.comparison}')}\n"
+        f"> {_num(t.acceptance_drop)}\n"
+        f"and\n{names.model('draft_tokens', names.comparison)}"
+        f" >= {_num(t.min_draft_tokens_per_second)}\n"
+        f"and\n{names.model('draft_tokens', names.offset)}"
+        f" >= {_num(t.min_draft_tokens_per_second)}"
+    )
     return [
-        _alert(settings, "SpecDecodeAcceptanceLow", low,
-               summary="Speculative decoding acceptance is below its threshold; by the model it "
-                       "still pays.",
-               description=(
-                   "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} "
-                   "({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the "
-                   f"last {w}, below its threshold t = {look.threshold}, with at least "
-                   f"{_num(t.min_draft_tokens_per_second)} draft tokens/s. The modelled speedup "
-                   f"is {look.speedup} (c = {look.cost}), not below 1: the drafter lost "
-                   "acceptance, but speculation is not a net loss by the model. Find the cause; "
-                   "if this acceptance is normal here, calibrate c or lower t for this method "
-                   "or model."),
-               dashboard_vars=("namespace", "pod", "model_name")),
-        _alert(settings, "SpecDecodeAcceptanceDropped", dropped,
-               summary="Acceptance fell against the same hour yesterday.",
-               description=(
-                   "Draft acceptance of model {{ $labels.model_name }} in {{ $labels.namespace }} "
-                   f"over the last {settings.windows.comparison} is "
-                   "{{ $value | humanizePercentage }} lower in absolute terms than at the same "
-                   f"time {settings.windows.comparison_offset} ago, a drop of more than "
-                   f"{t.acceptance_drop * 100:g} points. "
-                   "A quantised target or a changed draft model is the usual cause."),
-               dashboard_vars=("namespace", "model_name")),
+        _alert(
+            settings,
+            "SpecDecodeAcceptanceLow",
+            low,
+            summary="Speculative decoding acceptance is below its threshold; by the model it "
+            "still pays.",
+            description=(
+                "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} "
+                "({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the "
+                f"last {w}, below its threshold t = {look.threshold}, with at least "
+                f"{_num(t.min_draft_tokens_per_second)} draft tokens/s. The modelled speedup "
+                f"is {look.speedup} (c = {look.cost}), not below 1: the drafter lost "
+                "acceptance, but speculation is not a net loss by the model. Find the cause; "
+                "if this acceptance is normal here, calibrate c or lower t for this method "
+                "or model."
+            ),
+            dashboard_vars=("namespace", "pod", "model_name"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeAcceptanceDropped",
+            dropped,
+            summary="Acceptance fell against the same hour yesterday.",
+            description=(
+                "Draft acceptance of model {{ $labels.model_name }} in {{ $labels.namespace }} "
+                f"over the last {settings.windows.comparison} is "
+                "{{ $value | humanizePercentage }} lower in absolute terms than at the same "
+                f"time {settings.windows.comparison_offset} ago, a drop of more than "
+                f"{t.acceptance_drop * 100:g} points. "
+                "A quantised target or a changed draft model is the usual cause."
+            ),
+            dashboard_vars=("namespace", "model_name"),
+        ),
     ]
 
 
@@ -254,36 +301,50 @@ def bucket_alerts(settings: Settings) -> list[Rule]:
     sel, w = settings.selectors.sidecar, settings.windows.rate
     ratio = names.bucket("request_acceptance_rate", f"ratio_{names.window}")
     quantile = names.bucket("request_acceptance_rate", f"quantile_{names.window}")
-    low = (f"{ratio}\n< ignoring (temperature_bucket) group_left ()\n{names.threshold}\n"
-           f"and\n{names.bucket('request_draft_tokens')}"
-           f" >= {_num(t.min_bucket_draft_tokens_per_second)}")
-    tail = (f'{quantile}{{quantile="{_num(t.tail_quantile)}"}} < {_num(t.tail_acceptance_rate)}\n'
-            f"and ignoring (quantile)\n"
-            f"{rate('specdec_request_acceptance_rate_count', w, sel)}"
-            f" >= {_num(t.min_bucket_requests_per_second)}")
+    low = (
+        f"{ratio}\n< ignoring (temperature_bucket) group_left ()\n{names.threshold}\n"
+        f"and\n{names.bucket('request_draft_tokens')}"
+        f" >= {_num(t.min_bucket_draft_tokens_per_second)}"
+    )
+    tail = (
+        f'{quantile}{{quantile="{_num(t.tail_quantile)}"}} < {_num(t.tail_acceptance_rate)}\n'
+        f"and ignoring (quantile)\n"
+        f"{rate('specdec_request_acceptance_rate_count', w, sel)}"
+        f" >= {_num(t.min_bucket_requests_per_second)}"
+    )
     p = f"P{round(t.tail_quantile * 100)}"
     return [
-        _alert(settings, "SpecDecodeBucketAcceptanceLow", low,
-               summary="Acceptance is below its threshold for one temperature bucket.",
-               description=(
-                   "Requests of model {{ $labels.model_name }} on {{ $labels.instance }} "
-                   "({{ $labels.namespace }}) in temperature bucket "
-                   "{{ $labels.temperature_bucket }} accept {{ $value | humanizePercentage }} "
-                   f"of their draft tokens over the last {w}, below the model's threshold "
-                   f"t = {look.threshold}. The whole pod's modelled speedup is {look.speedup} "
-                   f"(c = {look.cost}). This traffic's temperature is the client's choice: see "
-                   "the runbook before acting."),
-               dashboard_vars=("namespace", "pod", "model_name", "temperature_bucket")),
-        _alert(settings, "SpecDecodeBucketAcceptanceTailLow", tail,
-               summary=f"The {p} of per-request acceptance is low in a temperature bucket.",
-               description=(
-                   f"The {p} of per-request acceptance for model {{{{ $labels.model_name }}}} "
-                   "on {{ $labels.instance }} ({{ $labels.namespace }}) in temperature bucket "
-                   "{{ $labels.temperature_bucket }} is {{ $value | humanizePercentage }}, "
-                   f"below {_pct(t.tail_acceptance_rate)}: at least "
-                   f"{_pct(t.tail_quantile)} of these requests accept less than that share of "
-                   "their draft tokens."),
-               dashboard_vars=("namespace", "pod", "model_name", "temperature_bucket")),
+        _alert(
+            settings,
+            "SpecDecodeBucketAcceptanceLow",
+            low,
+            summary="Acceptance is below its threshold for one temperature bucket.",
+            description=(
+                "Requests of model {{ $labels.model_name }} on {{ $labels.instance }} "
+                "({{ $labels.namespace }}) in temperature bucket "
+                "{{ $labels.temperature_bucket }} accept {{ $value | humanizePercentage }} "
+                f"of their draft tokens over the last {w}, below the model's threshold "
+                f"t = {look.threshold}. The whole pod's modelled speedup is {look.speedup} "
+                f"(c = {look.cost}). This traffic's temperature is the client's choice: see "
+                "the runbook before acting."
+            ),
+            dashboard_vars=("namespace", "pod", "model_name", "temperature_bucket"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeBucketAcceptanceTailLow",
+            tail,
+            summary=f"The {p} of per-request acceptance is low in a temperature bucket.",
+            description=(
+                f"The {p} of per-request acceptance for model {{{{ $labels.model_name }}}} "
+                "on {{ $labels.instance }} ({{ $labels.namespace }}) in temperature bucket "
+                "{{ $labels.temperature_bucket }} is {{ $value | humanizePercentage }}, "
+                f"below {_pct(t.tail_acceptance_rate)}: at least "
+                f"{_pct(t.tail_quantile)} of these requests accept less than that share of "
+                "their draft tokens."
+            ),
+            dashboard_vars=("namespace", "pod", "model_name", "temperature_bucket"),
+        ),
     ]
 
 
@@ -291,41 +352,60 @@ def efficiency_alerts(settings: Settings) -> list[Rule]:
     names, t, look = Names.of(settings), settings.thresholds, Lookup(settings)
     sel = settings.selectors.sidecar
     drafting = f"{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}"
-    speedup = (f"{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}\n"
-               f"and\n{drafting}")
-    coverage = (f"{selector('specdec_request_coverage_ratio', sel)} < {_num(t.coverage_ratio)}\n"
-                f"and\n{drafting}")
-    not_drafting = (f"{selector('specdec_spec_decode_enabled', sel)} == 1\n"
-                    f"and\n{names.pod('generation_tokens')}"
-                    f" >= {_num(t.min_generation_tokens_per_second)}\n"
-                    f"and\n{names.pod('drafts')} == 0")
+    speedup = (
+        f"{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}\nand\n{drafting}"
+    )
+    coverage = (
+        f"{selector('specdec_request_coverage_ratio', sel)} < {_num(t.coverage_ratio)}\n"
+        f"and\n{drafting}"
+    )
+    not_drafting = (
+        f"{selector('specdec_spec_decode_enabled', sel)} == 1\n"
+        f"and\n{names.pod('generation_tokens')}"
+        f" >= {_num(t.min_generation_tokens_per_second)}\n"
+        f"and\n{names.pod('drafts')} == 0"
+    )
     return [
-        _alert(settings, "SpecDecodeSpeedupBelowOne", speedup,
-               summary="Speculative decoding is a net loss by the model: modelled speedup "
-                       "below 1.",
-               description=(
-                   "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model "
-                   "{{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), "
-                   f"with acceptance {look.acceptance} (threshold t = {look.threshold}) and "
-                   f"c = {look.cost}: the tokens accepted per step do not pay for drafting, so "
-                   "generation is slower than plain decoding by the model."),
-               dashboard_vars=("namespace", "pod", "model_name")),
-        _alert(settings, "SpecDecodeNotDrafting", not_drafting,
-               summary="Speculative decoding is configured but nothing is drafted.",
-               description=(
-                   "Model {{ $labels.model_name }} on {{ $labels.instance }} "
-                   "({{ $labels.namespace }}) exposes the speculative-decoding families and "
-                   f"generates tokens, but no verify step had a draft over the last "
-                   f"{settings.windows.rate}: the drafter proposes nothing."),
-               dashboard_vars=("namespace", "pod", "model_name")),
-        _alert(settings, "SpecDecodeTapCoverageLow", coverage,
-               summary="The request tap sees too little of the drafted traffic.",
-               description=(
-                   "The tap attributed {{ $value | humanizePercentage }} of the draft tokens "
-                   "vLLM counted for model {{ $labels.model_name }} on {{ $labels.instance }} "
-                   f"({{{{ $labels.namespace }}}}), below {_pct(t.coverage_ratio)}: the "
-                   "per-temperature figures describe only part of the traffic."),
-               dashboard_vars=("namespace", "pod", "model_name")),
+        _alert(
+            settings,
+            "SpecDecodeSpeedupBelowOne",
+            speedup,
+            summary="Speculative decoding is a net loss by the model: modelled speedup below 1.",
+            description=(
+                'The sidecar models a speedup of {{ $value | printf "%.2f" }} for model '
+                "{{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), "
+                f"with acceptance {look.acceptance} (threshold t = {look.threshold}) and "
+                f"c = {look.cost}: the tokens accepted per step do not pay for drafting, so "
+                "generation is slower than plain decoding by the model."
+            ),
+            dashboard_vars=("namespace", "pod", "model_name"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeNotDrafting",
+            not_drafting,
+            summary="Speculative decoding is configured but nothing is drafted.",
+            description=(
+                "Model {{ $labels.model_name }} on {{ $labels.instance }} "
+                "({{ $labels.namespace }}) exposes the speculative-decoding families and "
+                f"generates tokens, but no verify step had a draft over the last "
+                f"{settings.windows.rate}: the drafter proposes nothing."
+            ),
+            dashboard_vars=("namespace", "pod", "model_name"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeTapCoverageLow",
+            coverage,
+            summary="The request tap sees too little of the drafted traffic.",
+            description=(
+                "The tap attributed {{ $value | humanizePercentage }} of the draft tokens "
+                "vLLM counted for model {{ $labels.model_name }} on {{ $labels.instance }} "
+                f"({{{{ $labels.namespace }}}}), below {_pct(t.coverage_ratio)}: the "
+                "per-temperature figures describe only part of the traffic."
+            ),
+            dashboard_vars=("namespace", "pod", "model_name"),
+        ),
     ]
 
 
@@ -333,36 +413,55 @@ def health_alerts(settings: Settings) -> list[Rule]:
     sel = settings.selectors.sidecar
     grace = settings.policy("SpecDecodeVLLMNeverUp").for_
     return [
-        _alert(settings, "SpecDecodeSidecarDown", f"{selector('up', sel)} == 0",
-               summary="Prometheus cannot scrape the speculative-decoding sidecar.",
-               description=(
-                   "The sidecar target {{ $labels.instance }} ({{ $labels.namespace }}/"
-                   "{{ $labels.pod }}) has been down. The tap is on the request path, so "
-                   "requests to this pod are probably failing too."),
-               dashboard_vars=("namespace", "pod")),
-        _alert(settings, "SpecDecodeSidecarAbsent", f"absent({selector('up', sel)})",
-               summary="No speculative-decoding sidecar target is discovered.",
-               description=(
-                   f"Prometheus has no target matching {{{sel}}}: the PodMonitor is not "
-                   "selected, or no pod runs the sidecar. No speculative-decoding alert can fire."),
-               dashboard_vars=()),
-        _alert(settings, "SpecDecodeVLLMUnreachable",
-               f"{selector('specdec_up', sel)} == 0\n"
-               f"and\n{selector('specdec_vllm_ever_up', sel)} == 1",
-               summary="vLLM went down: the sidecar can no longer scrape its /metrics.",
-               description=(
-                   "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
-                   " reached vLLM in its pod before and now fails to scrape it (see "
-                   "specdec_scrape_failures_total by reason). vLLM is down, overloaded or not "
-                   "serving /metrics."),
-               dashboard_vars=("namespace", "pod")),
-        _alert(settings, "SpecDecodeVLLMNeverUp", f"{selector('specdec_vllm_ever_up', sel)} == 0",
-               summary="vLLM has not come up since the sidecar started.",
-               description=(
-                   "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
-                   f" has not reached vLLM once in {grace}, longer than vLLM's startup budget: "
-                   "vLLM is stuck loading, crash-looping or misconfigured."),
-               dashboard_vars=("namespace", "pod")),
+        _alert(
+            settings,
+            "SpecDecodeSidecarDown",
+            f"{selector('up', sel)} == 0",
+            summary="Prometheus cannot scrape the speculative-decoding sidecar.",
+            description=(
+                "The sidecar target {{ $labels.instance }} ({{ $labels.namespace }}/"
+                "{{ $labels.pod }}) has been down. The tap is on the request path, so "
+                "requests to this pod are probably failing too."
+            ),
+            dashboard_vars=("namespace", "pod"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeSidecarAbsent",
+            f"absent({selector('up', sel)})",
+            summary="No speculative-decoding sidecar target is discovered.",
+            description=(
+                f"Prometheus has no target matching {{{sel}}}: the PodMonitor is not "
+                "selected, or no pod runs the sidecar. No speculative-decoding alert can fire."
+            ),
+            dashboard_vars=(),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeVLLMUnreachable",
+            f"{selector('specdec_up', sel)} == 0\n"
+            f"and\n{selector('specdec_vllm_ever_up', sel)} == 1",
+            summary="vLLM went down: the sidecar can no longer scrape its /metrics.",
+            description=(
+                "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
+                " reached vLLM in its pod before and now fails to scrape it (see "
+                "specdec_scrape_failures_total by reason). vLLM is down, overloaded or not "
+                "serving /metrics."
+            ),
+            dashboard_vars=("namespace", "pod"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeVLLMNeverUp",
+            f"{selector('specdec_vllm_ever_up', sel)} == 0",
+            summary="vLLM has not come up since the sidecar started.",
+            description=(
+                "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
+                f" has not reached vLLM once in {grace}, longer than vLLM's startup budget: "
+                "vLLM is stuck loading, crash-looping or misconfigured."
+            ),
+            dashboard_vars=("namespace", "pod"),
+        ),
     ]
 
 
@@ -372,8 +471,9 @@ def startup_grace_seconds(settings: Settings) -> float:
 
 
 def record_names(groups: list[RuleGroup]) -> frozenset[str]:
-    return frozenset(rule["record"] for group in groups for rule in group["rules"]
-                     if "record" in rule)
+    return frozenset(
+        rule["record"] for group in groups for rule in group["rules"] if "record" in rule
+    )
 
 
 def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> Rule:
@@ -383,8 +483,15 @@ def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> Rule:
     return rule
 
 
-def _alert(settings: Settings, name: str, expr: str, *, summary: str, description: str,
-           dashboard_vars: tuple[str, ...]) -> Rule:
+def _alert(
+    settings: Settings,
+    name: str,
+    expr: str,
+    *,
+    summary: str,
+    description: str,
+    dashboard_vars: tuple[str, ...],
+) -> Rule:
     if not name.startswith(ALERT_PREFIX):
         raise ValueError(f"alert {name} must start with {ALERT_PREFIX}: the routes match on it")
     policy = settings.policy(name)
@@ -401,8 +508,12 @@ def _alert(settings: Settings, name: str, expr: str, *, summary: str, descriptio
     return rule
 
 
-_DASHBOARD_VARIABLE = {"model_name": "model", "namespace": "namespace", "pod": "pod",
-                       "temperature_bucket": "bucket"}
+_DASHBOARD_VARIABLE = {
+    "model_name": "model",
+    "namespace": "namespace",
+    "pod": "pod",
+    "temperature_bucket": "bucket",
+}
 """Alert label -> dashboard variable; the cluster label maps to `cluster`."""
 
 
@@ -411,7 +522,8 @@ def _dashboard_url(settings: Settings, labels: tuple[str, ...]) -> str:
     url = f"{links.grafana}/d/{links.dashboard_uid}/{links.dashboard_slug}"
     query = "&".join(
         f"var-{_DASHBOARD_VARIABLE.get(label, 'cluster')}={{{{ $labels.{label} | urlquery }}}}"
-        for label in labels)
+        for label in labels
+    )
     return f"{url}?{query}" if query else url
 
 

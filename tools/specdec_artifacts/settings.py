@@ -84,7 +84,8 @@ class Thresholds(_Table):
         if value != ACCEPTANCE_THRESHOLD:
             raise ValueError(
                 f"must equal the verdict's threshold {ACCEPTANCE_THRESHOLD:g} (the default of "
-                "`check --threshold`); set acceptance_rate_by_method or _by_model instead")
+                "`check --threshold`); set acceptance_rate_by_method or _by_model instead"
+            )
         return value
 
 
@@ -174,8 +175,10 @@ class Settings(_Table):
     @property
     def acceptance_rate_by_model(self) -> dict[str, float]:
         """t per model: the hand-written ones, else the measured break-even (a calibration)."""
-        measured = {model: entry.break_even_acceptance_rate
-                    for model, entry in self.calibration.models.items()}
+        measured = {
+            model: entry.break_even_acceptance_rate
+            for model, entry in self.calibration.models.items()
+        }
         return {**measured, **self.thresholds.acceptance_rate_by_model}
 
     def policy(self, alertname: str) -> AlertPolicy:
@@ -200,9 +203,13 @@ def load(path: Path = CONFIG_PATH) -> Settings:
     return _validated(raw, path.name)
 
 
-def with_test_overrides(settings: Settings, *, for_: str | None = None,
-                        rate_window: str | None = None,
-                        group_timing: str | None = None) -> Settings:
+def with_test_overrides(
+    settings: Settings,
+    *,
+    for_: str | None = None,
+    rate_window: str | None = None,
+    group_timing: str | None = None,
+) -> Settings:
     """Shorten `for`, hysteresis, windows and Alertmanager timings so a test sees alerts within
     seconds. The result is validated like the file."""
     data = settings.model_dump(by_alias=True)

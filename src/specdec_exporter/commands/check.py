@@ -36,8 +36,10 @@ class CheckSettings(FlagsOnly):
 
     window: float = Field(10.0, gt=0, le=86400, description="seconds between the two scrapes")
     sidecar_url: HttpUrl | None = Field(
-        None, description="a sidecar running the request tap: adds acceptance per temperature "
-                          "bucket over the same window")
+        None,
+        description="a sidecar running the request tap: adds acceptance per temperature "
+        "bucket over the same window",
+    )
     as_json: bool = Field(False, alias="json", description="print one JSON object")
 
 
@@ -59,25 +61,28 @@ def main(args: argparse.Namespace) -> int:
     final = _legacy_verdict(snapshot, settings) or overall_verdict(entries)
     buckets = outcome.get("buckets")
     if options.as_json:
-        result = _as_json(settings, cost, entries, snapshot=snapshot, seconds=seconds,
-                          final=final)
+        result = _as_json(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final)
         if buckets is not None:
             result["buckets"] = [bucket.as_json() for bucket in buckets]
         print(json.dumps(result, indent=2))
     else:
-        print(_as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds,
-                       final=final))
+        print(_as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final))
         if buckets is not None:
             print("\n" + bucket_table(buckets))
     return final.exit_code
 
 
-async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
-                   sidecar_url: str | None) -> None:
+async def _measure(
+    settings: VllmTarget, window: float, outcome: dict[str, Any], sidecar_url: str | None
+) -> None:
     timeline: Timeline[SeriesKey] = Timeline(window)
     async with httpx.AsyncClient(trust_env=False) as client:
-        scraper = Scraper(client, settings.vllm_url, timeout=settings.scrape_timeout,
-                          max_body_bytes=settings.max_body_bytes)
+        scraper = Scraper(
+            client,
+            settings.vllm_url,
+            timeout=settings.scrape_timeout,
+            max_body_bytes=settings.max_body_bytes,
+        )
         tap = TapReader(client, sidecar_url) if sidecar_url else None
         try:
             first = await scraper.scrape()
@@ -97,25 +102,43 @@ async def _measure(settings: VllmTarget, window: float, outcome: dict[str, Any],
     served = sorted(second.snapshot.models)
     cost = settings.draft_cost_for(served[0] if len(served) == 1 else None)
     if tap:
-        outcome["buckets"] = bucket_rows(tap_before, tap_after, snapshot=second.snapshot,
-                                         seconds=measured.seconds, cost=cost,
-                                         criteria=settings.criteria)
-    outcome.update(entries=build_report(second.snapshot, measured, cost, settings.criteria),
-                   cost=cost, snapshot=second.snapshot, seconds=measured.seconds)
+        outcome["buckets"] = bucket_rows(
+            tap_before,
+            tap_after,
+            snapshot=second.snapshot,
+            seconds=measured.seconds,
+            cost=cost,
+            criteria=settings.criteria,
+        )
+    outcome.update(
+        entries=build_report(second.snapshot, measured, cost, settings.criteria),
+        cost=cost,
+        snapshot=second.snapshot,
+        seconds=measured.seconds,
+    )
 
 
 def _legacy_verdict(snapshot: Snapshot, settings: VllmTarget) -> Verdict | None:
     """V0 servers: only vLLM's own cumulative-since-start gauge is honest (no L, so no speedup)."""
-    rates = [g.acceptance_rate for g in snapshot.legacy_v0.values()
-             if g.acceptance_rate is not None]
+    rates = [
+        g.acceptance_rate for g in snapshot.legacy_v0.values() if g.acceptance_rate is not None
+    ]
     if not snapshot.legacy_v0:
         return None
-    return verdict(True, 1.0 if rates else 0.0, min(rates) if rates else None,
-                   criteria=settings.criteria)
+    return verdict(
+        True, 1.0 if rates else 0.0, min(rates) if rates else None, criteria=settings.criteria
+    )
 
 
-def _as_json(settings: VllmTarget, cost: DraftCost, entries: list[Entry], *,
-             snapshot: Snapshot, seconds: float, final: Verdict) -> dict[str, Any]:
+def _as_json(
+    settings: VllmTarget,
+    cost: DraftCost,
+    entries: list[Entry],
+    *,
+    snapshot: Snapshot,
+    seconds: float,
+    final: Verdict,
+) -> dict[str, Any]:
     result: dict[str, Any] = {
         "vllm_url": settings.vllm_url,
         "window_seconds": round(seconds, 3),
@@ -132,49 +155,99 @@ def _as_json(settings: VllmTarget, cost: DraftCost, entries: list[Entry], *,
     }
     if snapshot.legacy_v0:
         result["legacy_v0"] = {
-            model: {"draft_acceptance_rate_since_start": g.acceptance_rate,
-                    "system_efficiency_since_start": g.efficiency}
+            model: {
+                "draft_acceptance_rate_since_start": g.acceptance_rate,
+                "system_efficiency_since_start": g.efficiency,
+            }
             for model, g in snapshot.legacy_v0.items()
         }
     return result
 
 
-def _as_text(settings: VllmTarget, cost: DraftCost, entries: list[Entry], *,
-             snapshot: Snapshot, seconds: float, final: Verdict) -> str:
-    headers = ("model", "engine", "acceptance", "mean len", "per position", "draft share",
-               "drafts/s", "speedup*", "break-even", "verdict")
+def _as_text(
+    settings: VllmTarget,
+    cost: DraftCost,
+    entries: list[Entry],
+    *,
+    snapshot: Snapshot,
+    seconds: float,
+    final: Verdict,
+) -> str:
+    headers = (
+        "model",
+        "engine",
+        "acceptance",
+        "mean len",
+        "per position",
+        "draft share",
+        "drafts/s",
+        "speedup*",
+        "break-even",
+        "verdict",
+    )
     rows = [
-        (e.model_name, e.engine, e.acceptance_rate, e.mean_acceptance_length,
-         " ".join("-" if r is None else f"{r:.2f}" for r in e.per_position_acceptance_rate),
-         e.draft_share, e.drafts_per_second, e.estimated_speedup, e.break_even_acceptance_rate,
-         e.verdict)
+        (
+            e.model_name,
+            e.engine,
+            e.acceptance_rate,
+            e.mean_acceptance_length,
+            " ".join("-" if r is None else f"{r:.2f}" for r in e.per_position_acceptance_rate),
+            e.draft_share,
+            e.drafts_per_second,
+            e.estimated_speedup,
+            e.break_even_acceptance_rate,
+            e.verdict,
+        )
         for e in entries
     ]
-    lines = [f"vLLM {settings.vllm_url}, window {seconds:.1f} s, threshold t = "
-             f"{settings.threshold:g}, {cost.describe()}", "",
-             render_table(headers, rows)]
+    lines = [
+        f"vLLM {settings.vllm_url}, window {seconds:.1f} s, threshold t = "
+        f"{settings.threshold:g}, {cost.describe()}",
+        "",
+        render_table(headers, rows),
+    ]
     for model, gauges in sorted(snapshot.legacy_v0.items()):
-        lines.append(f"legacy V0 engine ({model}): vLLM's own acceptance rate since start "
-                     f"{gauges.acceptance_rate}; V0 counters are inflated, not windowed")
-    lines += ["", "* modelled: L / (1 + k*c); break-even: the acceptance at which it is 1",
-              f"verdict: {final.value}: {_explanation(settings, cost, entries, final)}"]
+        lines.append(
+            f"legacy V0 engine ({model}): vLLM's own acceptance rate since start "
+            f"{gauges.acceptance_rate}; V0 counters are inflated, not windowed"
+        )
+    lines += [
+        "",
+        "* modelled: L / (1 + k*c); break-even: the acceptance at which it is 1",
+        f"verdict: {final.value}: {_explanation(settings, cost, entries, final)}",
+    ]
     return "\n".join(lines)
 
 
-def _explanation(settings: VllmTarget, cost: DraftCost, entries: list[Entry],
-                 final: Verdict) -> str:
+def _explanation(
+    settings: VllmTarget, cost: DraftCost, entries: list[Entry], final: Verdict
+) -> str:
     """The verdict's reason, with the figures of the (first) model that gave it."""
     aggregates = [e for e in entries if e.engine == ALL_ENGINES and e.verdict == final.value]
     worst = aggregates[0] if aggregates else None
-    return explain(final, acceptance_rate=worst.acceptance_rate if worst else None,
-                   speedup=worst.estimated_speedup if worst else None,
-                   break_even=worst.break_even_acceptance_rate if worst else None,
-                   cost=cost, criteria=settings.criteria)
+    return explain(
+        final,
+        acceptance_rate=worst.acceptance_rate if worst else None,
+        speedup=worst.estimated_speedup if worst else None,
+        break_even=worst.break_even_acceptance_rate if worst else None,
+        cost=cost,
+        criteria=settings.criteria,
+    )
 
 
 def _print_unreachable(url: str, error: str, as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"vllm_url": url, "verdict": "unreachable", "exit_code": 3,
-                          "error": error, "entries": []}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "vllm_url": url,
+                    "verdict": "unreachable",
+                    "exit_code": 3,
+                    "error": error,
+                    "entries": [],
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"vLLM at {url} unreachable: {error}", file=sys.stderr)

@@ -37,14 +37,18 @@ DEGRADED_DRAFTER = 0.45
 class DemoSettings(FlagsOnly):
     """The demo's flags."""
 
-    duration: float = Field(120.0, gt=0, description="seconds of load; the drafter degrades "
-                                                     "halfway")
-    vllm_url: HttpUrl | None = Field(None, description="use this vLLM instead of the built-in "
-                                     "simulator (nothing is degraded then)")
+    duration: float = Field(
+        120.0, gt=0, description="seconds of load; the drafter degrades halfway"
+    )
+    vllm_url: HttpUrl | None = Field(
+        None,
+        description="use this vLLM instead of the built-in simulator (nothing is degraded then)",
+    )
     concurrency: int = Field(8, ge=1, description="concurrent requests")
     refresh: float = Field(2.0, gt=0, description="table refresh, seconds")
-    no_tap: bool = Field(False, description="send the load straight to vLLM instead of through "
-                                            "the tap")
+    no_tap: bool = Field(
+        False, description="send the load straight to vLLM instead of through the tap"
+    )
     seed: int = Field(1, description="seed of simulator and load")
 
 
@@ -71,10 +75,12 @@ def _simulator(seed: int) -> Iterator[str]:
     from specdec_exporter.devtools.sim.server import running_simulator  # noqa: PLC0415
     from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig  # noqa: PLC0415
 
-    config = SimConfig(speculative=SpeculativeConfig(method="draft_model",
-                                                     num_speculative_tokens=4),
-                       per_request_spec_decode_metrics="summary", seed=seed,
-                       drafter_quality=GOOD_DRAFTER)
+    config = SimConfig(
+        speculative=SpeculativeConfig(method="draft_model", num_speculative_tokens=4),
+        per_request_spec_decode_metrics="summary",
+        seed=seed,
+        drafter_quality=GOOD_DRAFTER,
+    )
     with running_simulator(config) as simulator:
         yield simulator.url
 
@@ -95,17 +101,31 @@ class Sidecar:
 
 @contextlib.contextmanager
 def _sidecar(vllm_url: str, *, tap: bool) -> Iterator[Sidecar]:
-    command = [sys.executable, "-m", "specdec_exporter.cli", "run", "--vllm-url", vllm_url,
-               "--listen", "127.0.0.1:0", "--interval", "1", "--window", "10",
-               "--speculative-method", "draft_model"]
+    command = [
+        sys.executable,
+        "-m",
+        "specdec_exporter.cli",
+        "run",
+        "--vllm-url",
+        vllm_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--interval",
+        "1",
+        "--window",
+        "10",
+        "--speculative-method",
+        "draft_model",
+    ]
     if tap:
         command += ["--proxy-listen", "127.0.0.1:0"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     sidecar = Sidecar(process)
     ready = threading.Event()
     assert process.stderr is not None
-    threading.Thread(target=_read_log, args=(process.stderr, sidecar, 1 + tap, ready),
-                     daemon=True).start()
+    threading.Thread(
+        target=_read_log, args=(process.stderr, sidecar, 1 + tap, ready), daemon=True
+    ).start()
     try:
         if not ready.wait(30):
             raise RuntimeError("the sidecar did not start within 30 s")
@@ -139,17 +159,23 @@ def _print_urls(vllm_url: str, sidecar: Sidecar, simulated: bool) -> None:
     print("Ctrl-C stops everything.\n", flush=True)
 
 
-async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar,
-               simulated: bool) -> bool:
+async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar, simulated: bool) -> bool:
     """Load and live table until the duration ends (False) or SIGINT/SIGTERM (True)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(number, stop.set)
     target = sidecar.tap_url or vllm_url
-    config = LoadConfig(url=target, concurrency=args.concurrency, requests=None,
-                        duration=args.duration, mix=parse_mix(DEMO_MIX), stream_share=0.5,
-                        max_tokens=96, seed=args.seed)
+    config = LoadConfig(
+        url=target,
+        concurrency=args.concurrency,
+        requests=None,
+        duration=args.duration,
+        mix=parse_mix(DEMO_MIX),
+        stream_share=0.5,
+        max_tokens=96,
+        seed=args.seed,
+    )
     progress: list[Progress] = []
     started = time.monotonic()
     load = asyncio.create_task(run_load(config, progress.append))
@@ -162,11 +188,19 @@ async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar,
                 await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
                 degraded_at = elapsed
             report = await _fetch_report(client, sidecar.url)
-            _show(render_screen(report, elapsed=elapsed, duration=args.duration,
-                                degraded_at=degraded_at,
-                                progress=progress[-1] if progress else None, simulated=simulated))
-            await asyncio.wait({load, stopping}, timeout=args.refresh,
-                               return_when=asyncio.FIRST_COMPLETED)
+            _show(
+                render_screen(
+                    report,
+                    elapsed=elapsed,
+                    duration=args.duration,
+                    degraded_at=degraded_at,
+                    progress=progress[-1] if progress else None,
+                    simulated=simulated,
+                )
+            )
+            await asyncio.wait(
+                {load, stopping}, timeout=args.refresh, return_when=asyncio.FIRST_COMPLETED
+            )
         if stop.is_set():
             load.cancel()
             await asyncio.gather(load, return_exceptions=True)
@@ -175,11 +209,21 @@ async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar,
         result = load.result()
         await asyncio.sleep(1.5)  # one more sidecar poll, so the final table includes the tail
         report = await _fetch_report(client, sidecar.url)
-    _show(render_screen(report, elapsed=time.monotonic() - started, duration=args.duration,
-                        degraded_at=degraded_at, progress=progress[-1] if progress else None,
-                        simulated=simulated), clear=False)
-    print(f"\nload: {len(result.results)} requests, "
-          f"{sum(1 for r in result.results if r.error)} errors")
+    _show(
+        render_screen(
+            report,
+            elapsed=time.monotonic() - started,
+            duration=args.duration,
+            degraded_at=degraded_at,
+            progress=progress[-1] if progress else None,
+            simulated=simulated,
+        ),
+        clear=False,
+    )
+    print(
+        f"\nload: {len(result.results)} requests, "
+        f"{sum(1 for r in result.results if r.error)} errors"
+    )
     return False
 
 
@@ -191,21 +235,50 @@ async def _fetch_report(client: httpx.AsyncClient, sidecar_url: str) -> dict[str
         return {"up": False, "entries": [], "tables": []}
 
 
-def render_screen(report: dict[str, Any], *, elapsed: float, duration: float,
-                  degraded_at: float | None, progress: Progress | None, simulated: bool) -> str:
+def render_screen(
+    report: dict[str, Any],
+    *,
+    elapsed: float,
+    duration: float,
+    degraded_at: float | None,
+    progress: Progress | None,
+    simulated: bool,
+) -> str:
     """The live table: sidecar figures per model and engine, then per temperature bucket."""
-    drafter = ("good" if degraded_at is None else f"DEGRADED at {degraded_at:.0f} s"
-               ) if simulated else "real vLLM"
-    requests = (f"{progress.done} requests, {progress.errors} errors" if progress
-                else "no request finished yet")
-    lines = [f"vllm-specdec-exporter demo  {elapsed:5.0f}/{duration:.0f} s  drafter: {drafter}  "
-             f"load: {requests}  vLLM {'up' if report.get('up') else 'DOWN'}  "
-             f"window {report.get('window_seconds', 0):.0f} s", ""]
+    drafter = (
+        ("good" if degraded_at is None else f"DEGRADED at {degraded_at:.0f} s")
+        if simulated
+        else "real vLLM"
+    )
+    requests = (
+        f"{progress.done} requests, {progress.errors} errors"
+        if progress
+        else "no request finished yet"
+    )
+    lines = [
+        f"vllm-specdec-exporter demo  {elapsed:5.0f}/{duration:.0f} s  drafter: {drafter}  "
+        f"load: {requests}  vLLM {'up' if report.get('up') else 'DOWN'}  "
+        f"window {report.get('window_seconds', 0):.0f} s",
+        "",
+    ]
     entries = report.get("entries", [])
-    rows = [(e["model_name"], e["engine"], e["acceptance_rate"], e["mean_acceptance_length"],
-             e["estimated_speedup"], e["drafts_per_second"], e["verdict"]) for e in entries]
-    lines.append(render_table(("model", "engine", "acceptance", "mean len", "speedup*",
-                               "drafts/s", "verdict"), rows))
+    rows = [
+        (
+            e["model_name"],
+            e["engine"],
+            e["acceptance_rate"],
+            e["mean_acceptance_length"],
+            e["estimated_speedup"],
+            e["drafts_per_second"],
+            e["verdict"],
+        )
+        for e in entries
+    ]
+    lines.append(
+        render_table(
+            ("model", "engine", "acceptance", "mean len", "speedup*", "drafts/s", "verdict"), rows
+        )
+    )
     for table in report.get("tables", [])[1:]:
         lines += ["", table["title"], render_table(table["headers"], table["rows"])]
     lines += ["", "* modelled: L / (1 + k*c); below 1, speculation is a net loss (disable)"]

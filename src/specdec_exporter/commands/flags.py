@@ -44,8 +44,9 @@ class FlagsOnly(BaseSettings):
         return (init_settings,)
 
 
-def _cli_source(model: type[BaseSettings],
-                parser: argparse.ArgumentParser | None = None) -> CliSettingsSource[Any]:
+def _cli_source(
+    model: type[BaseSettings], parser: argparse.ArgumentParser | None = None
+) -> CliSettingsSource[Any]:
     return CliSettingsSource(model, root_parser=parser, **_CLI_STYLE)
 
 

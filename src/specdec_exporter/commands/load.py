@@ -66,44 +66,100 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_target_flags(parser: argparse.ArgumentParser) -> None:
     """Where the load goes and how it authenticates."""
-    parser.add_argument("--url", default="http://127.0.0.1:8000",
-                        help="base URL of the OpenAI-compatible server (default: %(default)s)")
+    parser.add_argument(
+        "--url",
+        default="http://127.0.0.1:8000",
+        help="base URL of the OpenAI-compatible server (default: %(default)s)",
+    )
     parser.add_argument("--model", help="model name (default: first id from GET /v1/models)")
-    parser.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
-                        help="/v1/chat/completions or /v1/completions (default: %(default)s)")
-    parser.add_argument("--api-key", metavar="KEY",
-                        help=f"sent as a Bearer token (default: ${API_KEY_ENV}); never printed")
-    parser.add_argument("--timeout", type=_positive_float, default=600.0, metavar="SECONDS",
-                        help="timeout of one request (default: %(default)s)")
+    parser.add_argument(
+        "--endpoint",
+        choices=("chat", "completions"),
+        default="chat",
+        help="/v1/chat/completions or /v1/completions (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"sent as a Bearer token (default: ${API_KEY_ENV}); never printed",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="timeout of one request (default: %(default)s)",
+    )
 
 
 def add_traffic_flags(parser: argparse.ArgumentParser) -> None:
     """How much load, and what each request looks like."""
-    parser.add_argument("--concurrency", type=_positive_int, default=8, metavar="N",
-                        help="requests in flight at once (default: %(default)s)")
+    parser.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="requests in flight at once (default: %(default)s)",
+    )
     bound = parser.add_mutually_exclusive_group()
-    bound.add_argument("--requests", type=_positive_int, metavar="N",
-                       help=f"send N requests, then stop (default: {DEFAULT_REQUESTS})")
-    bound.add_argument("--duration", type=_positive_float, metavar="SECONDS",
-                       help="start requests for SECONDS; those in flight then finish")
-    parser.add_argument("--temperatures", type=_mix, default=DEFAULT_MIX_TEXT, metavar="MIX",
-                        help="temperature:weight list, a single temperature, or 'default' to "
-                             "omit the key (default: %(default)s)")
-    parser.add_argument("--stream-share", type=_share, default=0.0, metavar="SHARE",
-                        help="share 0..1 of requests sent with stream: true (default: 0)")
-    parser.add_argument("--no-include-usage", action="store_true",
-                        help="do not ask streams for stream_options.include_usage")
-    parser.add_argument("--max-tokens", type=_positive_int, default=64, metavar="N",
-                        help="max_tokens of every request (default: %(default)s)")
-    parser.add_argument("--prompts", type=Path, metavar="FILE",
-                        help="one prompt per line (default: built-in short prompts)")
-    parser.add_argument("--seed", type=int,
-                        help="seed of the temperature, stream and prompt choices (default: random)")
+    bound.add_argument(
+        "--requests",
+        type=_positive_int,
+        metavar="N",
+        help=f"send N requests, then stop (default: {DEFAULT_REQUESTS})",
+    )
+    bound.add_argument(
+        "--duration",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="start requests for SECONDS; those in flight then finish",
+    )
+    parser.add_argument(
+        "--temperatures",
+        type=_mix,
+        default=DEFAULT_MIX_TEXT,
+        metavar="MIX",
+        help="temperature:weight list, a single temperature, or 'default' to "
+        "omit the key (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stream-share",
+        type=_share,
+        default=0.0,
+        metavar="SHARE",
+        help="share 0..1 of requests sent with stream: true (default: 0)",
+    )
+    parser.add_argument(
+        "--no-include-usage",
+        action="store_true",
+        help="do not ask streams for stream_options.include_usage",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="max_tokens of every request (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--prompts",
+        type=Path,
+        metavar="FILE",
+        help="one prompt per line (default: built-in short prompts)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the temperature, stream and prompt choices (default: random)",
+    )
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="print the summary as one JSON object instead of the table")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON object instead of the table",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -168,15 +224,19 @@ class ProgressLine(LiveLine):
         rate = f"{done / elapsed:.1f} req/s" if elapsed > 0 else "- req/s"
         if self._config.duration is not None:
             duration = max(1, round(self._config.duration))
-            return progress_bar(min(int(elapsed), duration), duration,
-                                suffix=f"seconds  requests {done}  errors {errors}  {rate}")
+            return progress_bar(
+                min(int(elapsed), duration),
+                duration,
+                suffix=f"seconds  requests {done}  errors {errors}  {rate}",
+            )
         return progress_bar(done, self._config.requests or 0, suffix=f"errors {errors}  {rate}")
 
 
 async def run_with_progress(config: LoadConfig, line: ProgressLine | None) -> LoadResult:
     """Run the load; with a progress line, redraw it on a timer too (slow requests, duration)."""
-    return await drive(lambda on_progress: run_load(config, on_progress), line,
-                       line.record if line else None)
+    return await drive(
+        lambda on_progress: run_load(config, on_progress), line, line.record if line else None
+    )
 
 
 def main(args: argparse.Namespace) -> int:

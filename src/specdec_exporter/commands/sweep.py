@@ -46,33 +46,75 @@ def _temperatures(text: str) -> tuple[float | None, ...]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="http://127.0.0.1:8000",
-                        help="base URL of the OpenAI-compatible server, vLLM or the sidecar's "
-                             "request tap (default: %(default)s)")
-    parser.add_argument("--metrics-url", metavar="URL",
-                        help="base URL whose /metrics has vLLM's counters (default: --url)")
+    parser.add_argument(
+        "--url",
+        default="http://127.0.0.1:8000",
+        help="base URL of the OpenAI-compatible server, vLLM or the sidecar's "
+        "request tap (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        metavar="URL",
+        help="base URL whose /metrics has vLLM's counters (default: --url)",
+    )
     parser.add_argument("--model", help="model name (default: first id from GET /v1/models)")
-    parser.add_argument("--api-key", metavar="KEY",
-                        help=f"sent as a Bearer token (default: ${API_KEY_ENV}); never printed")
-    parser.add_argument("--temperatures", type=_temperatures, default=DEFAULT_TEMPERATURES_TEXT,
-                        metavar="LIST", help="comma-separated temperatures, run in this order; "
-                        "'default' omits the key (default: %(default)s)")
-    parser.add_argument("--requests", type=_positive_int, default=20, metavar="N",
-                        help="requests per temperature (default: %(default)s)")
-    parser.add_argument("--concurrency", type=_positive_int, default=4, metavar="N",
-                        help="requests in flight at once (default: %(default)s)")
-    parser.add_argument("--max-tokens", type=_positive_int, default=64, metavar="N",
-                        help="max_tokens of every request (default: %(default)s)")
-    parser.add_argument("--stream", action="store_true",
-                        help="stream every request (with include_usage); needed for TTFT/TPOT")
-    parser.add_argument("--prompts", type=Path, metavar="FILE",
-                        help="one prompt per line (default: built-in short prompts)")
-    parser.add_argument("--seed", type=int,
-                        help="seed of the prompt choice, the same for every temperature "
-                             "(default: random, printed)")
-    parser.add_argument("--source", choices=SOURCE_CHOICES, default="auto",
-                        help="where acceptance comes from; auto: per-request if every successful "
-                             "request of the first phase carried metrics, else counters")
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"sent as a Bearer token (default: ${API_KEY_ENV}); never printed",
+    )
+    parser.add_argument(
+        "--temperatures",
+        type=_temperatures,
+        default=DEFAULT_TEMPERATURES_TEXT,
+        metavar="LIST",
+        help="comma-separated temperatures, run in this order; "
+        "'default' omits the key (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=_positive_int,
+        default=20,
+        metavar="N",
+        help="requests per temperature (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="requests in flight at once (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="max_tokens of every request (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="stream every request (with include_usage); needed for TTFT/TPOT",
+    )
+    parser.add_argument(
+        "--prompts",
+        type=Path,
+        metavar="FILE",
+        help="one prompt per line (default: built-in short prompts)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the prompt choice, the same for every temperature (default: random, printed)",
+    )
+    parser.add_argument(
+        "--source",
+        choices=SOURCE_CHOICES,
+        default="auto",
+        help="where acceptance comes from; auto: per-request if every successful "
+        "request of the first phase carried metrics, else counters",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON object")
     output.add_argument("--csv", action="store_true", help="print CSV, one line per temperature")
@@ -102,8 +144,9 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
 class SweepProgressLine(LiveLine):
     """The progress bar over the whole sweep on one terminal line."""
 
-    def __init__(self, stream: TextIO, config: SweepConfig,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, stream: TextIO, config: SweepConfig, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__(stream, clock)
         self._config = config
         self._latest = SweepProgress(0, temperature_label(config.temperatures[0]), 0, 0)
@@ -122,8 +165,9 @@ class SweepProgressLine(LiveLine):
 
 async def sweep_with_progress(config: SweepConfig, line: SweepProgressLine | None) -> SweepResult:
     """Run the sweep; with a progress line, also redraw it on a timer (slow requests)."""
-    return await drive(lambda on_progress: run_sweep(config, on_progress), line,
-                       line.record if line else None)
+    return await drive(
+        lambda on_progress: run_sweep(config, on_progress), line, line.record if line else None
+    )
 
 
 def render(result: SweepResult, config: SweepConfig, args: argparse.Namespace) -> str:

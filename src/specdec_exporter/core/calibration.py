@@ -99,8 +99,11 @@ def make_point(
     """The figures of one point from the spec server's counter delta and both timings."""
     derived = figures(counts)
     length = derived.mean_acceptance_length
-    speedup = (None if spec.tpot_ms is None or base.tpot_ms is None or spec.tpot_ms <= 0
-               else measured_speedup(base.tpot_ms, spec.tpot_ms))
+    speedup = (
+        None
+        if spec.tpot_ms is None or base.tpot_ms is None or spec.tpot_ms <= 0
+        else measured_speedup(base.tpot_ms, spec.tpot_ms)
+    )
     return CalibrationPoint(
         concurrency=concurrency,
         temperature=temperature,
@@ -113,10 +116,14 @@ def make_point(
         tpot_spec_ms=spec.tpot_ms,
         tpot_base_ms=base.tpot_ms,
         measured_speedup=speedup,
-        modelled_speedup=None if length is None else modelled_speedup(
-            length, k, assumed_cost_ratio),
-        draft_cost_ratio=(None if length is None or speedup is None or speedup <= 0
-                          else fitted_draft_cost_ratio(length, k, speedup)),
+        modelled_speedup=None
+        if length is None
+        else modelled_speedup(length, k, assumed_cost_ratio),
+        draft_cost_ratio=(
+            None
+            if length is None or speedup is None or speedup <= 0
+            else fitted_draft_cost_ratio(length, k, speedup)
+        ),
         requests_spec=spec.requests,
         requests_base=base.requests,
         num_requests_running_spec=spec.running,
@@ -147,13 +154,17 @@ def fit_per_concurrency(points: Sequence[CalibrationPoint]) -> list[ConcurrencyF
     for concurrency in sorted({point.concurrency for point in points}):
         own = [point for point in points if point.concurrency == concurrency]
         cost = _mean(point.draft_cost_ratio for point in own)
-        fits.append(ConcurrencyFit(
-            concurrency=concurrency,
-            draft_cost_ratio=cost,
-            break_even_acceptance_rate=None if cost is None else break_even_from_cost_ratio(cost),
-            num_requests_running_spec=_mean(point.num_requests_running_spec for point in own),
-            num_requests_running_base=_mean(point.num_requests_running_base for point in own),
-        ))
+        fits.append(
+            ConcurrencyFit(
+                concurrency=concurrency,
+                draft_cost_ratio=cost,
+                break_even_acceptance_rate=None
+                if cost is None
+                else break_even_from_cost_ratio(cost),
+                num_requests_running_spec=_mean(point.num_requests_running_spec for point in own),
+                num_requests_running_base=_mean(point.num_requests_running_base for point in own),
+            )
+        )
     return fits
 
 
@@ -203,8 +214,10 @@ def best_k_per_concurrency(points: Sequence[CalibrationPoint]) -> dict[int, int]
 def _tpot_by_k(points: Sequence[CalibrationPoint]) -> dict[int, float]:
     ks = {point.num_speculative_tokens for point in points}
     temperatures = [
-        temperature for temperature in sorted({point.temperature for point in points},
-                                              key=lambda t: (t is not None, t or 0.0))
+        temperature
+        for temperature in sorted(
+            {point.temperature for point in points}, key=lambda t: (t is not None, t or 0.0)
+        )
         if all(_tpot(points, k, temperature) is not None for k in ks)
         and _base_tpot(points, temperature) is not None
     ]
@@ -217,8 +230,14 @@ def _tpot_by_k(points: Sequence[CalibrationPoint]) -> dict[int, float]:
 
 
 def _tpot(points: Sequence[CalibrationPoint], k: int, temperature: float | None) -> float | None:
-    return next((p.tpot_spec_ms for p in points
-                 if p.num_speculative_tokens == k and p.temperature == temperature), None)
+    return next(
+        (
+            p.tpot_spec_ms
+            for p in points
+            if p.num_speculative_tokens == k and p.temperature == temperature
+        ),
+        None,
+    )
 
 
 def _base_tpot(points: Sequence[CalibrationPoint], temperature: float | None) -> float | None:
@@ -321,12 +340,16 @@ def build_calibration(
         num_speculative_tokens=sorted({point.num_speculative_tokens for point in points}),
         draft_cost_ratio=top.draft_cost_ratio,
         draft_cost_ratio_concurrency=top.concurrency,
-        break_even_acceptance_rate={fit.concurrency: fit.break_even_acceptance_rate
-                                    for fit in fits},
+        break_even_acceptance_rate={
+            fit.concurrency: fit.break_even_acceptance_rate for fit in fits
+        },
         concurrency_fits=fits,
-        models={model_name: ModelCalibration(
-            draft_cost_ratio=top.draft_cost_ratio,
-            break_even_acceptance_rate=top.break_even_acceptance_rate)},
+        models={
+            model_name: ModelCalibration(
+                draft_cost_ratio=top.draft_cost_ratio,
+                break_even_acceptance_rate=top.break_even_acceptance_rate,
+            )
+        },
         points=list(points),
         schedule=propose_schedule(points),
     )

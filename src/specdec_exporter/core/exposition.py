@@ -27,7 +27,7 @@ from specdec_exporter.core.acceptance import Totals
 # come from vllm_names, in either spelling (``vllm:`` or ``vllm_``).
 _WANTED_LINE = re.compile(
     r"\n(vllm[:_](?:"
-    + "|".join(sorted(re.escape(name[len(names.PREFIX):]) for name in names.WANTED_SAMPLES))
+    + "|".join(sorted(re.escape(name[len(names.PREFIX) :]) for name in names.WANTED_SAMPLES))
     + r")[{ \t][^\n]*)"
 )
 _SPEC_TYPE_LINE = re.compile(rf"\n# TYPE vllm[:_]({names.SPEC_DECODE_STEM}\w+?)(?:_total)? ")
@@ -51,8 +51,12 @@ SeriesKey = tuple[str, str]
 """(model_name, engine)."""
 
 InvalidReason = Literal["nan", "infinite", "negative", "accepted_over_drafted"]
-INVALID_REASONS: tuple[InvalidReason, ...] = ("nan", "infinite", "negative",
-                                              "accepted_over_drafted")
+INVALID_REASONS: tuple[InvalidReason, ...] = (
+    "nan",
+    "infinite",
+    "negative",
+    "accepted_over_drafted",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +188,10 @@ def _build(samples: list[Sample], enabled: bool) -> Snapshot:
     spec_series = frozenset(spec.keys() - bad_spec)
     generation_series = frozenset(generation.keys() - bad_generation)
     counters = {
-        key: replace(spec[key] if key in spec_series else Totals(),
-                     generation_tokens=generation[key] if key in generation_series else 0.0)
+        key: replace(
+            spec[key] if key in spec_series else Totals(),
+            generation_tokens=generation[key] if key in generation_series else 0.0,
+        )
         for key in spec_series | generation_series
     }
     v0 = {
@@ -234,7 +240,8 @@ def _dense(by_position: dict[int, float]) -> tuple[float, ...]:
 
 
 _RUNNING_LINE = re.compile(
-    r"\n(vllm[:_]" + re.escape(names.NUM_REQUESTS_RUNNING.removeprefix(names.PREFIX))
+    r"\n(vllm[:_]"
+    + re.escape(names.NUM_REQUESTS_RUNNING.removeprefix(names.PREFIX))
     + r"[{ \t][^\n]*)"
 )
 

@@ -47,8 +47,9 @@ class DraftCost:
         return f"c = {self.ratio:g} ({origin})"
 
 
-def resolve_draft_cost(flag: float | None, method: str | None,
-                       calibrated: float | None) -> DraftCost:
+def resolve_draft_cost(
+    flag: float | None, method: str | None, calibrated: float | None
+) -> DraftCost:
     """c from the flag, or a calibration's fitted c, else the method's default, else 0.1.
 
     A flag and a calibration both setting c contradict each other: ValueError, never a silent pick.
@@ -70,8 +71,9 @@ def modelled_speedup(mean_acceptance_length: float, k: int, cost_ratio: float) -
     return mean_acceptance_length / (1.0 + k * cost_ratio)
 
 
-def break_even_acceptance_rate(k: int, cost_ratio: float,
-                               mean_draft_length: float | None = None) -> float:
+def break_even_acceptance_rate(
+    k: int, cost_ratio: float, mean_draft_length: float | None = None
+) -> float:
     """The acceptance rate a at which the modelled speedup is 1.
 
     With m = draft tokens / drafts, L = 1 + a·m, so L / (1 + k·c) = 1 at a = k·c / m: exactly c

@@ -62,8 +62,9 @@ def entry(
     derived = figures(counts)
     length, rate = derived.mean_acceptance_length, derived.acceptance_rate
     speedup = None if length is None or k is None else modelled_speedup(length, k, cost.ratio)
-    break_even = (None if k is None
-                  else break_even_acceptance_rate(k, cost.ratio, derived.mean_draft_length))
+    break_even = (
+        None if k is None else break_even_acceptance_rate(k, cost.ratio, derived.mean_draft_length)
+    )
     return Entry(
         model_name=model_name,
         engine=engine,
@@ -81,13 +82,18 @@ def entry(
         threshold=criteria.threshold,
         draft_cost_ratio=cost.ratio,
         draft_cost_ratio_source=cost.source,
-        verdict=verdict(enabled, counts.drafts, rate, speedup=speedup, break_even=break_even,
-                        criteria=criteria).value,
+        verdict=verdict(
+            enabled, counts.drafts, rate, speedup=speedup, break_even=break_even, criteria=criteria
+        ).value,
     )
 
 
-def build_report(snapshot: Snapshot, window: Window[SeriesKey], cost: DraftCost,
-                 criteria: Criteria = DEFAULT_CRITERIA) -> list[Entry]:
+def build_report(
+    snapshot: Snapshot,
+    window: Window[SeriesKey],
+    cost: DraftCost,
+    criteria: Criteria = DEFAULT_CRITERIA,
+) -> list[Entry]:
     """One entry per (model, engine), then one ``engine="all"`` entry per model (summed first)."""
     entries: list[Entry] = []
     for model in sorted(snapshot.models):
@@ -95,14 +101,23 @@ def build_report(snapshot: Snapshot, window: Window[SeriesKey], cost: DraftCost,
     return entries
 
 
-def _model_entries(model: str, snapshot: Snapshot, window: Window[SeriesKey], cost: DraftCost,
-                   criteria: Criteria) -> list[Entry]:
+def _model_entries(
+    model: str, snapshot: Snapshot, window: Window[SeriesKey], cost: DraftCost, criteria: Criteria
+) -> list[Entry]:
     k = snapshot.num_speculative_tokens(model)
     per_engine = {engine: counts for (m, engine), counts in window.deltas.items() if m == model}
 
     def make(engine: str, counts: Totals) -> Entry:
-        return entry(model, engine, counts, seconds=window.seconds,
-                     enabled=snapshot.spec_decode_enabled, k=k, cost=cost, criteria=criteria)
+        return entry(
+            model,
+            engine,
+            counts,
+            seconds=window.seconds,
+            enabled=snapshot.spec_decode_enabled,
+            k=k,
+            cost=cost,
+            criteria=criteria,
+        )
 
     rows = [make(engine, per_engine[engine]) for engine in sorted(per_engine, key=_engine_order)]
     rows.append(make(ALL_ENGINES, sum_totals(per_engine.values())))
@@ -111,15 +126,27 @@ def _model_entries(model: str, snapshot: Snapshot, window: Window[SeriesKey], co
     return rows
 
 
-def bucket_entries(snapshot: Snapshot, deltas: Mapping[BucketKey, Totals], *, seconds: float,
-                   cost: DraftCost, criteria: Criteria) -> dict[BucketKey, Entry]:
+def bucket_entries(
+    snapshot: Snapshot,
+    deltas: Mapping[BucketKey, Totals],
+    *,
+    seconds: float,
+    cost: DraftCost,
+    criteria: Criteria,
+) -> dict[BucketKey, Entry]:
     """The request tap's figures per (model, temperature bucket) over a window: the same ``entry``
     as a model's rows, with the model's k, and engine "all" (the tap sees no engine)."""
     return {
-        (model, bucket): entry(model, ALL_ENGINES, counts, seconds=seconds,
-                               enabled=snapshot.spec_decode_enabled,
-                               k=snapshot.num_speculative_tokens(model), cost=cost,
-                               criteria=criteria)
+        (model, bucket): entry(
+            model,
+            ALL_ENGINES,
+            counts,
+            seconds=seconds,
+            enabled=snapshot.spec_decode_enabled,
+            k=snapshot.num_speculative_tokens(model),
+            cost=cost,
+            criteria=criteria,
+        )
         for (model, bucket), counts in deltas.items()
     }
 
@@ -130,15 +157,17 @@ NOT_PER_BUCKET = ("engine", "per_position_acceptance_rate", "draft_share", "gene
 
 def bucket_json(key: BucketKey, bucket: Entry) -> dict[str, Any]:
     """A bucket's entry as JSON (`/api/report`, `check --json`): the fields the tap can know."""
-    figures = {name: value for name, value in bucket.as_json().items()
-               if name not in NOT_PER_BUCKET}
+    figures = {
+        name: value for name, value in bucket.as_json().items() if name not in NOT_PER_BUCKET
+    }
     return {"model_name": key[0], "temperature_bucket": key[1], **figures}
 
 
 def overall_verdict(entries: list[Entry]) -> Verdict:
     """The worst verdict among the per-model aggregates."""
-    aggregates = [Verdict(e.verdict) for e in entries
-                  if e.engine == ALL_ENGINES and e.verdict != LEGACY_V0]
+    aggregates = [
+        Verdict(e.verdict) for e in entries if e.engine == ALL_ENGINES and e.verdict != LEGACY_V0
+    ]
     return worst(aggregates) or Verdict.NOT_ENABLED
 
 

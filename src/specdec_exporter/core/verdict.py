@@ -29,8 +29,10 @@ class Criteria:
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold <= self.healthy_above <= 1:
-            raise ValueError("need 0 < threshold <= healthy_above <= 1, got "
-                             f"threshold {self.threshold:g}, healthy_above {self.healthy_above:g}")
+            raise ValueError(
+                "need 0 < threshold <= healthy_above <= 1, got "
+                f"threshold {self.threshold:g}, healthy_above {self.healthy_above:g}"
+            )
 
 
 DEFAULT_CRITERIA = Criteria()
@@ -57,21 +59,34 @@ _EXIT_CODES = {
     Verdict.DISABLE: 2,
     Verdict.NOT_ENABLED: 2,
 }
-SEVERITY_ORDER = (Verdict.HEALTHY, Verdict.NOT_DRAFTING, Verdict.BORDERLINE,
-                  Verdict.BELOW_THRESHOLD, Verdict.NOT_ENABLED, Verdict.DISABLE)
+SEVERITY_ORDER = (
+    Verdict.HEALTHY,
+    Verdict.NOT_DRAFTING,
+    Verdict.BORDERLINE,
+    Verdict.BELOW_THRESHOLD,
+    Verdict.NOT_ENABLED,
+    Verdict.DISABLE,
+)
 """From best to worst: the overall verdict of several models is the worst of theirs."""
 
 
-def verdict(enabled: bool, drafts: float, acceptance_rate: float | None, *,
-            speedup: float | None = None, break_even: float | None = None,
-            criteria: Criteria = DEFAULT_CRITERIA) -> Verdict:
+def verdict(
+    enabled: bool,
+    drafts: float,
+    acceptance_rate: float | None,
+    *,
+    speedup: float | None = None,
+    break_even: float | None = None,
+    criteria: Criteria = DEFAULT_CRITERIA,
+) -> Verdict:
     """The table. Without a speedup (k unknown) a low acceptance is only `below threshold`."""
     if not enabled:
         return Verdict.NOT_ENABLED
     if drafts <= 0 or acceptance_rate is None:
         return Verdict.NOT_DRAFTING
     if (speedup is not None and speedup < NET_LOSS_BELOW) or (
-            break_even is not None and break_even > 1):
+        break_even is not None and break_even > 1
+    ):
         return Verdict.DISABLE
     if acceptance_rate < criteria.threshold:
         return Verdict.BELOW_THRESHOLD
@@ -84,21 +99,36 @@ def worst(verdicts: list[Verdict]) -> Verdict | None:
     return max(verdicts, key=SEVERITY_ORDER.index) if verdicts else None
 
 
-def explain(result: Verdict, *, acceptance_rate: float | None, speedup: float | None,
-            break_even: float | None, cost: DraftCost, criteria: Criteria) -> str:
+def explain(
+    result: Verdict,
+    *,
+    acceptance_rate: float | None,
+    speedup: float | None,
+    break_even: float | None,
+    cost: DraftCost,
+    criteria: Criteria,
+) -> str:
     """One line naming the figures the verdict rests on: a, t, s and c."""
     t, top = criteria.threshold, criteria.healthy_above
-    figures = (f"acceptance {_num(acceptance_rate)}, t = {t:g}, modelled speedup "
-               f"{_num(speedup, '.2f')}, {cost.describe()}")
+    figures = (
+        f"acceptance {_num(acceptance_rate)}, t = {t:g}, modelled speedup "
+        f"{_num(speedup, '.2f')}, {cost.describe()}"
+    )
     if result is Verdict.DISABLE:
         if break_even is not None and break_even > 1:
-            return (f"break-even acceptance {break_even:.3g} > 1: at this c no acceptance pays; "
-                    f"speculation is a net loss ({figures}). Disable it or use a cheaper drafter")
-        return (f"modelled speedup below 1: speculation is a net loss ({figures}). Disable it, "
-                "lower k or change the draft model")
+            return (
+                f"break-even acceptance {break_even:.3g} > 1: at this c no acceptance pays; "
+                f"speculation is a net loss ({figures}). Disable it or use a cheaper drafter"
+            )
+        return (
+            f"modelled speedup below 1: speculation is a net loss ({figures}). Disable it, "
+            "lower k or change the draft model"
+        )
     if result is Verdict.BELOW_THRESHOLD:
-        return (f"acceptance below t, but the model says speculation still pays ({figures}); "
-                "calibrate, or lower t for this method")
+        return (
+            f"acceptance below t, but the model says speculation still pays ({figures}); "
+            "calibrate, or lower t for this method"
+        )
     if result is Verdict.BORDERLINE:
         return f"acceptance {t:g}-{top:g}: borderline ({figures}); measure P99 latency under load"
     if result is Verdict.HEALTHY:

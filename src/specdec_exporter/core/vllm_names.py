@@ -41,7 +41,7 @@ DEFAULT_ENGINE = "0"
 def canonical_name(sample_name: str) -> str:
     """``vllm_spec_decode_x`` -> ``vllm:spec_decode_x``; other names unchanged."""
     if sample_name.startswith(UNDERSCORE_PREFIX):
-        return PREFIX + sample_name[len(UNDERSCORE_PREFIX):]
+        return PREFIX + sample_name[len(UNDERSCORE_PREFIX) :]
     return sample_name
 
 

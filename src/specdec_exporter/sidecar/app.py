@@ -30,10 +30,17 @@ def create_app(
     refresh_every: float,
 ) -> FastAPI:
     """``refresh_every``: the poll interval; the page reloads itself about that often."""
-    app = FastAPI(title="vllm-specdec-exporter", version=__version__, docs_url=None,
-                  redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="vllm-specdec-exporter",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     makers: list[tuple[str, LandingRows]] = [
-        ("Acceptance per model and engine (sidecar window)", report_rows), *extra_tables]
+        ("Acceptance per model and engine (sidecar window)", report_rows),
+        *extra_tables,
+    ]
 
     def tables() -> list[Table]:
         return [(title, *make(state)) for title, make in makers]
@@ -56,34 +63,60 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse)
     def landing() -> HTMLResponse:
-        return HTMLResponse(render_page(state, vllm_url, tables(),
-                                        refresh=refresh_seconds(refresh_every)))
+        return HTMLResponse(
+            render_page(state, vllm_url, tables(), refresh=refresh_seconds(refresh_every))
+        )
 
     @app.get("/api/report")
     def report() -> JSONResponse:
         """The page's data as JSON (the demo's live table reads it)."""
-        return JSONResponse({
-            "up": state.up,
-            "window_seconds": state.window_seconds,
-            "entries": [entry.as_json() for entry in state.report],
-            "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
-            "tables": [{"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
-                       for title, headers, rows in tables()],
-        })
+        return JSONResponse(
+            {
+                "up": state.up,
+                "window_seconds": state.window_seconds,
+                "entries": [entry.as_json() for entry in state.report],
+                "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
+                "tables": [
+                    {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
+                    for title, headers, rows in tables()
+                ],
+            }
+        )
 
     return app
 
 
-REPORT_HEADERS = ("model", "engine", "acceptance rate", "mean acceptance length",
-                  "modelled speedup", "drafts/s", "verdict")
-BUCKET_HEADERS = ("model", "temperature bucket", "acceptance rate", "mean acceptance length",
-                  "modelled speedup", "drafts/s", "verdict")
+REPORT_HEADERS = (
+    "model",
+    "engine",
+    "acceptance rate",
+    "mean acceptance length",
+    "modelled speedup",
+    "drafts/s",
+    "verdict",
+)
+BUCKET_HEADERS = (
+    "model",
+    "temperature bucket",
+    "acceptance rate",
+    "mean acceptance length",
+    "modelled speedup",
+    "drafts/s",
+    "verdict",
+)
 
 
 def report_rows(state: PollState) -> Rows:
     rows = [
-        (e.model_name, e.engine, e.acceptance_rate, e.mean_acceptance_length,
-         e.estimated_speedup, e.drafts_per_second, e.verdict)
+        (
+            e.model_name,
+            e.engine,
+            e.acceptance_rate,
+            e.mean_acceptance_length,
+            e.estimated_speedup,
+            e.drafts_per_second,
+            e.verdict,
+        )
         for e in state.report
     ]
     return REPORT_HEADERS, rows
@@ -92,8 +125,15 @@ def report_rows(state: PollState) -> Rows:
 def bucket_window_rows(state: PollState) -> Rows:
     """The request tap's figures per temperature bucket over the sidecar window, by model."""
     rows = [
-        (model, bucket, e.acceptance_rate, e.mean_acceptance_length, e.estimated_speedup,
-         e.drafts_per_second, e.verdict)
+        (
+            model,
+            bucket,
+            e.acceptance_rate,
+            e.mean_acceptance_length,
+            e.estimated_speedup,
+            e.drafts_per_second,
+            e.verdict,
+        )
         for (model, bucket), e in sorted(state.buckets.items(), key=lambda item: item[0][0])
     ]
     return BUCKET_HEADERS, rows

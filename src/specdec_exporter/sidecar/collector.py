@@ -19,8 +19,16 @@ MODEL_ENGINE = ["model_name", "engine"]
 class SpecDecodeCollector(Collector):
     """Self-health always; vLLM's figures only while the last poll of vLLM succeeded."""
 
-    def __init__(self, state: PollState, *, cost: DraftCost, method: str | None,
-                 interval: float, window: float, coverage_enabled: bool = False) -> None:
+    def __init__(
+        self,
+        state: PollState,
+        *,
+        cost: DraftCost,
+        method: str | None,
+        interval: float,
+        window: float,
+        coverage_enabled: bool = False,
+    ) -> None:
         self._state = state
         self._cost = cost
         self._method = method or ""
@@ -41,18 +49,23 @@ class SpecDecodeCollector(Collector):
 
     def _self_health(self) -> Iterator[Metric]:
         state = self._state
-        yield GaugeMetricFamily("specdec_up", "1 if the last scrape of vLLM succeeded, else 0.",
-                                value=1.0 if state.up else 0.0)
+        yield GaugeMetricFamily(
+            "specdec_up",
+            "1 if the last scrape of vLLM succeeded, else 0.",
+            value=1.0 if state.up else 0.0,
+        )
         yield GaugeMetricFamily(
             "specdec_vllm_ever_up",
             "1 once a scrape of vLLM has succeeded since the sidecar started, else 0 (with "
             "specdec_up 0: vLLM still starting, not gone down).",
-            value=1.0 if state.ever_up else 0.0)
+            value=1.0 if state.ever_up else 0.0,
+        )
         cost = GaugeMetricFamily(
             "specdec_draft_cost_ratio",
             "c: cost of one drafted token relative to one target step, the modelled speedup's "
             "assumption; source: flag, calibration, method (its default) or default.",
-            labels=["source"])
+            labels=["source"],
+        )
         cost.add_metric([self._cost.source], self._cost.ratio)
         yield cost
         if state.scrape_duration is not None:
@@ -61,9 +74,11 @@ class SpecDecodeCollector(Collector):
                 "Duration of the last successful scrape of vLLM's /metrics.",
                 value=state.scrape_duration,
             )
-        failures = CounterMetricFamily("specdec_scrape_failures",
-                                       "Failed scrapes of vLLM's /metrics, by reason.",
-                                       labels=["reason"])
+        failures = CounterMetricFamily(
+            "specdec_scrape_failures",
+            "Failed scrapes of vLLM's /metrics, by reason.",
+            labels=["reason"],
+        )
         for reason, count in state.failures.items():
             failures.add_metric([reason], count)
         yield failures
@@ -71,7 +86,9 @@ class SpecDecodeCollector(Collector):
             "specdec_invalid_series",
             "vLLM series left out because no count can be them (NaN, infinite, negative, or more "
             "accepted than drafted since start), by reason, counted on each poll that shows them; "
-            "nothing derived from them is exported.", labels=["reason"])
+            "nothing derived from them is exported.",
+            labels=["reason"],
+        )
         for invalid_reason, count in state.invalid_series.items():
             invalid.add_metric([invalid_reason], count)
         yield invalid
@@ -79,24 +96,32 @@ class SpecDecodeCollector(Collector):
             "specdec_models_dropped",
             f"Model names vLLM showed that get no per-model tap series, by reason: cap (over "
             f"--max-models), name_too_long (over {MAX_MODEL_NAME_CHARS} characters); each name "
-            f"counted once while refused; their requests count as model_name=\"other\".",
-            labels=["reason"])
+            f'counted once while refused; their requests count as model_name="other".',
+            labels=["reason"],
+        )
         for drop_reason, count in state.models_dropped.items():
             dropped.add_metric([drop_reason], count)
         yield dropped
-        info = GaugeMetricFamily("specdec_build_info", "Build of vllm-specdec-exporter; always 1.",
-                                 labels=["version"])
+        info = GaugeMetricFamily(
+            "specdec_build_info", "Build of vllm-specdec-exporter; always 1.", labels=["version"]
+        )
         info.add_metric([__version__], 1.0)
         yield info
 
     def _counters(self, snapshot: Snapshot) -> Iterator[Metric]:
         families = {
-            "drafts": ("specdec_drafts", "Verify steps that carried draft tokens "
-                       "(= vllm:spec_decode_num_drafts_total)."),
-            "draft_tokens": ("specdec_draft_tokens", "Draft tokens proposed "
-                             "(= vllm:spec_decode_num_draft_tokens_total)."),
-            "accepted_tokens": ("specdec_accepted_tokens", "Draft tokens accepted "
-                                "(= vllm:spec_decode_num_accepted_tokens_total)."),
+            "drafts": (
+                "specdec_drafts",
+                "Verify steps that carried draft tokens (= vllm:spec_decode_num_drafts_total).",
+            ),
+            "draft_tokens": (
+                "specdec_draft_tokens",
+                "Draft tokens proposed (= vllm:spec_decode_num_draft_tokens_total).",
+            ),
+            "accepted_tokens": (
+                "specdec_accepted_tokens",
+                "Draft tokens accepted (= vllm:spec_decode_num_accepted_tokens_total).",
+            ),
         }
         spec = sorted(item for item in snapshot.counters.items() if item[0] in snapshot.spec_series)
         for attribute, (name, help_text) in families.items():
@@ -107,7 +132,9 @@ class SpecDecodeCollector(Collector):
         per_position = CounterMetricFamily(
             "specdec_accepted_tokens_per_position",
             "Draft tokens accepted at each position (= vllm:spec_decode_num_accepted_tokens_per_pos"
-            "_total).", labels=[*MODEL_ENGINE, "position"])
+            "_total).",
+            labels=[*MODEL_ENGINE, "position"],
+        )
         for (model, engine), counters in spec:
             for position, value in enumerate(counters.accepted_per_position):
                 per_position.add_metric([model, engine, str(position)], value)
@@ -115,33 +142,43 @@ class SpecDecodeCollector(Collector):
         generation = CounterMetricFamily(
             "specdec_generation_tokens",
             "Output tokens generated (= vllm:generation_tokens_total).",
-            labels=MODEL_ENGINE)
+            labels=MODEL_ENGINE,
+        )
         for (model, engine), counters in sorted(snapshot.counters.items()):
             if (model, engine) in snapshot.generation_series:
                 generation.add_metric([model, engine], counters.generation_tokens)
         yield generation
 
     def _model_gauges(self, snapshot: Snapshot) -> Iterator[Metric]:
-        enabled = GaugeMetricFamily("specdec_spec_decode_enabled",
-                                    "1 if vLLM exposes speculative-decoding families, else 0.",
-                                    labels=["model_name"])
-        info = GaugeMetricFamily("specdec_speculative_info",
-                                 "The sidecar's --speculative-method per model (empty if unset); "
-                                 "always 1.", labels=["model_name", "method"])
-        k_family = GaugeMetricFamily("specdec_num_speculative_tokens",
-                                     "k: draft tokens per step, from vLLM's per-position series.",
-                                     labels=["model_name"])
+        enabled = GaugeMetricFamily(
+            "specdec_spec_decode_enabled",
+            "1 if vLLM exposes speculative-decoding families, else 0.",
+            labels=["model_name"],
+        )
+        info = GaugeMetricFamily(
+            "specdec_speculative_info",
+            "The sidecar's --speculative-method per model (empty if unset); always 1.",
+            labels=["model_name", "method"],
+        )
+        k_family = GaugeMetricFamily(
+            "specdec_num_speculative_tokens",
+            "k: draft tokens per step, from vLLM's per-position series.",
+            labels=["model_name"],
+        )
         speedup = GaugeMetricFamily(
             "specdec_estimated_speedup",
             f"Modelled speedup over plain decoding, L/(1+k*c), L = mean acceptance length "
             f"{self._window_help}, c = draft cost ratio {self._cost.ratio:g}; absent without "
-            f"drafts in the window.", labels=["model_name"])
+            f"drafts in the window.",
+            labels=["model_name"],
+        )
         break_even = GaugeMetricFamily(
             "specdec_break_even_acceptance_rate",
             f"Modelled acceptance rate (accepted / draft tokens) at which the modelled speedup is "
             f"1: k*c / (draft tokens / drafts) {self._window_help}, c when every draft is k "
             f"tokens long; c = {self._cost.ratio:g}. Above 1, no acceptance pays.",
-            labels=["model_name"])
+            labels=["model_name"],
+        )
         aggregates = {e.model_name: e for e in self._state.report if e.engine == ALL_ENGINES}
         for model in sorted(snapshot.models):
             enabled.add_metric([model], 1.0 if snapshot.spec_decode_enabled else 0.0)
@@ -165,11 +202,14 @@ class SpecDecodeCollector(Collector):
         rate = GaugeMetricFamily(
             "specdec_legacy_v0_draft_acceptance_rate",
             "vLLM V0 only: its own acceptance rate, cumulative since start as of its last flush "
-            "(V0's counters are inflated and are not re-exported).", labels=["model_name"])
+            "(V0's counters are inflated and are not re-exported).",
+            labels=["model_name"],
+        )
         efficiency = GaugeMetricFamily(
             "specdec_legacy_v0_system_efficiency",
             "vLLM V0 only: its own system efficiency, cumulative since start as of its last flush.",
-            labels=["model_name"])
+            labels=["model_name"],
+        )
         for model, gauges in sorted(snapshot.legacy_v0.items()):
             if gauges.acceptance_rate is not None:
                 rate.add_metric([model], gauges.acceptance_rate)
@@ -182,7 +222,9 @@ class SpecDecodeCollector(Collector):
             "specdec_request_coverage_ratio",
             f"Draft tokens attributed through the request tap / draft tokens counted by vLLM "
             f"{self._window_help}; below 1: traffic bypasses the tap, n > 1, or vLLM's "
-            f"--per-request-spec-decode-metrics is off.", labels=["model_name"])
+            f"--per-request-spec-decode-metrics is off.",
+            labels=["model_name"],
+        )
         for model, value in sorted(self._state.coverage.items()):
             family.add_metric([model], value)
         return family

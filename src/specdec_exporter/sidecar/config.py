@@ -102,25 +102,39 @@ def read_generation_config_temperature(path: Path | str) -> float | None:
 class VllmTarget(BaseSettings):
     """Which vLLM to read and how its figures are modelled: the settings `run` and `check` share."""
 
-    model_config = SettingsConfigDict(env_prefix="SPECDEC_", extra="forbid", frozen=True,
-                                      cli_show_env_vars=True)
+    model_config = SettingsConfigDict(
+        env_prefix="SPECDEC_", extra="forbid", frozen=True, cli_show_env_vars=True
+    )
 
     vllm_url: HttpUrl = Field("http://127.0.0.1:8000", description="base URL of the vLLM server")
-    scrape_timeout: float = Field(4.0, gt=0, le=600,
-                                  description="total timeout of one scrape of vLLM, seconds")
+    scrape_timeout: float = Field(
+        4.0, gt=0, le=600, description="total timeout of one scrape of vLLM, seconds"
+    )
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="cap on a /metrics body, bytes")
     draft_cost_ratio: float | None = Field(
-        None, ge=0, le=10, description="c: cost of one drafted token relative to one target "
-                                       "step; unset: a default by --speculative-method")
+        None,
+        ge=0,
+        le=10,
+        description="c: cost of one drafted token relative to one target "
+        "step; unset: a default by --speculative-method",
+    )
     speculative_method: str | None = Field(
-        None, description="vLLM's speculative method (eagle3, ngram, ...); picks the default c")
+        None, description="vLLM's speculative method (eagle3, ngram, ...); picks the default c"
+    )
     calibration: CalibrationFile | None = Field(
-        None, description="`calibrate --json`'s file: c comes from it, measured instead of "
-                          "assumed (not with --draft-cost-ratio: one source of c)")
-    threshold: float = Field(ACCEPTANCE_THRESHOLD, gt=0, le=1,
-                             description="acceptance below which the verdict is not healthy (t)")
-    healthy_above: float = Field(HEALTHY_ABOVE, gt=0, le=1,
-                                 description="top of the borderline band t..healthy-above")
+        None,
+        description="`calibrate --json`'s file: c comes from it, measured instead of "
+        "assumed (not with --draft-cost-ratio: one source of c)",
+    )
+    threshold: float = Field(
+        ACCEPTANCE_THRESHOLD,
+        gt=0,
+        le=1,
+        description="acceptance below which the verdict is not healthy (t)",
+    )
+    healthy_above: float = Field(
+        HEALTHY_ABOVE, gt=0, le=1, description="top of the borderline band t..healthy-above"
+    )
 
     _calibration: Calibration | None = PrivateAttr(None)
 
@@ -152,35 +166,60 @@ class VllmTarget(BaseSettings):
 class Settings(VllmTarget):
     """Everything the sidecar (`run`) can be told. Flags override environment variables."""
 
-    listen: ListenAddress = Field(f"0.0.0.0:{DEFAULT_PORT}",
-                                  description="HOST:PORT of /metrics, /healthz, /readyz and /")
-    interval: float = Field(5.0, gt=0, le=3600,
-                            description="seconds between polls of vLLM's /metrics")
-    window: float = Field(60.0, gt=0, le=86400, description="window of windowed figures "
-                          "(modelled speedup, tap coverage), seconds")
+    listen: ListenAddress = Field(
+        f"0.0.0.0:{DEFAULT_PORT}", description="HOST:PORT of /metrics, /healthz, /readyz and /"
+    )
+    interval: float = Field(
+        5.0, gt=0, le=3600, description="seconds between polls of vLLM's /metrics"
+    )
+    window: float = Field(
+        60.0,
+        gt=0,
+        le=86400,
+        description="window of windowed figures (modelled speedup, tap coverage), seconds",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        "info", description="JSON log lines on stderr at this level and above")
-    log_interval: float = Field(60.0, ge=0,
-                                description="minimum seconds between repeated error log lines")
+        "info", description="JSON log lines on stderr at this level and above"
+    )
+    log_interval: float = Field(
+        60.0, ge=0, description="minimum seconds between repeated error log lines"
+    )
     shutdown_grace: float = Field(
-        20.0, ge=0, le=3600, description="after SIGTERM, seconds in-flight tap requests get to "
-        "finish (under Kubernetes' default terminationGracePeriodSeconds of 30)")
-    max_models: int = Field(DEFAULT_MAX_MODELS, gt=0, le=10_000,
-                            description="models whose per-model tap series are kept")
-    model_expiry: float = Field(DEFAULT_MODEL_EXPIRY, gt=0, description="seconds of successful "
-                                "polls without a model before its per-model tap series go")
+        20.0,
+        ge=0,
+        le=3600,
+        description="after SIGTERM, seconds in-flight tap requests get to "
+        "finish (under Kubernetes' default terminationGracePeriodSeconds of 30)",
+    )
+    max_models: int = Field(
+        DEFAULT_MAX_MODELS,
+        gt=0,
+        le=10_000,
+        description="models whose per-model tap series are kept",
+    )
+    model_expiry: float = Field(
+        DEFAULT_MODEL_EXPIRY,
+        gt=0,
+        description="seconds of successful "
+        "polls without a model before its per-model tap series go",
+    )
 
     # The request tap.
     proxy_listen: ListenAddress | None = Field(
-        None, description="HOST:PORT of the OpenAI-compatible request tap (default: off)")
+        None, description="HOST:PORT of the OpenAI-compatible request tap (default: off)"
+    )
     default_temperature: float | None = Field(
-        None, ge=0, description="temperature vLLM applies when a request has none")
+        None, ge=0, description="temperature vLLM applies when a request has none"
+    )
     generation_config: Path | None = Field(
-        None, description="generation_config.json (or its folder) to read that default from")
+        None, description="generation_config.json (or its folder) to read that default from"
+    )
     temperature_buckets: Annotated[tuple[float, ...], NoDecode] = Field(
-        DEFAULT_EDGES, description="comma-separated edges of the temperature buckets")
+        DEFAULT_EDGES, description="comma-separated edges of the temperature buckets"
+    )
     proxy_inspect_max_bytes: int = Field(
-        1024 * 1024, gt=0, description="larger request bodies pass through uninspected, bytes")
+        1024 * 1024, gt=0, description="larger request bodies pass through uninspected, bytes"
+    )
     proxy_timeout: float = Field(600.0, gt=0, description="upstream timeout of the tap, seconds")
 
     _generation_config_temperature: float | None = PrivateAttr(None)
@@ -202,7 +241,8 @@ class Settings(VllmTarget):
         """Read at start-up, so a missing or broken file is a config error, not a dead tap."""
         if self.generation_config is not None:
             self._generation_config_temperature = read_generation_config_temperature(
-                self.generation_config)
+                self.generation_config
+            )
         return self
 
     @property

@@ -43,8 +43,13 @@ class AcceptanceHistory:
     are all None is dropped.
     """
 
-    def __init__(self, interval: float | None = None, span: float = HISTORY_SECONDS,
-                 max_points: int = MAX_POINTS, max_series: int = MAX_SERIES) -> None:
+    def __init__(
+        self,
+        interval: float | None = None,
+        span: float = HISTORY_SECONDS,
+        max_points: int = MAX_POINTS,
+        max_series: int = MAX_SERIES,
+    ) -> None:
         per_poll = max_points if interval is None else math.ceil(span / interval) + 1
         self.span = span
         self.capacity = max(2, min(max_points, per_poll))
@@ -73,8 +78,9 @@ class AcceptanceHistory:
             self._times.popleft()
             for ring in self._values.values():
                 ring.popleft()
-        for series_id in [key for key, ring in self._values.items()
-                          if all(value is None for value in ring)]:
+        for series_id in [
+            key for key, ring in self._values.items() if all(value is None for value in ring)
+        ]:
             del self._values[series_id]
 
     def series(self) -> list[Series]:
@@ -84,8 +90,10 @@ class AcceptanceHistory:
                 return []
             latest = self._times[-1]
             ages = [latest - at for at in self._times]
-            return [Series(model, bucket, tuple(zip(ages, ring, strict=True)))
-                    for (model, bucket), ring in self._values.items()]
+            return [
+                Series(model, bucket, tuple(zip(ages, ring, strict=True)))
+                for (model, bucket), ring in self._values.items()
+            ]
 
     def seconds(self) -> float:
         """The time the kept polls cover (less than ``span`` in the first minutes)."""

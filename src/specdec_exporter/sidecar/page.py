@@ -60,8 +60,7 @@ def refresh_seconds(interval: float) -> int:
     return max(REFRESH_SECONDS_MIN, min(REFRESH_SECONDS_MAX, math.ceil(interval)))
 
 
-def render_page(state: PollState, vllm_url: str, tables: Sequence[Table], *,
-                refresh: int) -> str:
+def render_page(state: PollState, vllm_url: str, tables: Sequence[Table], *, refresh: int) -> str:
     """The first table (the model rows), the charts, then the other tables."""
     status, badge = ("up", "up") if state.up else ("DOWN", "down")
     shown = state.history.seconds()
@@ -71,7 +70,8 @@ def render_page(state: PollState, vllm_url: str, tables: Sequence[Table], *,
         f"<div class='charts'>{drawn or '<p class=note>no data yet</p>'}</div>"
         "<p class='note'>One point per poll, each over the sidecar window; the thick line is "
         "the model's (vLLM's counters), the thin ones its temperature buckets (request tap). "
-        "A break in a line: no figure for that poll.</p>")
+        "A break in a line: no figure for that poll.</p>"
+    )
     first, *rest = [_table(*table) for table in tables] or [""]
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -97,18 +97,21 @@ def verdict_class(name: str) -> str:
 
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(_cell(header, value) for header, value in zip(headers, row, strict=True))
-        + "</tr>"
-        for row in rows
-    ) or f"<tr><td class='empty' colspan='{len(headers)}'>no data yet</td></tr>"
+    body = (
+        "".join(
+            "<tr>"
+            + "".join(_cell(header, value) for header, value in zip(headers, row, strict=True))
+            + "</tr>"
+            for row in rows
+        )
+        or f"<tr><td class='empty' colspan='{len(headers)}'>no data yet</td></tr>"
+    )
     return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{body}</table>"
 
 
 def _cell(header: str, value: Cell) -> str:
     if header == VERDICT_HEADER and isinstance(value, str):
-        return (f"<td class='verdict {verdict_class(value)}'>"
-                f"<span>{html.escape(value)}</span></td>")
+        return f"<td class='verdict {verdict_class(value)}'><span>{html.escape(value)}</span></td>"
     if value is None or isinstance(value, int | float):
         return f"<td class='n'>{format_cell(value, 1 if header.endswith('/s') else 3)}</td>"
     return f"<td>{html.escape(value)}</td>"

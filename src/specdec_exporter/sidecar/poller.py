@@ -113,8 +113,12 @@ class ModelRoster:
         refused = set()
         for model in sorted(served - self._missed.keys()):
             reason: DropReason | None = (
-                "name_too_long" if len(model) > MAX_MODEL_NAME_CHARS
-                else "cap" if len(self._missed) >= self._cap else None)
+                "name_too_long"
+                if len(model) > MAX_MODEL_NAME_CHARS
+                else "cap"
+                if len(self._missed) >= self._cap
+                else None
+            )
             if reason is None:
                 self._missed[model] = 0
                 continue
@@ -199,19 +203,25 @@ class Poller:
         if self._tap_counts is not None:
             self._observe_tap(now, snapshot, window.deltas)
         history: dict[SeriesId, float | None] = {
-            (e.model_name, None): e.acceptance_rate for e in state.report
-            if e.engine == ALL_ENGINES}
+            (e.model_name, None): e.acceptance_rate for e in state.report if e.engine == ALL_ENGINES
+        }
         history.update((key, e.acceptance_rate) for key, e in state.buckets.items())
         state.history.record(now, history)
 
-    def _observe_tap(self, now: float, snapshot: Snapshot,
-                     vllm_deltas: dict[SeriesKey, Totals]) -> None:
+    def _observe_tap(
+        self, now: float, snapshot: Snapshot, vllm_deltas: dict[SeriesKey, Totals]
+    ) -> None:
         """The tap's counts over the same window: figures per bucket, and coverage per model."""
         assert self._tap_counts is not None
         self._tap_timeline.observe(now, self._tap_counts())
         window: Window[BucketKey] = self._tap_timeline.window()
-        self.state.buckets = bucket_entries(snapshot, window.deltas, seconds=window.seconds,
-                                            cost=self._cost, criteria=self._criteria)
+        self.state.buckets = bucket_entries(
+            snapshot,
+            window.deltas,
+            seconds=window.seconds,
+            cost=self._cost,
+            criteria=self._criteria,
+        )
         attributed: dict[str, float] = {}
         for (model, _), counts in window.deltas.items():
             attributed[model] = attributed.get(model, 0.0) + counts.draft_tokens
@@ -231,16 +241,19 @@ class Poller:
         if emit:  # names only: a label value is vLLM's data and may be arbitrarily long
             log.warning(
                 "vLLM exposed series no count can be; dropped with every figure derived from them",
-                extra={"series": sorted({f"{s.name} ({s.reason})" for s in invalid}),
-                       "suppressed_since_last": suppressed},
+                extra={
+                    "series": sorted({f"{s.name} ({s.reason})" for s in invalid}),
+                    "suppressed_since_last": suppressed,
+                },
             )
 
     def _log_internal_error(self) -> None:
         """One line with its traceback per log interval: a bug hit on every poll must not flood."""
         emit, suppressed = self._limiter.allow("internal")
         if emit:
-            log.exception("unexpected error while polling vLLM",
-                          extra={"suppressed_since_last": suppressed})
+            log.exception(
+                "unexpected error while polling vLLM", extra={"suppressed_since_last": suppressed}
+            )
 
     def _record_failure(self, failure: ScrapeError) -> None:
         state = self.state
@@ -253,6 +266,9 @@ class Poller:
         if emit:
             log.warning(
                 "vLLM scrape failed",
-                extra={"reason": failure.reason, "detail": failure.detail,
-                       "suppressed_since_last": suppressed},
+                extra={
+                    "reason": failure.reason,
+                    "detail": failure.detail,
+                    "suppressed_since_last": suppressed,
+                },
             )

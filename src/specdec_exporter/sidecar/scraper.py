@@ -18,13 +18,16 @@ from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse
 
 FailureReason = Literal["connect", "timeout", "http_status", "parse", "too_large"]
 FAILURE_REASONS: tuple[FailureReason, ...] = (
-    "connect", "timeout", "http_status", "parse", "too_large",
+    "connect",
+    "timeout",
+    "http_status",
+    "parse",
+    "too_large",
 )
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5,*/*;q=0.1"
 ACCEPT_ENCODING = "gzip"
 """prometheus_client (vLLM's /metrics) gzips when asked: a 60 KB page travels as ~8 KB."""
-ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
-              "deflate": zlib.MAX_WBITS}
+ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 """Content-Encodings inflated here; identity passes as it is, anything else is refused."""
 INFLATE_STEP = 1 << 20
 """Most decoded bytes one zlib call may return, so the peak stays near the cap, not twice it."""
@@ -48,8 +51,9 @@ class Scrape:
 class Scraper:
     """One GET of `<vllm_url>/metrics`, parsed into a Snapshot."""
 
-    def __init__(self, client: httpx.AsyncClient, vllm_url: str, *, timeout: float,
-                 max_body_bytes: int) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, vllm_url: str, *, timeout: float, max_body_bytes: int
+    ) -> None:
         self._client = client
         self._url = vllm_url.rstrip("/") + "/metrics"
         self._timeout = timeout

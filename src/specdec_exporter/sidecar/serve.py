@@ -41,26 +41,46 @@ async def serve(settings: Settings) -> int:
     supervisor = Supervisor()
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
     async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
-        scraper = Scraper(client, settings.vllm_url, timeout=settings.scrape_timeout,
-                          max_body_bytes=settings.max_body_bytes)
+        scraper = Scraper(
+            client,
+            settings.vllm_url,
+            timeout=settings.scrape_timeout,
+            max_body_bytes=settings.max_body_bytes,
+        )
+
         def num_speculative_tokens(model: str) -> int | None:
             snapshot = poller.state.snapshot
             return None if snapshot is None else snapshot.num_speculative_tokens(model)
 
-        tap = (_TapParts(settings, registry, num_speculative_tokens)
-               if settings.proxy_listen else None)
+        tap = (
+            _TapParts(settings, registry, num_speculative_tokens) if settings.proxy_listen else None
+        )
+
         def tap_counts() -> dict[BucketKey, Totals]:
             assert tap is not None
             return tap.attributed(poller.state.models_seen)
 
-        poller = Poller(scraper, interval=settings.interval, window=settings.window,
-                        cost=cost, criteria=settings.criteria, log_interval=settings.log_interval,
-                        tap_counts=tap_counts if tap else None, max_models=settings.max_models,
-                        model_expiry=settings.model_expiry)
-        registry.register(SpecDecodeCollector(poller.state, cost=cost,
-                                              method=settings.speculative_method,
-                                              interval=settings.interval, window=settings.window,
-                                              coverage_enabled=tap is not None))
+        poller = Poller(
+            scraper,
+            interval=settings.interval,
+            window=settings.window,
+            cost=cost,
+            criteria=settings.criteria,
+            log_interval=settings.log_interval,
+            tap_counts=tap_counts if tap else None,
+            max_models=settings.max_models,
+            model_expiry=settings.model_expiry,
+        )
+        registry.register(
+            SpecDecodeCollector(
+                poller.state,
+                cost=cost,
+                method=settings.speculative_method,
+                interval=settings.interval,
+                window=settings.window,
+                coverage_enabled=tap is not None,
+            )
+        )
         tap_listening = asyncio.Event()
 
         def not_ready() -> str | None:
@@ -78,18 +98,36 @@ async def serve(settings: Settings) -> int:
             if kind == "tap":
                 tap_listening.set()
 
-        app = create_app(registry, poller.state, not_ready, settings.vllm_url,
-                         tap.landing_tables if tap else (), refresh_every=settings.interval)
+        app = create_app(
+            registry,
+            poller.state,
+            not_ready,
+            settings.vllm_url,
+            tap.landing_tables if tap else (),
+            refresh_every=settings.interval,
+        )
         metrics = _MetricsServer(app, lambda address: listening("metrics", address))
         supervisor.start("poller", poller.run())
-        supervisor.start("metrics server", metrics.serve_on(settings.listen_address),
-                         stop=metrics.stop)
+        supervisor.start(
+            "metrics server", metrics.serve_on(settings.listen_address), stop=metrics.stop
+        )
         if tap is not None:
-            supervisor.start("tap", tap.run(settings, poller, lambda address: listening(
-                "tap", address), supervisor.draining), drains=True)
-        log.info("starting", extra={"vllm_url": settings.vllm_url, "interval": settings.interval,
-                                    "draft_cost_ratio": cost.ratio,
-                                    "draft_cost_ratio_source": cost.source})
+            supervisor.start(
+                "tap",
+                tap.run(
+                    settings, poller, lambda address: listening("tap", address), supervisor.draining
+                ),
+                drains=True,
+            )
+        log.info(
+            "starting",
+            extra={
+                "vllm_url": settings.vllm_url,
+                "interval": settings.interval,
+                "draft_cost_ratio": cost.ratio,
+                "draft_cost_ratio_source": cost.source,
+            },
+        )
         return await supervisor.run()
 
 
@@ -116,8 +154,14 @@ class Supervisor:
         self._abort = asyncio.Event()
         self._tasks: dict[asyncio.Task[None], _Supervised] = {}
 
-    def start(self, name: str, coroutine: Coroutine[Any, Any, None], *, drains: bool = False,
-              stop: Callable[[], object] | None = None) -> None:
+    def start(
+        self,
+        name: str,
+        coroutine: Coroutine[Any, Any, None],
+        *,
+        drains: bool = False,
+        stop: Callable[[], object] | None = None,
+    ) -> None:
         """Run ``coroutine``; ``stop`` asks it to end once draining is over (default: cancel)."""
         task = asyncio.create_task(_no_system_exit(coroutine), name=name)
         self._tasks[task] = _Supervised(name, drains, stop)
@@ -154,15 +198,17 @@ class Supervisor:
         log.info("stopped")
         return EXIT_OK
 
-    async def _watch(self, until: asyncio.Event,
-                     done: Callable[[], bool]) -> asyncio.Task[None] | None:
+    async def _watch(
+        self, until: asyncio.Event, done: Callable[[], bool]
+    ) -> asyncio.Task[None] | None:
         """Wait for ``until`` or ``done()``; return the first task that ended when it should not."""
         waiter = asyncio.ensure_future(until.wait())
         try:
             while not until.is_set() and not done():
                 running = {task for task in self._tasks if not task.done()}
-                finished, _ = await asyncio.wait({*running, waiter},
-                                                 return_when=asyncio.FIRST_COMPLETED)
+                finished, _ = await asyncio.wait(
+                    {*running, waiter}, return_when=asyncio.FIRST_COMPLETED
+                )
                 for task in running & finished:
                     if not self._ended_as_planned(task):
                         return task
@@ -171,8 +217,12 @@ class Supervisor:
             waiter.cancel()
 
     def _ended_as_planned(self, task: asyncio.Task[None]) -> bool:
-        return (self.draining.is_set() and self._tasks[task].drains and not task.cancelled()
-                and task.exception() is None)
+        return (
+            self.draining.is_set()
+            and self._tasks[task].drains
+            and not task.cancelled()
+            and task.exception() is None
+        )
 
     def _drained(self) -> bool:
         return all(task.done() for task, spec in self._tasks.items() if spec.drains)
@@ -203,8 +253,14 @@ class Supervisor:
         elif isinstance(error, OSError):  # a taken port, a refused bind: no traceback needed
             log.error("%s failed; exiting: %s", name, error, extra=extra)
         else:
-            log.error("%s failed; exiting: %s: %s", name, type(error).__name__, error,
-                      extra=extra, exc_info=error)
+            log.error(
+                "%s failed; exiting: %s: %s",
+                name,
+                type(error).__name__,
+                error,
+                extra=extra,
+                exc_info=error,
+            )
 
 
 async def _no_system_exit(coroutine: Coroutine[Any, Any, None]) -> None:
@@ -220,8 +276,15 @@ class _MetricsServer(uvicorn.Server):
     (uvicorn itself would log and ``sys.exit``); signals are left to the supervisor."""
 
     def __init__(self, app: Any, on_started: Callable[[tuple[str, int]], None]) -> None:
-        super().__init__(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
-                                        timeout_graceful_shutdown=STOP_TIMEOUT))
+        super().__init__(
+            uvicorn.Config(
+                app,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=STOP_TIMEOUT,
+            )
+        )
         self._on_started = on_started
 
     async def serve_on(self, address: tuple[str, int]) -> None:
@@ -247,18 +310,23 @@ class _MetricsServer(uvicorn.Server):
 class _TapParts:
     """The request tap's pieces, imported only when the tap is enabled."""
 
-    def __init__(self, settings: Settings, registry: CollectorRegistry,
-                 num_speculative_tokens: Callable[[str], int | None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry,
+        num_speculative_tokens: Callable[[str], int | None],
+    ) -> None:
         from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
         from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 
-        self.stats = RequestStats(TemperatureBuckets(settings.temperature_buckets),
-                                  num_speculative_tokens)
+        self.stats = RequestStats(
+            TemperatureBuckets(settings.temperature_buckets), num_speculative_tokens
+        )
         self.stats.register(registry)
         self.landing_tables: list[tuple[str, LandingRows]] = [
-            ("Acceptance by temperature bucket (request tap, sidecar window)",
-             bucket_window_rows),
-            ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows)]
+            ("Acceptance by temperature bucket (request tap, sidecar window)", bucket_window_rows),
+            ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows),
+        ]
 
     def attributed(self, served_models: frozenset[str]) -> dict[BucketKey, Totals]:
         """Per (model, bucket), the attributed counts so far; also pre-creates every served
@@ -269,23 +337,42 @@ class _TapParts:
         self.stats.retain_models(served_models | {OTHER_MODEL})
         for model in served_models:
             self.stats.add_model(model)
-        return {(row.model_name, row.temperature_bucket):
-                Totals(row.drafts, row.draft_tokens, row.accepted_tokens)
-                for row in self.stats.bucket_summary()}
+        return {
+            (row.model_name, row.temperature_bucket): Totals(
+                row.drafts, row.draft_tokens, row.accepted_tokens
+            )
+            for row in self.stats.bucket_summary()
+        }
 
     def bucket_rows(self, _state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
-        headers = ("model", "temperature bucket", "requests", "attributed", "acceptance rate",
-                   "mean acceptance length")
+        headers = (
+            "model",
+            "temperature bucket",
+            "requests",
+            "attributed",
+            "acceptance rate",
+            "mean acceptance length",
+        )
         rows = [
-            (row.model_name, row.temperature_bucket, row.requests, row.attributed,
-             row.acceptance_rate, row.mean_acceptance_length)
+            (
+                row.model_name,
+                row.temperature_bucket,
+                row.requests,
+                row.attributed,
+                row.acceptance_rate,
+                row.mean_acceptance_length,
+            )
             for row in self.stats.bucket_summary()
         ]
         return headers, rows
 
-    async def run(self, settings: Settings, poller: Poller,
-                  on_started: Callable[[tuple[str, int]], None],
-                  draining: asyncio.Event) -> None:
+    async def run(
+        self,
+        settings: Settings,
+        poller: Poller,
+        on_started: Callable[[tuple[str, int]], None],
+        draining: asyncio.Event,
+    ) -> None:
         from specdec_exporter.tap.proxy import run_tap  # noqa: PLC0415
 
         def known_models() -> frozenset[str]:

@@ -44,18 +44,23 @@ def parse_bucket_counters(text: str) -> dict[BucketKey, BucketCounts]:
             if name not in FIELDS and name != REQUESTS:
                 continue
             key = (sample.labels["model_name"], sample.labels["temperature_bucket"])
-            values = counts.setdefault(key, dict.fromkeys(
-                (*FIELDS.values(), "requests", "attributed"), 0.0))
+            values = counts.setdefault(
+                key, dict.fromkeys((*FIELDS.values(), "requests", "attributed"), 0.0)
+            )
             if name == REQUESTS:
                 values["requests"] += sample.value
                 if sample.labels.get("attributed") == "true":
                     values["attributed"] += sample.value
             else:
                 values[FIELDS[name]] = sample.value
-    return {key: BucketCounts(Totals(values["drafts"], values["draft_tokens"],
-                                     values["accepted_tokens"]),
-                              values["requests"], values["attributed"])
-            for key, values in counts.items()}
+    return {
+        key: BucketCounts(
+            Totals(values["drafts"], values["draft_tokens"], values["accepted_tokens"]),
+            values["requests"],
+            values["attributed"],
+        )
+        for key, values in counts.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -69,33 +74,69 @@ class BucketRow:
 
     def as_json(self) -> dict[str, Any]:
         key = (self.entry.model_name, self.temperature_bucket)
-        counts = {"model_name": key[0], "temperature_bucket": key[1],
-                  "requests": self.requests, "attributed": self.attributed}
+        counts = {
+            "model_name": key[0],
+            "temperature_bucket": key[1],
+            "requests": self.requests,
+            "attributed": self.attributed,
+        }
         return {**counts, **bucket_json(key, self.entry)}
 
 
-def bucket_rows(before: dict[BucketKey, BucketCounts], after: dict[BucketKey, BucketCounts], *,
-                snapshot: Snapshot, seconds: float, cost: DraftCost,
-                criteria: Criteria) -> list[BucketRow]:
+def bucket_rows(
+    before: dict[BucketKey, BucketCounts],
+    after: dict[BucketKey, BucketCounts],
+    *,
+    snapshot: Snapshot,
+    seconds: float,
+    cost: DraftCost,
+    criteria: Criteria,
+) -> list[BucketRow]:
     """Window counts per bucket (a sidecar restart in between counts as a reset), with the
     figures and verdict of ``core.report.bucket_entries``, as the sidecar shows them."""
     earlier = {key: before.get(key, BucketCounts()) for key in after}
-    deltas = {key: totals_delta(earlier[key].totals, counts.totals)
-              for key, counts in after.items()}
+    deltas = {
+        key: totals_delta(earlier[key].totals, counts.totals) for key, counts in after.items()
+    }
     entries = bucket_entries(snapshot, deltas, seconds=seconds, cost=cost, criteria=criteria)
-    return [BucketRow(key[1], counter_delta(earlier[key].requests, after[key].requests),
-                      counter_delta(earlier[key].attributed, after[key].attributed), entries[key])
-            for key in sorted(after)]
+    return [
+        BucketRow(
+            key[1],
+            counter_delta(earlier[key].requests, after[key].requests),
+            counter_delta(earlier[key].attributed, after[key].attributed),
+            entries[key],
+        )
+        for key in sorted(after)
+    ]
 
 
 def bucket_table(rows: list[BucketRow]) -> str:
-    headers = ("model", "temperature bucket", "requests", "attributed", "acceptance",
-               "mean len", "speedup*", "verdict")
-    body = [(r.entry.model_name, r.temperature_bucket, int(r.requests), int(r.attributed),
-             r.entry.acceptance_rate, r.entry.mean_acceptance_length, r.entry.estimated_speedup,
-             r.entry.verdict) for r in rows]
+    headers = (
+        "model",
+        "temperature bucket",
+        "requests",
+        "attributed",
+        "acceptance",
+        "mean len",
+        "speedup*",
+        "verdict",
+    )
+    body = [
+        (
+            r.entry.model_name,
+            r.temperature_bucket,
+            int(r.requests),
+            int(r.attributed),
+            r.entry.acceptance_rate,
+            r.entry.mean_acceptance_length,
+            r.entry.estimated_speedup,
+            r.entry.verdict,
+        )
+        for r in rows
+    ]
     return "Acceptance by temperature bucket (request tap, same window)\n" + render_table(
-        headers, body)
+        headers, body
+    )
 
 
 class TapReader:

@@ -11,10 +11,17 @@ from http import HTTPStatus
 
 Headers = list[tuple[bytes, bytes]]
 
-HOP_BY_HOP = frozenset({
-    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
-    b"upgrade",
-})
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
 FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 CONTINUE_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
@@ -67,8 +74,10 @@ def end_to_end(headers: Headers, drop: frozenset[bytes] = frozenset()) -> Header
     """Headers without hop-by-hop ones, those named in ``Connection``, and ``drop``."""
     named = header_tokens(headers, b"connection")
     return [
-        (key, value) for key, value in headers
-        if (lowered := key.lower()) not in HOP_BY_HOP and lowered not in named
+        (key, value)
+        for key, value in headers
+        if (lowered := key.lower()) not in HOP_BY_HOP
+        and lowered not in named
         and lowered not in drop
     ]
 
@@ -78,9 +87,16 @@ def render(first_line: bytes, headers: Headers) -> bytes:
     return b"\r\n".join(lines)
 
 
-def request_head(method: bytes, target: bytes, headers: Headers, body_length: int | None, *,
-                 chunked_body: bool = False, upgrade: bool = False,
-                 default_host: bytes = b"") -> bytes:
+def request_head(
+    method: bytes,
+    target: bytes,
+    headers: Headers,
+    body_length: int | None,
+    *,
+    chunked_body: bool = False,
+    upgrade: bool = False,
+    default_host: bytes = b"",
+) -> bytes:
     """The head sent upstream (HTTP/1.1, keep-alive); the body framing is the tap's own.
 
     HTTP/1.1 requires ``Host``: always sent, the client's value (even when its ``Connection``
@@ -100,8 +116,9 @@ def request_head(method: bytes, target: bytes, headers: Headers, body_length: in
     return render(method + b" " + target + b" HTTP/1.1", kept)
 
 
-def response_head(status: int, reason: bytes, headers: Headers, framing: Framing,
-                  close: bool) -> bytes:
+def response_head(
+    status: int, reason: bytes, headers: Headers, framing: Framing, close: bool
+) -> bytes:
     """The head sent to the client for a response relayed with ``framing``."""
     if framing is Framing.RAW:
         kept = end_to_end(headers, FRAMING) + _framing_headers(headers)
@@ -128,8 +145,16 @@ def error_response(status: int, message: str, close: bool = True, head: bool = F
     ``head``: the answer to a HEAD request, whose body is never sent (its length still is).
     """
     phrase = HTTPStatus(status).phrase
-    body = json.dumps({"error": {"message": message, "type": phrase.replace(" ", ""),
-                                 "param": None, "code": status}}).encode()
+    body = json.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": phrase.replace(" ", ""),
+                "param": None,
+                "code": status,
+            }
+        }
+    ).encode()
     headers = [(b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(body))]
     if close:
         headers.append((b"Connection", b"close"))

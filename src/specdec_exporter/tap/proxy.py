@@ -43,8 +43,9 @@ VERSIONS = frozenset({"1.0", "1.1"})
 class Tap:
     """What every connection shares: settings, stats, the upstream pool, live exchanges."""
 
-    def __init__(self, settings: Settings, stats: RequestStats,
-                 known_models: Callable[[], frozenset[str]]) -> None:
+    def __init__(
+        self, settings: Settings, stats: RequestStats, known_models: Callable[[], frozenset[str]]
+    ) -> None:
         self.stats = stats
         self.buckets = stats.buckets  # one source of labels: the stats' buckets
         self.default_temperature = settings.request_default_temperature
@@ -131,7 +132,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
-            self._upgrade(data[upgrade.args[0]:])
+            self._upgrade(data[upgrade.args[0] :])
         except httptools.HttpParserError as error:
             self._parse_error(error)
 
@@ -158,8 +159,11 @@ class ClientConnection(asyncio.Protocol):
             self.refused = True  # a broken pipelined request: closed after this response
             return
         # a bad method leaves the parser's method that of the previous request
-        method = b"" if isinstance(error, httptools.HttpParserInvalidMethodError) \
+        method = (
+            b""
+            if isinstance(error, httptools.HttpParserInvalidMethodError)
             else self.parser.get_method()
+        )
         if self.parser.get_http_version() in VERSIONS | {"0.0"}:
             self.reject(400, "malformed HTTP request", method)
         else:
@@ -210,9 +214,14 @@ class ClientConnection(asyncio.Protocol):
             self.reject(*refusal, method)
             return
         self.exchange = Exchange(
-            self.tap, self, method, self._url, headers=self._headers,
+            self.tap,
+            self,
+            method,
+            self._url,
+            headers=self._headers,
             client_http10=parser.get_http_version() == "1.0",
-            keep_alive=parser.should_keep_alive(), upgrade=parser.should_upgrade(),
+            keep_alive=parser.should_keep_alive(),
+            upgrade=parser.should_upgrade(),
         )
         self.exchange.start()
 
@@ -312,8 +321,9 @@ async def run_tap(
         raise ConfigError("the tap needs --proxy-listen HOST:PORT")
     tap = Tap(settings, stats, known_models)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: ClientConnection(tap), address[0], address[1],
-                                      reuse_address=True, backlog=1024)
+    server = await loop.create_server(
+        lambda: ClientConnection(tap), address[0], address[1], reuse_address=True, backlog=1024
+    )
     bound = server.sockets[0].getsockname()
     log.info("tap listening on %s:%d, forwarding to %s", bound[0], bound[1], settings.vllm_url)
     if on_started is not None:

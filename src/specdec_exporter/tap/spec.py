@@ -18,8 +18,12 @@ from specdec_exporter.core.request_metrics import (
 
 SPEC_KEY = f'"{names.RESPONSE_SPEC_DECODING}":'.encode()
 
-__all__ = ["SpecDecodeSummary", "completion_tokens_of", "summary_from_chunk",
-           "summary_from_response_tail"]
+__all__ = [
+    "SpecDecodeSummary",
+    "completion_tokens_of",
+    "summary_from_chunk",
+    "summary_from_response_tail",
+]
 
 
 def summary_from_chunk(chunk: dict[str, Any]) -> SpecDecodeSummary | None:
@@ -33,7 +37,7 @@ def _decode_value_at(text: bytes, key: bytes) -> object:
     at = text.rfind(key)
     if at < 0:
         return None
-    tail = text[at + len(key):].decode("utf-8", errors="replace").lstrip()
+    tail = text[at + len(key) :].decode("utf-8", errors="replace").lstrip()
     try:
         value, _ = json.JSONDecoder().raw_decode(tail)
     except json.JSONDecodeError:

@@ -60,7 +60,7 @@ def final_usage_chunk(event: bytes) -> dict[str, Any] | None:
     if not event.startswith(DATA_PREFIX):
         return None
     try:
-        chunk = json.loads(event[len(DATA_PREFIX):])
+        chunk = json.loads(event[len(DATA_PREFIX) :])
     except ValueError:
         return None
     if isinstance(chunk, dict) and chunk.get("choices") == [] and "usage" in chunk:

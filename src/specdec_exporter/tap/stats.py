@@ -19,11 +19,52 @@ from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.spec import SpecDecodeSummary
 
 ACCEPTANCE_RATE_BOUNDS = tuple(round(0.05 * step, 2) for step in range(1, 21))
-TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-               5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+TTFT_BOUNDS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 """vLLM's own ``vllm:time_to_first_token_seconds`` buckets, so the two can be compared."""
-TPOT_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
+TPOT_BOUNDS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 """vLLM's own ``vllm:time_per_output_token_seconds`` buckets."""
 
 BUCKET_LABELS = ("model_name", "temperature_bucket")
@@ -82,8 +123,9 @@ class Histogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         running, rows = 0, []
-        for bound, count in zip((*map(floatToGoString, self.bounds), "+Inf"), self.counts,
-                                strict=True):
+        for bound, count in zip(
+            (*map(floatToGoString, self.bounds), "+Inf"), self.counts, strict=True
+        ):
             running += count
             rows.append((bound, float(running)))
         return rows
@@ -157,15 +199,24 @@ class RequestStats(Collector):
 
     def attributed_draft_tokens(self, model_name: str) -> int:
         with self._lock:
-            return sum(series.draft_tokens for (model, _), series in self._series.items()
-                       if model == model_name)
+            return sum(
+                series.draft_tokens
+                for (model, _), series in self._series.items()
+                if model == model_name
+            )
 
     def bucket_summary(self) -> list[BucketSummary]:
         with self._lock:
             return [
-                BucketSummary(model, bucket, series.attributed + series.unattributed,
-                              series.attributed, series.drafts, series.draft_tokens,
-                              series.accepted_tokens)
+                BucketSummary(
+                    model,
+                    bucket,
+                    series.attributed + series.unattributed,
+                    series.attributed,
+                    series.drafts,
+                    series.draft_tokens,
+                    series.accepted_tokens,
+                )
                 for (model, bucket), series in self._series.items()
             ]
 
@@ -220,8 +271,9 @@ class RequestStats(Collector):
             self._resolve_k(model, None)
 
 
-def _counter(name: str, documentation: str, labels: Sequence[str] = BUCKET_LABELS
-             ) -> CounterMetricFamily:
+def _counter(
+    name: str, documentation: str, labels: Sequence[str] = BUCKET_LABELS
+) -> CounterMetricFamily:
     return CounterMetricFamily(name, documentation, labels=labels)
 
 
@@ -245,28 +297,57 @@ class _Families:
     @classmethod
     def empty(cls) -> _Families:
         return cls(
-            _counter("specdec_requests", "Requests through the tap; attributed: vLLM reported "
-                     "their speculative decoding.", (*BUCKET_LABELS, "attributed")),
-            _counter("specdec_request_drafts", "Sum of num_spec_steps of attributed requests "
-                     "(verify steps that had draft tokens)."),
-            _counter("specdec_request_draft_tokens",
-                     "Sum of num_draft_tokens of attributed requests."),
-            _counter("specdec_request_accepted_tokens",
-                     "Sum of num_accepted_draft_tokens of attributed requests."),
-            _histogram("specdec_request_acceptance_rate", "Draft acceptance rate of each "
-                       "attributed request that drafted (accepted / draft tokens)."),
-            _histogram("specdec_request_acceptance_length", "Mean acceptance length of each "
-                       "attributed request that drafted (1 + accepted tokens / drafts)."),
-            _histogram("specdec_request_time_to_first_token_seconds", "Streaming requests: "
-                       "from the request's last byte to the first response body byte, "
-                       "as the client sees it through the tap."),
-            _histogram("specdec_request_time_per_output_token_seconds", "Streaming requests: "
-                       "(end of generation - first body byte) / (completion tokens - 1)."),
+            _counter(
+                "specdec_requests",
+                "Requests through the tap; attributed: vLLM reported their speculative decoding.",
+                (*BUCKET_LABELS, "attributed"),
+            ),
+            _counter(
+                "specdec_request_drafts",
+                "Sum of num_spec_steps of attributed requests "
+                "(verify steps that had draft tokens).",
+            ),
+            _counter(
+                "specdec_request_draft_tokens", "Sum of num_draft_tokens of attributed requests."
+            ),
+            _counter(
+                "specdec_request_accepted_tokens",
+                "Sum of num_accepted_draft_tokens of attributed requests.",
+            ),
+            _histogram(
+                "specdec_request_acceptance_rate",
+                "Draft acceptance rate of each "
+                "attributed request that drafted (accepted / draft tokens).",
+            ),
+            _histogram(
+                "specdec_request_acceptance_length",
+                "Mean acceptance length of each "
+                "attributed request that drafted (1 + accepted tokens / drafts).",
+            ),
+            _histogram(
+                "specdec_request_time_to_first_token_seconds",
+                "Streaming requests: "
+                "from the request's last byte to the first response body byte, "
+                "as the client sees it through the tap.",
+            ),
+            _histogram(
+                "specdec_request_time_per_output_token_seconds",
+                "Streaming requests: "
+                "(end of generation - first body byte) / (completion tokens - 1).",
+            ),
         )
 
     def all(self) -> list[Metric]:
-        return [self.requests, self.drafts, self.draft_tokens, self.accepted_tokens,
-                self.acceptance_rate, self.acceptance_length, self.ttft, self.tpot]
+        return [
+            self.requests,
+            self.drafts,
+            self.draft_tokens,
+            self.accepted_tokens,
+            self.acceptance_rate,
+            self.acceptance_length,
+            self.ttft,
+            self.tpot,
+        ]
 
     def add(self, model: str, bucket: str, series: _Series) -> None:
         labels = [model, bucket]
@@ -275,9 +356,12 @@ class _Families:
         self.drafts.add_metric(labels, series.drafts)
         self.draft_tokens.add_metric(labels, series.draft_tokens)
         self.accepted_tokens.add_metric(labels, series.accepted_tokens)
-        histograms = ((self.acceptance_rate, series.acceptance_rate),
-                      (self.acceptance_length, series.acceptance_length),
-                      (self.ttft, series.ttft), (self.tpot, series.tpot))
+        histograms = (
+            (self.acceptance_rate, series.acceptance_rate),
+            (self.acceptance_length, series.acceptance_length),
+            (self.ttft, series.ttft),
+            (self.tpot, series.tpot),
+        )
         for family, histogram in histograms:
             if histogram is not None:
                 family.add_metric(labels, histogram.buckets(), histogram.total)

@@ -43,8 +43,12 @@ class Origin:
     def from_url(cls, url: str) -> Origin:
         parts = urlsplit(url)
         tls = parts.scheme == "https"
-        return cls(host=parts.hostname or "127.0.0.1", port=parts.port or (443 if tls else 80),
-                   tls=tls, path_prefix=parts.path.rstrip("/").encode())
+        return cls(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or (443 if tls else 80),
+            tls=tls,
+            path_prefix=parts.path.rstrip("/").encode(),
+        )
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -142,8 +146,12 @@ class UpstreamPool:
     async def connect(self) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         _, connection = await asyncio.wait_for(
-            loop.create_connection(lambda: UpstreamConnection(self.release), self.origin.host,
-                                   self.origin.port, ssl=self._ssl),
+            loop.create_connection(
+                lambda: UpstreamConnection(self.release),
+                self.origin.host,
+                self.origin.port,
+                ssl=self._ssl,
+            ),
             self.connect_timeout,
         )
         return connection

@@ -55,8 +55,11 @@ def as_completions_payload(payload: bytes) -> bytes:
 
 def as_completions_choice(choice: dict[str, Any]) -> dict[str, Any]:
     content = choice.get("delta", {}).get("content") or choice.get("message", {}).get("content")
-    return {"index": choice["index"], "text": content or "",
-            "finish_reason": choice.get("finish_reason")}
+    return {
+        "index": choice["index"],
+        "text": content or "",
+        "finish_reason": choice.get("finish_reason"),
+    }
 
 
 @dataclass
@@ -208,8 +211,14 @@ def serve_in_thread(app: FakeVllm) -> Iterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="critical", access_log=False, lifespan="off",
-                            ws="none", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(
+        app,
+        log_level="critical",
+        access_log=False,
+        lifespan="off",
+        ws="none",
+        timeout_graceful_shutdown=2,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

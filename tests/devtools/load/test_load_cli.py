@@ -29,11 +29,30 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object
 def test_json_summary_structure_and_exact_acceptance(
     url: str, fake: FakeVllm, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    document = run_json(capsys, "--url", url, "--requests", "6", "--concurrency", "3",
-                        "--temperatures", "0:0.5,default:0.5", "--stream-share", "0.5",
-                        "--seed", "1")
-    assert set(document) == {"model", "endpoint", "elapsed_s", "requests", "succeeded",
-                             "buckets", "total"}
+    document = run_json(
+        capsys,
+        "--url",
+        url,
+        "--requests",
+        "6",
+        "--concurrency",
+        "3",
+        "--temperatures",
+        "0:0.5,default:0.5",
+        "--stream-share",
+        "0.5",
+        "--seed",
+        "1",
+    )
+    assert set(document) == {
+        "model",
+        "endpoint",
+        "elapsed_s",
+        "requests",
+        "succeeded",
+        "buckets",
+        "total",
+    }
     assert (document["model"], document["endpoint"]) == ("tiny-llama", "chat")
     assert (document["requests"], document["succeeded"]) == (6, 6)
     buckets = document["buckets"]
@@ -41,15 +60,32 @@ def test_json_summary_structure_and_exact_acceptance(
     zero, default = buckets
     total = document["total"]
     assert isinstance(total, dict)
-    assert set(zero) == {"temperature", "requests", "errors", "errors_by_kind", "output_tokens",
-                         "tokens_per_s", "ttft_ms", "tpot_ms", "spec"}
+    assert set(zero) == {
+        "temperature",
+        "requests",
+        "errors",
+        "errors_by_kind",
+        "output_tokens",
+        "tokens_per_s",
+        "ttft_ms",
+        "tpot_ms",
+        "spec",
+    }
     assert (zero["temperature"], default["temperature"], total["temperature"]) == (
-        "0.0", "default", "total")
+        "0.0",
+        "default",
+        "total",
+    )
     assert (zero["requests"], zero["errors"], zero["output_tokens"]) == (3, 0, 288)
     # 2 of 3 streamed per bucket; T=0 streams and answers are the same greedy run: 73/92 each.
-    assert zero["spec"] == {"requests": 3, "num_spec_steps": 69, "num_draft_tokens": 276,
-                            "num_accepted_draft_tokens": 219, "acceptance_rate": 219 / 276,
-                            "mean_acceptance_length": 1 + 219 / 69}
+    assert zero["spec"] == {
+        "requests": 3,
+        "num_spec_steps": 69,
+        "num_draft_tokens": 276,
+        "num_accepted_draft_tokens": 219,
+        "acceptance_rate": 219 / 276,
+        "mean_acceptance_length": 1 + 219 / 69,
+    }
     # default: two T=0.8 streams (52/172) and one no-temperature answer (63/140).
     assert default["spec"]["acceptance_rate"] == 167 / 484
     assert total["spec"]["acceptance_rate"] == 386 / 760
@@ -62,8 +98,9 @@ def test_table_has_a_row_per_temperature_and_errors_by_kind(
     url: str, fake: FakeVllm, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake.fail_at[1.0] = "http-500"
-    code = main(["load", "--url", url, "--requests", "4", "--temperatures", "0.7,1.0",
-                 "--seed", "2"])
+    code = main(
+        ["load", "--url", url, "--requests", "4", "--temperatures", "0.7,1.0", "--seed", "2"]
+    )
     out = capsys.readouterr().out
     assert code == 0
     lines = out.splitlines()
@@ -126,7 +163,9 @@ def test_prompts_file_is_used(
     prompts.write_text("first prompt\n\nsecond prompt\n")
     run_json(capsys, "--url", url, "--requests", "6", "--prompts", str(prompts), "--seed", "3")
     assert {r.body["messages"][0]["content"] for r in fake.received} <= {
-        "first prompt", "second prompt"}
+        "first prompt",
+        "second prompt",
+    }
 
 
 @pytest.mark.parametrize("output", [[], ["--json"]])
@@ -150,7 +189,9 @@ def test_api_key_never_appears_in_any_output(
     for text in (captured.out, captured.err, caplog.text):
         assert SECRET not in text
     assert {r.headers["authorization"] for r in fake.received} == {
-        f"Bearer {SECRET}", f"Bearer {SECRET}-env"}
+        f"Bearer {SECRET}",
+        f"Bearer {SECRET}-env",
+    }
 
 
 class FakeClock:

@@ -72,32 +72,47 @@ def test_allocate_splits_exactly(weights: list[float], total: int, expected: lis
 def test_deck_holds_exact_counts_of_each_temperature_and_stream() -> None:
     deck = build_deck(parse_mix("0:0.3,0.7:0.5,1.0:0.2"), 0.5, 100, random.Random(1))
     assert Counter(deck) == {
-        (0.0, True): 15, (0.0, False): 15,
-        (0.7, True): 25, (0.7, False): 25,
-        (1.0, True): 10, (1.0, False): 10,
+        (0.0, True): 15,
+        (0.0, False): 15,
+        (0.7, True): 25,
+        (0.7, False): 25,
+        (1.0, True): 10,
+        (1.0, False): 10,
     }
 
 
 def _plans(seed: int | None, count: int, deck_size: int) -> list[tuple[float | None, bool, str]]:
-    planner = Planner(parse_mix("0:0.3,0.7:0.5,default:0.2"), 0.25, ["a", "b", "c"],
-                      deck_size=deck_size, seed=seed)
+    planner = Planner(
+        parse_mix("0:0.3,0.7:0.5,default:0.2"),
+        0.25,
+        ["a", "b", "c"],
+        deck_size=deck_size,
+        seed=seed,
+    )
     plans = [planner.next_plan() for _ in range(count)]
     assert [plan.index for plan in plans] == list(range(count))
     return [(plan.temperature, plan.stream, plan.prompt) for plan in plans]
 
 
 def test_same_seed_same_plans_other_seed_other_order() -> None:
-    assert _plans(3, 50, 50)[:6] == [(0.7, False, "a"), (None, False, "a"), (0.0, False, "b"),
-                                     (0.7, True, "a"), (0.0, True, "b"), (0.7, False, "c")]
+    assert _plans(3, 50, 50)[:6] == [
+        (0.7, False, "a"),
+        (None, False, "a"),
+        (0.0, False, "b"),
+        (0.7, True, "a"),
+        (0.0, True, "b"),
+        (0.7, False, "c"),
+    ]
     assert _plans(3, 50, 50) == _plans(3, 50, 50)
     assert _plans(3, 50, 50) != _plans(4, 50, 50)
     assert Counter(t for t, _, _ in _plans(3, 50, 50)) == Counter(
-        t for t, _, _ in _plans(4, 50, 50))
+        t for t, _, _ in _plans(4, 50, 50)
+    )
 
 
 def test_planner_deals_a_fresh_exact_deck_every_deck_size_plans() -> None:
     plans = _plans(5, 250, 100)
     for start in (0, 100):
-        block = Counter(t for t, _, _ in plans[start:start + 100])
+        block = Counter(t for t, _, _ in plans[start : start + 100])
         assert block == {0.0: 30, 0.7: 50, None: 20}
     assert {prompt for _, _, prompt in plans} == {"a", "b", "c"}

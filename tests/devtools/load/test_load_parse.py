@@ -25,7 +25,7 @@ def decode_in_pieces(raw: bytes, size: int) -> list[bytes]:
     decoder = SseDecoder()
     events = []
     for start in range(0, len(raw), size):
-        events += decoder.feed(raw[start:start + size])
+        events += decoder.feed(raw[start : start + size])
     return events + decoder.close()
 
 
@@ -74,8 +74,11 @@ def test_greedy_stream_spec_metrics() -> None:
     tally = tally_of("chat_T0p0_stream_0.sse")
     assert (tally.chunks, tally.content_chunks, tally.output_tokens) == (26, 24, 96)
     assert tally.spec is not None
-    assert (tally.spec.num_spec_steps, tally.spec.num_accepted_draft_tokens,
-            tally.spec.num_draft_tokens) == (23, 73, 92)
+    assert (
+        tally.spec.num_spec_steps,
+        tally.spec.num_accepted_draft_tokens,
+        tally.spec.num_draft_tokens,
+    ) == (23, 73, 92)
 
 
 def test_stream_without_usage_counts_content_chunks() -> None:
@@ -120,9 +123,12 @@ def test_plain_response_spec_metrics(name: str, steps: int, accepted: int, draft
     completion = parse_completion(response_bytes(name))
     assert completion.output_tokens == 96
     assert completion.spec is not None
-    assert (completion.spec.num_spec_steps, completion.spec.num_accepted_draft_tokens,
-            completion.spec.num_draft_tokens, completion.spec.num_spec_tokens) == (
-        steps, accepted, drafted, 4)
+    assert (
+        completion.spec.num_spec_steps,
+        completion.spec.num_accepted_draft_tokens,
+        completion.spec.num_draft_tokens,
+        completion.spec.num_spec_tokens,
+    ) == (steps, accepted, drafted, 4)
 
 
 def test_n2_response_has_null_metrics() -> None:
@@ -138,9 +144,13 @@ def test_malformed_plain_response(body: bytes) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [None, [], {"num_spec_steps": 1, "num_draft_tokens": 4},
-     {"num_spec_steps": True, "num_draft_tokens": 4, "num_accepted_draft_tokens": 1},
-     {"num_spec_steps": -1, "num_draft_tokens": 4, "num_accepted_draft_tokens": 1}],
+    [
+        None,
+        [],
+        {"num_spec_steps": 1, "num_draft_tokens": 4},
+        {"num_spec_steps": True, "num_draft_tokens": 4, "num_accepted_draft_tokens": 1},
+        {"num_spec_steps": -1, "num_draft_tokens": 4, "num_accepted_draft_tokens": 1},
+    ],
 )
 def test_incomplete_spec_object_is_ignored(value: object) -> None:
     assert SpecDecoding.from_json(value) is None

@@ -24,8 +24,14 @@ pytestmark = pytest.mark.anyio
 
 
 def config(url: str, **overrides: Any) -> LoadConfig:
-    settings: dict[str, Any] = {"url": url, "model": MODEL, "concurrency": 4, "requests": 8,
-                                "mix": parse_mix("0"), "seed": 1}
+    settings: dict[str, Any] = {
+        "url": url,
+        "model": MODEL,
+        "concurrency": 4,
+        "requests": 8,
+        "mix": parse_mix("0"),
+        "seed": 1,
+    }
     settings.update(overrides)
     return LoadConfig(**settings)
 
@@ -43,7 +49,8 @@ async def test_plain_requests_carry_spec_metrics_and_usage(url: str, fake: FakeV
     by_temperature = {r.temperature: spec_counts(r.spec) for r in result.results}
     assert by_temperature == {0.0: (23, 73, 92), 0.8: (46, 50, 184)}
     assert {(r.output_tokens, r.tokens_from_usage, r.stream, r.ttft) for r in result.results} == {
-        (96, True, False, None)}
+        (96, True, False, None)
+    }
     assert {r.path for r in fake.received} == {"/v1/chat/completions"}
     body = fake.received[0].body
     assert body["messages"][0]["role"] == "user"
@@ -66,7 +73,8 @@ async def test_streams_with_usage(url: str, fake: FakeVllm) -> None:
 async def test_streams_without_usage_count_chunks(url: str, fake: FakeVllm) -> None:
     result = await run_load(config(url, stream_share=1.0, include_usage=False))
     assert {(r.output_tokens, r.tokens_from_usage, r.spec) for r in result.results} == {
-        (41, False, None)}
+        (41, False, None)
+    }
     assert not any("stream_options" in r.body for r in fake.received)
 
 
@@ -92,8 +100,14 @@ async def test_mix_and_stream_share_are_exact_with_a_seed(url: str, fake: FakeVl
     mix = parse_mix("0:0.3,0.7:0.5,1.0:0.2")
     result = await run_load(config(url, mix=mix, stream_share=0.5, requests=20, concurrency=3))
     sent = Counter((r.body["temperature"], bool(r.body.get("stream"))) for r in fake.received)
-    assert sent == {(0.0, True): 3, (0.0, False): 3, (0.7, True): 5, (0.7, False): 5,
-                    (1.0, True): 2, (1.0, False): 2}
+    assert sent == {
+        (0.0, True): 3,
+        (0.0, False): 3,
+        (0.7, True): 5,
+        (0.7, False): 5,
+        (1.0, True): 2,
+        (1.0, False): 2,
+    }
     assert Counter(r.label for r in result.results) == {"0.0": 6, "0.7": 10, "1.0": 4}
 
     def order(run: LoadResult) -> list[tuple[float | None, bool]]:
@@ -131,8 +145,9 @@ async def test_errors_are_counted_by_kind(
 
 async def test_errors_do_not_stop_the_run(url: str, fake: FakeVllm) -> None:
     fake.fail_at[1.0] = "cut-stream"
-    result = await run_load(config(url, mix=parse_mix("0:1,1.0:1"), requests=10,
-                                   stream_share=0.5, concurrency=2))
+    result = await run_load(
+        config(url, mix=parse_mix("0:1,1.0:1"), requests=10, stream_share=0.5, concurrency=2)
+    )
     errors = Counter((r.label, r.error) for r in result.results)
     assert errors == {("0.0", None): 5, ("1.0", "disconnect"): 5}
 
@@ -203,8 +218,14 @@ async def test_api_key_is_sent_as_bearer_and_kept_out_of_repr(url: str, fake: Fa
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"requests": None}, {"duration": 5.0}, {"requests": 0}, {"concurrency": 0},
-     {"stream_share": 1.5}, {"prompts": ()}],
+    [
+        {"requests": None},
+        {"duration": 5.0},
+        {"requests": 0},
+        {"concurrency": 0},
+        {"stream_share": 1.5},
+        {"prompts": ()},
+    ],
 )
 def test_config_rejects_nonsense(overrides: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"must|exactly one"):

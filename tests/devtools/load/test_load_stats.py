@@ -28,16 +28,31 @@ def test_percentile_of_nothing_is_none() -> None:
     assert percentile([], 50) is None
 
 
-def ok(temperature: float | None, tokens: int, *, ttft: float | None = None,
-       latency: float = 1.0, spec: SpecDecoding | None = None) -> RequestResult:
-    return RequestResult(index=0, temperature=temperature, stream=ttft is not None, started=0.0,
-                         latency=latency, output_tokens=tokens, tokens_from_usage=True,
-                         ttft=ttft, spec=spec)
+def ok(
+    temperature: float | None,
+    tokens: int,
+    *,
+    ttft: float | None = None,
+    latency: float = 1.0,
+    spec: SpecDecoding | None = None,
+) -> RequestResult:
+    return RequestResult(
+        index=0,
+        temperature=temperature,
+        stream=ttft is not None,
+        started=0.0,
+        latency=latency,
+        output_tokens=tokens,
+        tokens_from_usage=True,
+        ttft=ttft,
+        spec=spec,
+    )
 
 
 def failed(temperature: float | None, kind: str) -> RequestResult:
-    return RequestResult(index=0, temperature=temperature, stream=False, started=0.0,
-                         latency=0.5, error=kind)
+    return RequestResult(
+        index=0, temperature=temperature, stream=False, started=0.0, latency=0.5, error=kind
+    )
 
 
 def test_tpot_is_vllm_definition() -> None:
@@ -48,10 +63,18 @@ def test_tpot_is_vllm_definition() -> None:
 
 def test_summary_rows_per_temperature_then_total() -> None:
     results = [
-        ok(1.0, 10, spec=SpecDecoding(num_spec_steps=4, num_draft_tokens=16,
-                                      num_accepted_draft_tokens=4)),
-        ok(0.0, 11, ttft=0.1, latency=1.1,
-           spec=SpecDecoding(num_spec_steps=2, num_draft_tokens=8, num_accepted_draft_tokens=6)),
+        ok(
+            1.0,
+            10,
+            spec=SpecDecoding(num_spec_steps=4, num_draft_tokens=16, num_accepted_draft_tokens=4),
+        ),
+        ok(
+            0.0,
+            11,
+            ttft=0.1,
+            latency=1.1,
+            spec=SpecDecoding(num_spec_steps=2, num_draft_tokens=8, num_accepted_draft_tokens=6),
+        ),
         ok(0.0, 21, ttft=0.3, latency=4.3),
         failed(0.0, "http_500"),
         failed(None, "timeout"),
@@ -67,8 +90,9 @@ def test_summary_rows_per_temperature_then_total() -> None:
     assert (zero.ttft_p50, zero.ttft_p99) == pytest.approx((0.2, 0.298))
     assert (zero.tpot_p50, zero.tpot_p99) == pytest.approx((0.15, 0.199))
     assert zero.errors_by_kind == {"http_500": 1}
-    assert zero.spec == SpecSummary(requests=1, num_spec_steps=2, num_draft_tokens=8,
-                                    num_accepted_draft_tokens=6)
+    assert zero.spec == SpecSummary(
+        requests=1, num_spec_steps=2, num_draft_tokens=8, num_accepted_draft_tokens=6
+    )
     assert zero.spec.acceptance_rate == 0.75
     assert zero.spec.mean_acceptance_length == 4.0
 
@@ -80,7 +104,11 @@ def test_summary_rows_per_temperature_then_total() -> None:
     assert default.errors_by_kind == {"http_500": 1, "timeout": 1}
 
     assert (total.requests, total.errors, total.output_tokens, total.tokens_per_s) == (
-        7, 3, 47, 23.5)
+        7,
+        3,
+        47,
+        23.5,
+    )
     assert total.errors_by_kind == {"http_500": 2, "timeout": 1}
     assert total.spec is not None
     assert total.spec.acceptance_rate == 10 / 24
@@ -88,8 +116,9 @@ def test_summary_rows_per_temperature_then_total() -> None:
 
 
 def test_no_drafts_is_not_zero_acceptance() -> None:
-    spec = SpecSummary(requests=3, num_spec_steps=0, num_draft_tokens=0,
-                       num_accepted_draft_tokens=0)
+    spec = SpecSummary(
+        requests=3, num_spec_steps=0, num_draft_tokens=0, num_accepted_draft_tokens=0
+    )
     assert (spec.acceptance_rate, spec.mean_acceptance_length) == (None, None)
 
 

@@ -17,7 +17,7 @@ V073 = FIXTURES / "vllm-0.7.3"
 CPU032 = FIXTURES / "vllm-0.32.0-cpu"
 NGRAM_K4 = '{"method": "ngram", "num_speculative_tokens": 4}'
 
-SAMPLE = re.compile(r'^([^{ ]+)(?:\{(.*)\})? (\S+)$')
+SAMPLE = re.compile(r"^([^{ ]+)(?:\{(.*)\})? (\S+)$")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 

@@ -23,17 +23,39 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_vllm_flags_map_onto_the_config() -> None:
-    config = build_config(parse(
-        "--port", "0", "--served-model-name", "m", "--speculative-config",
-        '{"method": "eagle3", "num_speculative_tokens": 3}',
-        "--per-request-spec-decode-metrics", "detailed", "--enable-force-include-usage",
-        "--data-parallel-size", "2", "--metric-names", "underscore", "--speed", "4",
-        "--drafter-quality", "0.5", "--seed", "9", "--no-chunk-merging"))
+    config = build_config(
+        parse(
+            "--port",
+            "0",
+            "--served-model-name",
+            "m",
+            "--speculative-config",
+            '{"method": "eagle3", "num_speculative_tokens": 3}',
+            "--per-request-spec-decode-metrics",
+            "detailed",
+            "--enable-force-include-usage",
+            "--data-parallel-size",
+            "2",
+            "--metric-names",
+            "underscore",
+            "--speed",
+            "4",
+            "--drafter-quality",
+            "0.5",
+            "--seed",
+            "9",
+            "--no-chunk-merging",
+        )
+    )
     assert config.speculative == SpeculativeConfig(method="eagle3", num_speculative_tokens=3)
     assert (config.served_model_name, config.per_request_spec_decode_metrics) == ("m", "detailed")
     assert config.enable_force_include_usage and config.multiprocess_metrics
-    assert (config.metric_names, config.speed, config.drafter_quality, config.seed) \
-        == ("underscore", 4.0, 0.5, 9)
+    assert (config.metric_names, config.speed, config.drafter_quality, config.seed) == (
+        "underscore",
+        4.0,
+        0.5,
+        9,
+    )
     assert not config.merge_chunks
     assert config.effective_draft_miss_rate == 0.0
 
@@ -49,24 +71,42 @@ def test_defaults_are_vllm_defaults() -> None:
 def test_generation_config_folder_sets_the_default_temperature(tmp_path: Path) -> None:
     (tmp_path / "generation_config.json").write_text('{"temperature": 0.6, "top_p": 0.9}')
     assert build_config(parse("--generation-config", str(tmp_path))).default_temperature == 0.6
-    assert build_config(parse("--generation-config", str(tmp_path),
-                              "--default-temperature", "0.2")).default_temperature == 0.2
+    assert (
+        build_config(
+            parse("--generation-config", str(tmp_path), "--default-temperature", "0.2")
+        ).default_temperature
+        == 0.2
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    ["--speculative-config", "{oops"], ["--drafter-quality", "1.5"], ["--speed", "0"],
-    ["--generation-config", "/nonexistent/folder"],
-])
-def test_bad_flags_exit_64_with_one_line(argv: list[str],
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--speculative-config", "{oops"],
+        ["--drafter-quality", "1.5"],
+        ["--speed", "0"],
+        ["--generation-config", "/nonexistent/folder"],
+    ],
+)
+def test_bad_flags_exit_64_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["simulate", *argv]) == 64
     error = capsys.readouterr().err
     assert error.startswith("specdec-exporter simulate: ") and error.count("\n") == 1
 
 
 def test_the_command_serves_until_terminated() -> None:
-    command = [sys.executable, "-m", "specdec_exporter.cli", "simulate", "--port", "0",
-               "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}']
+    command = [
+        sys.executable,
+        "-m",
+        "specdec_exporter.cli",
+        "simulate",
+        "--port",
+        "0",
+        "--speculative-config",
+        '{"method": "ngram", "num_speculative_tokens": 4}',
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE)
     try:
         assert process.stderr is not None

@@ -27,10 +27,17 @@ from real_vllm.shapes import readable_diff
 from specdec_exporter.devtools.sim.server import RunningSimulator, running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, parse_speculative_config
 
-CONFIG = SimConfig(served_model_name=MODEL, max_model_len=MAX_MODEL_LEN, default_temperature=0.6,
-                   speculative=parse_speculative_config(
-                       '{"method": "draft_model", "model": "draft", "num_speculative_tokens": 4}'),
-                   per_request_spec_decode_metrics="summary", speed=50.0, seed=3)
+CONFIG = SimConfig(
+    served_model_name=MODEL,
+    max_model_len=MAX_MODEL_LEN,
+    default_temperature=0.6,
+    speculative=parse_speculative_config(
+        '{"method": "draft_model", "model": "draft", "num_speculative_tokens": 4}'
+    ),
+    per_request_spec_decode_metrics="summary",
+    speed=50.0,
+    seed=3,
+)
 NAMES = sorted(path.stem for path in FIXTURES.glob("*.json"))
 SHAPE_KEYS = ("body", "events")
 
@@ -81,13 +88,19 @@ def test_error_objects_are_identical(client: httpx.Client, name: str) -> None:
 
 def completion_text(answer: dict[str, Any], index: int = 0) -> str:
     if "events" in answer:
-        return "".join(c["text"] for event in answer["events"] if isinstance(event, dict)
-                       for c in event["choices"] if c["index"] == index)
+        return "".join(
+            c["text"]
+            for event in answer["events"]
+            if isinstance(event, dict)
+            for c in event["choices"]
+            if c["index"] == index
+        )
     return str(answer["body"]["choices"][index]["text"])
 
 
-@pytest.mark.parametrize("name", ["completions_echo", "completions_echo_stream",
-                                  "completions_echo_two_prompts"])
+@pytest.mark.parametrize(
+    "name", ["completions_echo", "completions_echo_stream", "completions_echo_two_prompts"]
+)
 def test_echo_repeats_each_text_prompt(client: httpx.Client, name: str) -> None:
     real, ours = replay(client, name)
     prompt = real["request"]["body"]["prompt"]
@@ -106,16 +119,22 @@ def test_echo_with_max_tokens_0_returns_the_prompt_alone(client: httpx.Client) -
 def test_echo_stream_sends_the_prompt_ids_once(client: httpx.Client) -> None:
     real, ours = replay(client, "completions_echo_stream")
     for answer in (real, ours):
-        ids = [c["prompt_token_ids"] for event in answer["events"] if isinstance(event, dict)
-               for c in event["choices"]]
+        ids = [
+            c["prompt_token_ids"]
+            for event in answer["events"]
+            if isinstance(event, dict)
+            for c in event["choices"]
+        ]
         assert ids[0] and all(i is None for i in ids[1:])
 
 
 def test_token_id_prompts_count_exactly(client: httpx.Client) -> None:
     real, ours = replay(client, "completions_max_tokens_capped")
     assert ours["body"]["usage"] == real["body"]["usage"]
-    assert real["body"]["usage"]["prompt_tokens"] + real["body"]["usage"][
-        "completion_tokens"] == MAX_MODEL_LEN
+    assert (
+        real["body"]["usage"]["prompt_tokens"] + real["body"]["usage"]["completion_tokens"]
+        == MAX_MODEL_LEN
+    )
 
 
 def test_health_and_405_headers(client: httpx.Client) -> None:

@@ -29,11 +29,23 @@ def with_traffic(telemetry: Telemetry) -> str:
         engine.record_step(1, 4, [1, 1, 0, 0], 3, 17)
         engine.itl.observe(0.02)
         engine.set_load(1, 0, 0.001)
-        engine.record_finish(Finished(reason="length", prompt_tokens=12, generation_tokens=4,
-                                      max_tokens=4, n=1, queue=0.01, prefill=0.05, decode=0.1,
-                                      inference=0.15, e2e=0.16))
-    telemetry.http.record("/v1/completions", "POST", status=200, request_bytes=2,
-                          response_bytes=28, seconds=0.2)
+        engine.record_finish(
+            Finished(
+                reason="length",
+                prompt_tokens=12,
+                generation_tokens=4,
+                max_tokens=4,
+                n=1,
+                queue=0.01,
+                prefill=0.05,
+                decode=0.1,
+                inference=0.15,
+                e2e=0.16,
+            )
+        )
+    telemetry.http.record(
+        "/v1/completions", "POST", status=200, request_bytes=2, response_bytes=28, seconds=0.2
+    )
     return telemetry.render().decode()
 
 
@@ -44,8 +56,9 @@ def test_a_fresh_simulator_has_the_exact_structure_of_a_fresh_vllm() -> None:
 
 def test_every_family_after_traffic_matches_the_capture() -> None:
     capture = families((V033 / "spec_ngram_k4.t3.prom").read_text())
-    ours = families(with_traffic(Telemetry(
-        SimConfig(speculative=parse_speculative_config(NGRAM_K4)), 1.79e9)))
+    ours = families(
+        with_traffic(Telemetry(SimConfig(speculative=parse_speculative_config(NGRAM_K4)), 1.79e9))
+    )
     assert list(ours) == list(capture)
     for name, expected in capture.items():
         got = ours[name]
@@ -95,8 +108,10 @@ def multiprocess_violations(text: str) -> list[str]:
             if name not in seen:
                 seen.append(name)
                 previous = [table[n].type for n in seen[:-1]]
-                if any(MULTIPROCESS_TYPE_ORDER.index(p) > MULTIPROCESS_TYPE_ORDER.index(kind)
-                       for p in previous):
+                if any(
+                    MULTIPROCESS_TYPE_ORDER.index(p) > MULTIPROCESS_TYPE_ORDER.index(kind)
+                    for p in previous
+                ):
                     problems.append(f"{name}: {kind} after a later type")
         elif line and not line.startswith("#"):
             name, labels, _ = parse_sample(line)
@@ -114,7 +129,7 @@ def multiprocess_violations(text: str) -> list[str]:
         series = len([n for n in names if n.endswith("_count")])
         per_series = len(names) // max(series, 1)
         for start in range(0, len(names), per_series):
-            group = names[start:start + per_series]
+            group = names[start : start + per_series]
             if group[0] != f"{name}_sum" or group[-1] != f"{name}_count":
                 problems.append(f"{name}: series not _sum, _bucket..., _count")
     return problems
@@ -126,20 +141,35 @@ def test_multiprocess_rules_hold_in_the_legacy_capture_and_fail_single_process()
 
 
 def test_several_api_servers_render_multiprocess_style() -> None:
-    telemetry = Telemetry(SimConfig(speculative=parse_speculative_config(NGRAM_K4),
-                                    data_parallel_size=2), 1.79e9)
+    telemetry = Telemetry(
+        SimConfig(speculative=parse_speculative_config(NGRAM_K4), data_parallel_size=2), 1.79e9
+    )
     text = with_traffic(telemetry)
     assert multiprocess_violations(text) == []
-    single = families(with_traffic(Telemetry(SimConfig(
-        speculative=parse_speculative_config(NGRAM_K4), data_parallel_size=2, api_server_count=1),
-        1.79e9)))
+    single = families(
+        with_traffic(
+            Telemetry(
+                SimConfig(
+                    speculative=parse_speculative_config(NGRAM_K4),
+                    data_parallel_size=2,
+                    api_server_count=1,
+                ),
+                1.79e9,
+            )
+        )
+    )
     multi = families(text)
-    assert sorted(multi) == sorted(n for n in single
-                                   if not n.endswith("_created")
-                                   and not n.startswith(("process_", "python_")))
+    assert sorted(multi) == sorted(
+        n
+        for n in single
+        if not n.endswith("_created") and not n.startswith(("process_", "python_"))
+    )
     for name, info in multi.items():
-        assert (info.type, info.help, info.edges) == (single[name].type, single[name].help,
-                                                      single[name].edges), name
+        assert (info.type, info.help, info.edges) == (
+            single[name].type,
+            single[name].help,
+            single[name].edges,
+        ), name
 
 
 def test_api_server_count_alone_switches_to_multiprocess() -> None:
@@ -162,10 +192,14 @@ def test_mixed_spelling_renames_samples_only() -> None:
 
 
 def test_per_position_series_follow_k() -> None:
-    text = render(speculative=parse_speculative_config(
-        '{"method": "eagle3", "num_speculative_tokens": 2}'))
-    positions = [dict(parse_sample(line)[1])["position"] for line in text.splitlines()
-                 if line.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")]
+    text = render(
+        speculative=parse_speculative_config('{"method": "eagle3", "num_speculative_tokens": 2}')
+    )
+    positions = [
+        dict(parse_sample(line)[1])["position"]
+        for line in text.splitlines()
+        if line.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+    ]
     assert positions == ["0", "1"]
 
 
@@ -176,8 +210,9 @@ def test_token_histograms_use_vllm_1_2_5_buckets_up_to_max_model_len() -> None:
     assert edges[-2:] == ["50000.0", "+Inf"]
 
 
-@pytest.mark.parametrize("name", ["vllm:spec_decode_num_drafts_total",
-                                  "vllm:generation_tokens_total"])
+@pytest.mark.parametrize(
+    "name", ["vllm:spec_decode_num_drafts_total", "vllm:generation_tokens_total"]
+)
 def test_counters_start_at_zero_with_a_created_timestamp(name: str) -> None:
     text = render()
     created = name.replace("_total", "_created")

@@ -61,7 +61,7 @@ def test_acceptance_is_the_overlap_of_target_and_draft() -> None:
     assert context_acceptance(context, 1.0, 1.0) == pytest.approx(1.0)
     # It does not know the runner-up (draw 0.99 >= quality ** ...): overlap = p(top) only.
     blind = Context(logits=(0.0, -1.0), knowledge_draws=(0.0, 0.99), noise=(0.0, 0.0))
-    assert context_acceptance(blind, 1.0, 0.9) == pytest.approx(1 / (1 + 2.718281828 ** -1.0))
+    assert context_acceptance(blind, 1.0, 0.9) == pytest.approx(1 / (1 + 2.718281828**-1.0))
 
 
 def test_greedy_acceptance_is_argmax_agreement() -> None:
@@ -84,14 +84,24 @@ def test_contexts_are_the_same_for_every_run() -> None:
     first = contexts[0]
     assert [f"{x:.12g}" for x in first.logits[:3]] == ["0", "-2.19841976272", "-2.89156694328"]
     assert [f"{x:.12g}" for x in first.knowledge_draws[:3]] == [
-        "0.120993566798", "0.548604856201", "0.126694624123"]
+        "0.120993566798",
+        "0.548604856201",
+        "0.126694624123",
+    ]
     assert [f"{x:.12g}" for x in first.noise[:3]] == [
-        "-0.335157300038", "-0.93445760856", "1.72338650479"]
-    every_value = " ".join(f"{x:.12g}" for context in contexts
-                           for values in (context.logits, context.knowledge_draws, context.noise)
-                           for x in values)
+        "-0.335157300038",
+        "-0.93445760856",
+        "1.72338650479",
+    ]
+    every_value = " ".join(
+        f"{x:.12g}"
+        for context in contexts
+        for values in (context.logits, context.knowledge_draws, context.noise)
+        for x in values
+    )
     assert hashlib.sha256(every_value.encode()).hexdigest() == (
-        "bec5e0fea06214367c13961e158bb179068893e0ca1eb8c20f53c6b330dfdf60")
+        "bec5e0fea06214367c13961e158bb179068893e0ca1eb8c20f53c6b330dfdf60"
+    )
 
 
 def test_sampling_stops_at_the_first_rejection() -> None:
@@ -123,8 +133,13 @@ def test_step_cost_grows_with_batch_and_with_k() -> None:
     model = StepTimeModel()
 
     def cost(batch: int, k: int) -> float:
-        return model.step_ms(prefill_tokens=0, decode_requests=batch, draft_tokens=batch * k,
-                             draft_passes=k, drafting_requests=batch if k else 0)
+        return model.step_ms(
+            prefill_tokens=0,
+            decode_requests=batch,
+            draft_tokens=batch * k,
+            draft_passes=k,
+            drafting_requests=batch if k else 0,
+        )
 
     assert cost(1, 0) < cost(8, 0) < cost(64, 0)
     assert cost(8, 0) < cost(8, 2) < cost(8, 4)
@@ -138,31 +153,41 @@ def test_mean_acceptance_length_counts_the_bonus_token() -> None:
 
 
 def test_speculative_config_parses_vllm_json() -> None:
-    spec = parse_speculative_config('{"method": "eagle3", "model": "x", '
-                                    '"num_speculative_tokens": 3}')
+    spec = parse_speculative_config(
+        '{"method": "eagle3", "model": "x", "num_speculative_tokens": 3}'
+    )
     assert spec == SpeculativeConfig(method="eagle3", num_speculative_tokens=3)
     assert parse_speculative_config(None) is None
-    assert parse_speculative_config('{"model": "small", "num_speculative_tokens": 2}') \
-        == SpeculativeConfig(method="draft_model", num_speculative_tokens=2)
+    assert parse_speculative_config(
+        '{"model": "small", "num_speculative_tokens": 2}'
+    ) == SpeculativeConfig(method="draft_model", num_speculative_tokens=2)
 
 
 def test_k_schedule_by_batch_size_may_reach_zero() -> None:
     spec = parse_speculative_config(
         '{"method": "ngram", "num_speculative_tokens_per_batch_size": '
-        '[[1, 4, 4], [5, 16, 2], [17, 1024, 0]]}')
+        "[[1, 4, 4], [5, 16, 2], [17, 1024, 0]]}"
+    )
     assert spec is not None
     assert spec.num_speculative_tokens == 4
     assert spec.per_batch_size[1] == KRange(lo=5, hi=16, k=2)
     assert [spec.k_for_batch(b) for b in (1, 4, 5, 16, 17, 2000)] == [4, 4, 2, 2, 0, 4]
 
 
-@pytest.mark.parametrize("text", [
-    "{not json", "[1]", '{"method": "ngram"}', '{"method": "medusa", "num_speculative_tokens": 2}',
-    '{"method": "magic", "num_speculative_tokens": 2}', '{"num_speculative_tokens": 2}',
-    '{"method": "ngram", "num_speculative_tokens": 2, '
-    '"num_speculative_tokens_per_batch_size": [[1, 2, 3]]}',
-    '{"method": "ngram", "num_speculative_tokens_per_batch_size": [[4, 2, 1]]}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        "[1]",
+        '{"method": "ngram"}',
+        '{"method": "medusa", "num_speculative_tokens": 2}',
+        '{"method": "magic", "num_speculative_tokens": 2}',
+        '{"num_speculative_tokens": 2}',
+        '{"method": "ngram", "num_speculative_tokens": 2, '
+        '"num_speculative_tokens_per_batch_size": [[1, 2, 3]]}',
+        '{"method": "ngram", "num_speculative_tokens_per_batch_size": [[4, 2, 1]]}',
+    ],
+)
 def test_bad_speculative_configs_are_one_line_errors(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_speculative_config(text)
@@ -185,6 +210,7 @@ def test_config_rejects_out_of_range_values() -> None:
         SimConfig(max_num_seqs=0, port=70000)
     assert str(caught.value) == (
         "--port: Input should be less than or equal to 65535 (got 70000); "
-        "--max-num-seqs: Input should be greater than or equal to 1 (got 0)")
+        "--max-num-seqs: Input should be greater than or equal to 1 (got 0)"
+    )
     assert SimConfig(data_parallel_size=2).multiprocess_metrics
     assert not SimConfig(data_parallel_size=2, api_server_count=1).multiprocess_metrics

@@ -15,9 +15,11 @@ from specdec_exporter.devtools.sim.server import RunningSimulator, running_simul
 from specdec_exporter.devtools.sim.settings import SimConfig, parse_speculative_config
 
 FAST = {"speed": 50.0, "speculative": parse_speculative_config(NGRAM_K4)}
-SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
-                 "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
+SPEC_COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
 DEADLINE = 10.0
 
 
@@ -46,8 +48,9 @@ def counters(text: str) -> dict[str, float]:
 
 # reconciliation ---------------------------------------------------------------------------
 
-RECON = config(per_request_spec_decode_metrics="detailed", data_parallel_size=2,
-               api_server_count=1, seed=11)
+RECON = config(
+    per_request_spec_decode_metrics="detailed", data_parallel_size=2, api_server_count=1, seed=11
+)
 
 
 async def one_request(client: httpx.AsyncClient, index: int) -> dict[str, Any] | None:
@@ -85,7 +88,8 @@ def recon_sim() -> Iterator[RunningSimulator]:
 
 @pytest.mark.anyio
 async def test_per_request_metrics_reconcile_with_counters_under_concurrency(
-        recon_sim: RunningSimulator) -> None:
+    recon_sim: RunningSimulator,
+) -> None:
     async with httpx.AsyncClient(base_url=recon_sim.url, timeout=60.0) as client:
         before = counters((await client.get("/metrics")).text)
         returned = await asyncio.gather(*(one_request(client, i) for i in range(32)))
@@ -95,9 +99,11 @@ async def test_per_request_metrics_reconcile_with_counters_under_concurrency(
     truth = recon_sim.ground_truth()
     specs = [spec for spec in returned if spec is not None]
     assert len(specs) == 24  # n=2 and streams without include_usage carry none
-    summed = {"drafts": sum(s["num_spec_steps"] for s in specs),
-              "draft_tokens": sum(s["num_draft_tokens"] for s in specs),
-              "accepted_tokens": sum(s["num_accepted_draft_tokens"] for s in specs)}
+    summed = {
+        "drafts": sum(s["num_spec_steps"] for s in specs),
+        "draft_tokens": sum(s["num_draft_tokens"] for s in specs),
+        "accepted_tokens": sum(s["num_accepted_draft_tokens"] for s in specs),
+    }
     attributed = truth["per_request_metrics"]["attributed"]
     unattributed = truth["per_request_metrics"]["unattributed"]
     assert {k: attributed[k] for k in summed} == summed
@@ -110,10 +116,17 @@ async def test_per_request_metrics_reconcile_with_counters_under_concurrency(
         assert sum(t[key] for t in truth["by_temperature"].values()) == truth["total"][key]
     assert set(truth["by_temperature"]) == {"0.0", "0.3", "0.7", "1.0"}
     for engine in ("0", "1"):
-        assert sample_value(after_text, SPEC_COUNTERS["drafts"], engine=engine) \
-            == truth["engines"][engine]["drafts"] > 0
-    per_position = [sample_value(after_text, "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                                 position=str(p)) for p in range(4)]
+        assert (
+            sample_value(after_text, SPEC_COUNTERS["drafts"], engine=engine)
+            == truth["engines"][engine]["drafts"]
+            > 0
+        )
+    per_position = [
+        sample_value(
+            after_text, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(p)
+        )
+        for p in range(4)
+    ]
     assert per_position == truth["total"]["accepted_per_position"]
     for spec in specs:
         assert len(spec["per_step_accepted"]) == spec["num_spec_steps"]
@@ -122,30 +135,45 @@ async def test_per_request_metrics_reconcile_with_counters_under_concurrency(
 
 
 def test_counters_include_a_request_as_soon_as_its_last_byte_arrived() -> None:
-    with running_simulator(config(per_request_spec_decode_metrics="summary")) as sim, \
-            httpx.Client(base_url=sim.url, timeout=30.0) as client:
+    with (
+        running_simulator(config(per_request_spec_decode_metrics="summary")) as sim,
+        httpx.Client(base_url=sim.url, timeout=30.0) as client,
+    ):
         for temperature in (0.0, 0.5, 1.0):
             before = counters(client.get("/metrics").text)
-            with client.stream("POST", "/v1/chat/completions", json=chat(
-                    temperature=temperature, stream=True,
-                    stream_options={"include_usage": True})) as response:
+            with client.stream(
+                "POST",
+                "/v1/chat/completions",
+                json=chat(
+                    temperature=temperature, stream=True, stream_options={"include_usage": True}
+                ),
+            ) as response:
                 payloads = sse_payloads(b"".join(response.iter_bytes()))
             after = counters(client.get("/metrics").text)
             spec = httpx.Response(200, content=payloads[-2]).json()["metrics"][
-                "speculative_decoding"]
+                "speculative_decoding"
+            ]
             assert after["drafts"] - before["drafts"] == spec["num_spec_steps"]
-            assert after["accepted_tokens"] - before["accepted_tokens"] \
+            assert (
+                after["accepted_tokens"] - before["accepted_tokens"]
                 == spec["num_accepted_draft_tokens"]
+            )
             assert after["requests"] - before["requests"] == 1
 
 
 # determinism --------------------------------------------------------------------------------
 
+
 def run_sequence(**overrides: Any) -> tuple[list[Any], dict[str, Any]]:
-    bodies = [chat("a", temperature=0.0), chat("b", temperature=0.9, max_tokens=48),
-              {"prompt": "c", "max_tokens": 20, "temperature": 0.4}]
-    with running_simulator(config(per_request_spec_decode_metrics="summary", **overrides)) as sim, \
-            httpx.Client(base_url=sim.url, timeout=30.0) as client:
+    bodies = [
+        chat("a", temperature=0.0),
+        chat("b", temperature=0.9, max_tokens=48),
+        {"prompt": "c", "max_tokens": 20, "temperature": 0.4},
+    ]
+    with (
+        running_simulator(config(per_request_spec_decode_metrics="summary", **overrides)) as sim,
+        httpx.Client(base_url=sim.url, timeout=30.0) as client,
+    ):
         outputs = []
         for body in bodies:
             path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
@@ -166,12 +194,15 @@ def test_drafter_quality_changes_acceptance_but_never_the_text() -> None:
     good, _ = run_sequence(seed=5, drafter_quality=0.95)
     bad, _ = run_sequence(seed=5, drafter_quality=0.1)
     assert [o[1] for o in good] == [o[1] for o in bad]
-    rate = [sum(o[3]["speculative_decoding"]["num_accepted_draft_tokens"] for o in run)
-            for run in (good, bad)]
+    rate = [
+        sum(o[3]["speculative_decoding"]["num_accepted_draft_tokens"] for o in run)
+        for run in (good, bad)
+    ]
     assert rate[0] > rate[1]
 
 
 # restart, drafter, schedule, variants ------------------------------------------------------
+
 
 def test_restart_resets_every_counter_and_renews_created() -> None:
     with running_simulator(config()) as sim, httpx.Client(base_url=sim.url) as client:
@@ -186,15 +217,19 @@ def test_restart_resets_every_counter_and_renews_created() -> None:
     assert truth["total"]["drafts"] == truth["total"]["generation_tokens"] == 0
     created = "vllm:spec_decode_num_drafts_created"
     assert sample_value(after, created) > sample_value(before, created)
-    assert sample_value(after, "process_start_time_seconds") \
-        > sample_value(before, "process_start_time_seconds")
+    assert sample_value(after, "process_start_time_seconds") > sample_value(
+        before, "process_start_time_seconds"
+    )
 
 
 def test_restart_cuts_streams_in_flight() -> None:
-    with running_simulator(config(speed=1.0)) as sim, \
-            httpx.Client(base_url=sim.url, timeout=30.0) as client, \
-            client.stream("POST", "/v1/chat/completions", json=chat(
-                max_tokens=4000, ignore_eos=True, stream=True)) as response:
+    with (
+        running_simulator(config(speed=1.0)) as sim,
+        httpx.Client(base_url=sim.url, timeout=30.0) as client,
+        client.stream(
+            "POST", "/v1/chat/completions", json=chat(max_tokens=4000, ignore_eos=True, stream=True)
+        ) as response,
+    ):
         parts = response.iter_bytes()
         next(parts)
         httpx.post(f"{sim.url}/sim/restart")
@@ -220,10 +255,16 @@ def test_drafter_quality_can_be_degraded_at_run_time() -> None:
 
 
 def test_k_zero_for_every_batch_size_moves_no_spec_counter() -> None:
-    spec = parse_speculative_config('{"method": "eagle3", "num_speculative_tokens": 3, '
-                                    '"num_speculative_tokens_per_batch_size": [[1, 512, 0]]}')
-    with running_simulator(config(speculative=spec, per_request_spec_decode_metrics="summary")) \
-            as sim, httpx.Client(base_url=sim.url) as client:
+    spec = parse_speculative_config(
+        '{"method": "eagle3", "num_speculative_tokens": 3, '
+        '"num_speculative_tokens_per_batch_size": [[1, 512, 0]]}'
+    )
+    with (
+        running_simulator(
+            config(speculative=spec, per_request_spec_decode_metrics="summary")
+        ) as sim,
+        httpx.Client(base_url=sim.url) as client,
+    ):
         answer = client.post("/v1/chat/completions", json=chat()).json()
         text = client.get("/metrics").text
     values = counters(text)
@@ -237,8 +278,12 @@ def test_k_zero_for_every_batch_size_moves_no_spec_counter() -> None:
 
 
 def test_without_speculation_no_spec_metrics_anywhere() -> None:
-    with running_simulator(config(speculative=None, per_request_spec_decode_metrics="summary")) \
-            as sim, httpx.Client(base_url=sim.url) as client:
+    with (
+        running_simulator(
+            config(speculative=None, per_request_spec_decode_metrics="summary")
+        ) as sim,
+        httpx.Client(base_url=sim.url) as client,
+    ):
         answer = client.post("/v1/chat/completions", json=chat()).json()
         text = client.get("/metrics").text
     assert answer["metrics"] is None
@@ -255,10 +300,13 @@ def test_option_none_returns_no_per_request_metrics() -> None:
 
 
 def test_force_include_usage_adds_the_usage_chunk() -> None:
-    with running_simulator(config(enable_force_include_usage=True,
-                                  per_request_spec_decode_metrics="summary")) as sim, \
-            httpx.Client(base_url=sim.url) as client, \
-            client.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as response:
+    with (
+        running_simulator(
+            config(enable_force_include_usage=True, per_request_spec_decode_metrics="summary")
+        ) as sim,
+        httpx.Client(base_url=sim.url) as client,
+        client.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as response,
+    ):
         payloads = sse_payloads(b"".join(response.iter_bytes()))
     usage = httpx.Response(200, content=payloads[-2]).json()
     assert usage["choices"] == [] and "speculative_decoding" in usage["metrics"]
@@ -269,9 +317,14 @@ def test_force_include_usage_adds_the_usage_chunk() -> None:
 
 def test_client_disconnect_aborts_the_request() -> None:
     with running_simulator(config(speed=1.0)) as sim:
-        with httpx.Client(base_url=sim.url, timeout=30.0) as client, \
-                client.stream("POST", "/v1/chat/completions", json=chat(
-                    max_tokens=4000, ignore_eos=True, stream=True)) as response:
+        with (
+            httpx.Client(base_url=sim.url, timeout=30.0) as client,
+            client.stream(
+                "POST",
+                "/v1/chat/completions",
+                json=chat(max_tokens=4000, ignore_eos=True, stream=True),
+            ) as response,
+        ):
             next(response.iter_bytes())
 
         def aborted() -> bool:
@@ -284,6 +337,7 @@ def test_client_disconnect_aborts_the_request() -> None:
 
 
 # faults --------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def fault_sim() -> Iterator[RunningSimulator]:
@@ -329,7 +383,7 @@ def test_fault_truncated_cuts_the_body_mid_line(faulty: httpx.Client) -> None:
     assert 0 < len(cut) < len(full) / 2
     assert not cut.endswith("\n")
     whole_lines = cut.rsplit("\n", 1)[0]
-    assert structure(whole_lines) == structure(full)[:len(structure(whole_lines))]
+    assert structure(whole_lines) == structure(full)[: len(structure(whole_lines))]
 
 
 def test_fault_slow_delays_metrics(faulty: httpx.Client) -> None:
@@ -363,8 +417,12 @@ def serving(url: str) -> bool:
 
 def test_fault_refuse_closes_the_port_for_a_while(fault_sim: RunningSimulator) -> None:
     url = f"{fault_sim.url}/metrics"
-    assert httpx.post(f"{fault_sim.url}/sim/fault",
-                      json={"kind": "refuse", "seconds": 0.5}).status_code == 200
+    assert (
+        httpx.post(
+            f"{fault_sim.url}/sim/fault", json={"kind": "refuse", "seconds": 0.5}
+        ).status_code
+        == 200
+    )
     wait_until(lambda: refused(url), "connections to be refused")
     wait_until(lambda: serving(url), "the port to accept again")
 
@@ -379,8 +437,10 @@ def test_restart_with_downtime_refuses_then_serves_fresh_counters() -> None:
         assert counters(httpx.get(url).text)["generation_tokens"] == 0
 
 
-@pytest.mark.parametrize("body", [{"kind": "meltdown"}, {"kind": "slow", "seconds": -1}, [],
-                                  {"kind": "500", "seconds": "ten"}])
+@pytest.mark.parametrize(
+    "body",
+    [{"kind": "meltdown"}, {"kind": "slow", "seconds": -1}, [], {"kind": "500", "seconds": "ten"}],
+)
 def test_bad_fault_requests_are_rejected(faulty: httpx.Client, body: Any) -> None:
     assert faulty.post("/sim/fault", json=body).status_code == 400
 
@@ -391,34 +451,81 @@ MODEL = SimConfig().served_model_name
 HI = '"messages": [{"role": "user", "content": "hi"}]'
 ERRORS = [  # the full matrix against vLLM's own answers is test_sim_edge_cases.py
     (b"{not json", 400, "Bad Request", "body.1", "JSON decode error"),
-    (b'{"messages": [], "temperature": "hot"}', 400, "Bad Request", "body.temperature",
-     "valid number"),
+    (
+        b'{"messages": [], "temperature": "hot"}',
+        400,
+        "Bad Request",
+        "body.temperature",
+        "valid number",
+    ),
     (b'{"temperature": 0.5}', 400, "Bad Request", "body.messages", "Field required"),
-    (b'{%s, "temperature": -0.5}' % HI.encode(), 400, "BadRequestError", "temperature",
-     "temperature must be non-negative, got -0.5."),
-    (b'{%s, "temperature": 2.5}' % HI.encode(), 400, "BadRequestError", "temperature",
-     "temperature must be in [0, 2]"),
-    (b'{"messages": [], "model": "gpt-9"}', 404, "NotFoundError", "model",
-     "The model `gpt-9` does not exist. Valid aliases: " + MODEL + "."),
-    (b'{%s, "temperature": 0, "n": 2}' % HI.encode(), 400, "BadRequestError", None,
-     "n must be 1 when using greedy sampling, got 2."),
-    (b'{%s, "max_tokens": 0}' % HI.encode(), 400, "BadRequestError", "max_tokens",
-     "max_tokens must be at least 1"),
-    (b'{"messages": [], "stream_options": {"include_usage": true}}', 400, "BadRequestError",
-     "stream_options", "Stream options can only be defined when `stream=True`."),
-    (b'{"messages": [], "max_tokens": 100000}', 400, "BadRequestError", "max_tokens",
-     "max_tokens=100000 cannot be greater than max_model_len=8192."),
-    (b'{"messages": [{"role": "user", "content": "%s"}]}' % (b"x" * 40000), 400,
-     "BadRequestError", "input_tokens", "your prompt contains at least 8193 input tokens"),
+    (
+        b'{%s, "temperature": -0.5}' % HI.encode(),
+        400,
+        "BadRequestError",
+        "temperature",
+        "temperature must be non-negative, got -0.5.",
+    ),
+    (
+        b'{%s, "temperature": 2.5}' % HI.encode(),
+        400,
+        "BadRequestError",
+        "temperature",
+        "temperature must be in [0, 2]",
+    ),
+    (
+        b'{"messages": [], "model": "gpt-9"}',
+        404,
+        "NotFoundError",
+        "model",
+        "The model `gpt-9` does not exist. Valid aliases: " + MODEL + ".",
+    ),
+    (
+        b'{%s, "temperature": 0, "n": 2}' % HI.encode(),
+        400,
+        "BadRequestError",
+        None,
+        "n must be 1 when using greedy sampling, got 2.",
+    ),
+    (
+        b'{%s, "max_tokens": 0}' % HI.encode(),
+        400,
+        "BadRequestError",
+        "max_tokens",
+        "max_tokens must be at least 1",
+    ),
+    (
+        b'{"messages": [], "stream_options": {"include_usage": true}}',
+        400,
+        "BadRequestError",
+        "stream_options",
+        "Stream options can only be defined when `stream=True`.",
+    ),
+    (
+        b'{"messages": [], "max_tokens": 100000}',
+        400,
+        "BadRequestError",
+        "max_tokens",
+        "max_tokens=100000 cannot be greater than max_model_len=8192.",
+    ),
+    (
+        b'{"messages": [{"role": "user", "content": "%s"}]}' % (b"x" * 40000),
+        400,
+        "BadRequestError",
+        "input_tokens",
+        "your prompt contains at least 8193 input tokens",
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", ERRORS)
-def test_bad_requests_get_vllm_error_shapes(faulty: httpx.Client,
-                                            case: tuple[bytes, int, str, str | None, str]) -> None:
+def test_bad_requests_get_vllm_error_shapes(
+    faulty: httpx.Client, case: tuple[bytes, int, str, str | None, str]
+) -> None:
     body, status, kind, param, text = case
-    response = faulty.post("/v1/chat/completions", content=body,
-                           headers={"content-type": "application/json"})
+    response = faulty.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
     assert response.status_code == status
     error = response.json()["error"]
     assert list(error) == ["message", "type", "param", "code"]

@@ -88,8 +88,9 @@ class EngineTotals:
         self.drafts += counts.steps
         self.draft_tokens += counts.drafted
         self.accepted += counts.accepted
-        self.per_position = [a + b for a, b in zip(self.per_position, counts.per_position(),
-                                                   strict=True)]
+        self.per_position = [
+            a + b for a, b in zip(self.per_position, counts.per_position(), strict=True)
+        ]
         self.generation += counts.output_tokens
 
 
@@ -181,8 +182,9 @@ class FakeSpecVllm:
         else:
             await send_json(send, 200, completion(counts, metrics))
 
-    async def _stream(self, body: dict[str, Any], counts: Counts,
-                      metrics: dict[str, Any] | None, send: Send) -> None:
+    async def _stream(
+        self, body: dict[str, Any], counts: Counts, metrics: dict[str, Any] | None, send: Send
+    ) -> None:
         include_usage = body.get("stream_options", {}).get("include_usage", False)
         await send_start(send, 200, "text/event-stream")
         for chunk in stream_chunks(counts, metrics if include_usage else None, include_usage):
@@ -197,27 +199,46 @@ class FakeSpecVllm:
                 lines += [f"# HELP {name}{suffix} {help_text}", f"# TYPE {name}{suffix} {kind}"]
                 for engine, extra, value in samples:
                     shown = float(value) if kind == "counter" else CREATED
-                    lines.append(f'{name}{suffix}{{engine="{engine}",model_name="{MODEL}"'
-                                 f"{extra}}} {shown!r}")
+                    lines.append(
+                        f'{name}{suffix}{{engine="{engine}",model_name="{MODEL}"{extra}}} {shown!r}'
+                    )
         return "\n".join(lines) + "\n"
 
     def families(self) -> list[tuple[str, str, list[tuple[int, str, int]]]]:
         """(name, HELP, [(engine, extra labels, value)]) of each family the fake exposes."""
         engines = list(enumerate(self.totals))
-        generation = ("vllm:generation_tokens", "Number of generation tokens processed.",
-                      [(e, "", t.generation) for e, t in engines])
+        generation = (
+            "vllm:generation_tokens",
+            "Number of generation tokens processed.",
+            [(e, "", t.generation) for e, t in engines],
+        )
         if not self.spec_enabled:
             return [generation]
         return [
-            ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
-             [(e, "", t.drafts) for e, t in engines]),
-            ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
-             [(e, "", t.draft_tokens) for e, t in engines]),
-            ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
-             [(e, "", t.accepted) for e, t in engines]),
-            ("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-             [(e, f',position="{i}"', v)
-              for e, t in engines for i, v in enumerate(t.per_position)]),
+            (
+                "vllm:spec_decode_num_drafts",
+                "Number of spec decoding drafts.",
+                [(e, "", t.drafts) for e, t in engines],
+            ),
+            (
+                "vllm:spec_decode_num_draft_tokens",
+                "Number of draft tokens.",
+                [(e, "", t.draft_tokens) for e, t in engines],
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens",
+                "Number of accepted tokens.",
+                [(e, "", t.accepted) for e, t in engines],
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                [
+                    (e, f',position="{i}"', v)
+                    for e, t in engines
+                    for i, v in enumerate(t.per_position)
+                ],
+            ),
             generation,
         ]
 
@@ -227,29 +248,49 @@ def completion(counts: Counts, metrics: dict[str, Any] | None) -> dict[str, Any]
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok " * STEPS},
-                     "finish_reason": "length"}],
-        "usage": {"prompt_tokens": 5, "total_tokens": 5 + counts.output_tokens,
-                  "completion_tokens": counts.output_tokens},
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok " * STEPS},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 5,
+            "total_tokens": 5 + counts.output_tokens,
+            "completion_tokens": counts.output_tokens,
+        },
         "metrics": metrics,
     }
 
 
-def stream_chunks(counts: Counts, metrics: dict[str, Any] | None,
-                  include_usage: bool) -> list[bytes]:
+def stream_chunks(
+    counts: Counts, metrics: dict[str, Any] | None, include_usage: bool
+) -> list[bytes]:
     """Role chunk, one content chunk per step, the finish chunk, the usage chunk, [DONE]."""
+
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": MODEL,
-                 "choices": choices, **extra}
+        chunk = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "model": MODEL,
+            "choices": choices,
+            **extra,
+        }
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
     events = [event([{"index": 0, "delta": {"role": "assistant", "content": ""}}])]
-    events += [event([{"index": 0, "delta": {"content": "ok "}, "finish_reason": None}])
-               for _ in range(counts.steps)]
+    events += [
+        event([{"index": 0, "delta": {"content": "ok "}, "finish_reason": None}])
+        for _ in range(counts.steps)
+    ]
     events.append(event([{"index": 0, "delta": {"content": ""}, "finish_reason": "length"}]))
     if include_usage:
-        usage = {"prompt_tokens": 5, "total_tokens": 5 + counts.output_tokens,
-                 "completion_tokens": counts.output_tokens}
+        usage = {
+            "prompt_tokens": 5,
+            "total_tokens": 5 + counts.output_tokens,
+            "completion_tokens": counts.output_tokens,
+        }
         extra = {"usage": usage} | ({"metrics": metrics} if metrics else {})
         events.append(event([], **extra))
     return [*events, b"data: [DONE]\n\n"]
@@ -293,8 +334,15 @@ def serve_in_thread(app: App) -> Iterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, interface="asgi3", log_level="critical", access_log=False,
-                            lifespan="off", ws="none", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(
+        app,
+        interface="asgi3",
+        log_level="critical",
+        access_log=False,
+        lifespan="off",
+        ws="none",
+        timeout_graceful_shutdown=2,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

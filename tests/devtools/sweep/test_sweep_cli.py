@@ -41,13 +41,16 @@ def test_table_by_default_and_the_key_stays_secret(
     assert lines[0].startswith(f"model fake-llama at {url}: 2 temperatures x 5 requests")
     rows = [line.split() for line in lines if line.startswith(("0.0 ", "1.0 "))]
     assert [(row[0], row[1], row[4], row[-1]) for row in rows] == [
-        ("0.0", "per-request", "0.80", "healthy"), ("1.0", "per-request", "0.30", "threshold")]
+        ("0.0", "per-request", "0.80", "healthy"),
+        ("1.0", "per-request", "0.30", "threshold"),
+    ]
     assert SECRET not in captured.out
     assert {served.authorization for served in fake.served} == {f"Bearer {SECRET}"}
 
 
-def test_json_output(url: str, capsys: pytest.CaptureFixture[str],
-                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_json_output(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     assert main(["sweep", "--url", url, *FAST, "--json", "--stream"]) == 0
     out = capsys.readouterr().out
@@ -64,23 +67,27 @@ def test_csv_output(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--url", url, *FAST, "--csv", "--source", "counters"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(row["temperature"], row["source"], row["acceptance_rate"]) for row in rows] == [
-        ("0.0", "counters", "0.8"), ("1.0", "counters", "0.3")]
+        ("0.0", "counters", "0.8"),
+        ("1.0", "counters", "0.3"),
+    ]
     assert {row["acceptance_rate_p50"] for row in rows} == {""}
 
 
 def test_counters_from_vllm_when_the_url_is_a_tap(capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeSpecVllm(per_request_metrics=False)
     with serve_in_thread(fake.api_app) as tap, serve_in_thread(fake.metrics_app) as vllm:
-        assert main(["sweep", "--url", tap, "--metrics-url", f"{vllm}/metrics", *FAST,
-                     "--json"]) == 0
+        assert (
+            main(["sweep", "--url", tap, "--metrics-url", f"{vllm}/metrics", *FAST, "--json"]) == 0
+        )
     document = json.loads(capsys.readouterr().out)
     assert (document["source"], document["metrics_url"]) == ("counters", vllm)
     assert [phase["acceptance_rate"] for phase in document["phases"]] == [0.8, 0.3]
     assert [phase["counters_settled"] for phase in document["phases"]] == [True, True]
 
 
-def test_prompts_file_is_used(url: str, fake: FakeSpecVllm, tmp_path: Path,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_prompts_file_is_used(
+    url: str, fake: FakeSpecVllm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("first prompt\n\nsecond prompt\n", encoding="utf-8")
     assert main(["sweep", "--url", url, *FAST, "--prompts", str(prompts), "--quiet"]) == 0
@@ -105,8 +112,9 @@ def test_unreadable_metrics_for_counters_exits_1_with_one_line(
     assert main(["sweep", "--url", url, *FAST, "--source", "counters"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == (f"specdec-exporter sweep: cannot read {url}/metrics "
-                            "(http_status: HTTP 503)\n")
+    assert captured.err == (
+        f"specdec-exporter sweep: cannot read {url}/metrics (http_status: HTTP 503)\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -126,8 +134,9 @@ def test_bad_flags_exit_64(argv: list[str], capsys: pytest.CaptureFixture[str]) 
     assert "specdec-exporter sweep: error:" in capsys.readouterr().err
 
 
-def test_bad_values_exit_64_with_one_line(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_values_exit_64_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["sweep", "--url", "vllm:8000"]) == 64
     assert main(["sweep", "--metrics-url", "vllm:8000"]) == 64
     empty = tmp_path / "empty.txt"
@@ -143,8 +152,9 @@ def test_bad_values_exit_64_with_one_line(tmp_path: Path,
 
 def test_progress_line_counts_the_whole_sweep() -> None:
     stream, now = io.StringIO(), [0.0]
-    line = SweepProgressLine(stream, SweepConfig(temperatures=(0.0, 1.0), requests=10),
-                             clock=lambda: now[0])
+    line = SweepProgressLine(
+        stream, SweepConfig(temperatures=(0.0, 1.0), requests=10), clock=lambda: now[0]
+    )
     line.record(SweepProgress(1, "1.0", 15, 2))
     assert line.text() == "[######################........] 15/20  T=1.0 (2/2)  errors 2"
     line.record(SweepProgress(1, "1.0", 16, 2))  # too soon: not redrawn

@@ -53,8 +53,16 @@ def test_metrics_base_url(url: str, metrics_url: str | None, expected: str) -> N
 
 
 def test_each_phase_is_one_temperature_with_the_same_seed() -> None:
-    config = SweepConfig(url="http://vllm:8000", requests=7, concurrency=3, max_tokens=32,
-                         stream=True, seed=99, api_key="sk-x", prompts=("a", "b"))
+    config = SweepConfig(
+        url="http://vllm:8000",
+        requests=7,
+        concurrency=3,
+        max_tokens=32,
+        stream=True,
+        seed=99,
+        api_key="sk-x",
+        prompts=("a", "b"),
+    )
     phase = config.phase_load(0.8, "m")
     assert phase.mix == (MixEntry(0.8, 1.0),)
     assert (phase.requests, phase.concurrency, phase.max_tokens, phase.model) == (7, 3, 32, "m")
@@ -68,8 +76,14 @@ def test_each_phase_is_one_temperature_with_the_same_seed() -> None:
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"temperatures": ()}, {"requests": 0}, {"concurrency": 0}, {"prompts": ()},
-     {"source": "guess"}, {"settle_interval": 0.0}],
+    [
+        {"temperatures": ()},
+        {"requests": 0},
+        {"concurrency": 0},
+        {"prompts": ()},
+        {"source": "guess"},
+        {"settle_interval": 0.0},
+    ],
 )
 def test_invalid_configs_are_refused(overrides: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=r"must|needed"):

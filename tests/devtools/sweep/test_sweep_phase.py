@@ -22,24 +22,40 @@ from specdec_exporter.devtools.sweep.phase import (
 
 
 def spec(steps: int, drafted: int, accepted: int) -> SpecDecoding:
-    return SpecDecoding(num_spec_steps=steps, num_draft_tokens=drafted,
-                        num_accepted_draft_tokens=accepted)
+    return SpecDecoding(
+        num_spec_steps=steps, num_draft_tokens=drafted, num_accepted_draft_tokens=accepted
+    )
 
 
-def ok(spec_decoding: SpecDecoding | None = None, tokens: int = 10,
-       from_usage: bool = True) -> RequestResult:
-    return RequestResult(index=0, temperature=0.4, stream=False, started=0.0, latency=0.5,
-                         output_tokens=tokens, tokens_from_usage=from_usage, spec=spec_decoding)
+def ok(
+    spec_decoding: SpecDecoding | None = None, tokens: int = 10, from_usage: bool = True
+) -> RequestResult:
+    return RequestResult(
+        index=0,
+        temperature=0.4,
+        stream=False,
+        started=0.0,
+        latency=0.5,
+        output_tokens=tokens,
+        tokens_from_usage=from_usage,
+        spec=spec_decoding,
+    )
 
 
 def failed() -> RequestResult:
-    return RequestResult(index=0, temperature=0.4, stream=False, started=0.0, latency=0.1,
-                         error="http_500", status=500)
+    return RequestResult(
+        index=0,
+        temperature=0.4,
+        stream=False,
+        started=0.0,
+        latency=0.1,
+        error="http_500",
+        status=500,
+    )
 
 
 # Rates 0.9, 0.5 and 0.2 with different draft sizes, plus a request that drafted nothing.
-PHASE = [ok(spec(5, 20, 18)), ok(spec(10, 40, 20)), ok(spec(2, 5, 1)), ok(spec(0, 0, 0)),
-         failed()]
+PHASE = [ok(spec(5, 20, 18)), ok(spec(10, 40, 20)), ok(spec(2, 5, 1)), ok(spec(0, 0, 0)), failed()]
 
 
 def test_per_request_figures_pool_sums_and_spread_rates() -> None:
@@ -64,8 +80,7 @@ def test_no_metrics_at_all_gives_no_figures_and_no_verdict() -> None:
     figures = per_request_acceptance([ok(), failed()])
     assert (figures.acceptance_rate, figures.mean_acceptance_length) == (None, None)
     assert figures.rate_percentiles == (None, None, None)
-    assert (figures.spec_enabled, figures.verdict, figures.requests_with_metrics) == (
-        None, None, 0)
+    assert (figures.spec_enabled, figures.verdict, figures.requests_with_metrics) == (None, None, 0)
 
 
 def test_metrics_present_but_nothing_drafted_is_not_drafting() -> None:
@@ -97,7 +112,8 @@ def test_counter_verdicts(totals: Totals, enabled: bool, expected: Verdict) -> N
 
 def test_auto_source_needs_metrics_on_every_successful_request() -> None:
     assert choose_source("auto", [ok(spec(1, 4, 2)), ok(spec(1, 4, 4)), failed()]) == (
-        "per-request")
+        "per-request"
+    )
     assert choose_source("auto", [ok(spec(1, 4, 2)), ok()]) == "counters"
     assert choose_source("auto", [failed(), failed()]) is None
     assert choose_source("counters", [ok(spec(1, 4, 2))]) == "counters"
@@ -123,24 +139,50 @@ def test_expected_generation_tokens_need_usage_on_every_success() -> None:
 @pytest.mark.parametrize(
     ("before", "previous", "current", "expected", "settled"),
     [
-        (Totals(generation_tokens=100.0), Totals(5.0, generation_tokens=175.0),
-         Totals(5.0, generation_tokens=175.0), 75, True),
+        (
+            Totals(generation_tokens=100.0),
+            Totals(5.0, generation_tokens=175.0),
+            Totals(5.0, generation_tokens=175.0),
+            75,
+            True,
+        ),
         # Still moving.
-        (Totals(generation_tokens=100.0), Totals(4.0, generation_tokens=160.0),
-         Totals(5.0, generation_tokens=175.0), 75, False),
+        (
+            Totals(generation_tokens=100.0),
+            Totals(4.0, generation_tokens=160.0),
+            Totals(5.0, generation_tokens=175.0),
+            75,
+            False,
+        ),
         # Two scrapes agree but the phase's last step is not in yet (vLLM records it late).
-        (Totals(generation_tokens=100.0), Totals(4.0, generation_tokens=150.0),
-         Totals(4.0, generation_tokens=150.0), 75, False),
+        (
+            Totals(generation_tokens=100.0),
+            Totals(4.0, generation_tokens=150.0),
+            Totals(4.0, generation_tokens=150.0),
+            75,
+            False,
+        ),
         # Unknown token count: agreement is all there is.
-        (Totals(generation_tokens=100.0), Totals(4.0, generation_tokens=150.0),
-         Totals(4.0, generation_tokens=150.0), None, True),
+        (
+            Totals(generation_tokens=100.0),
+            Totals(4.0, generation_tokens=150.0),
+            Totals(4.0, generation_tokens=150.0),
+            None,
+            True,
+        ),
         # vLLM restarted during the phase: the counter starts again from 0.
-        (Totals(generation_tokens=1000.0), Totals(5.0, generation_tokens=75.0),
-         Totals(5.0, generation_tokens=75.0), 75, True),
+        (
+            Totals(generation_tokens=1000.0),
+            Totals(5.0, generation_tokens=75.0),
+            Totals(5.0, generation_tokens=75.0),
+            75,
+            True,
+        ),
     ],
 )
-def test_counters_settled(before: Totals, previous: Totals, current: Totals,
-                          expected: int | None, settled: bool) -> None:
+def test_counters_settled(
+    before: Totals, previous: Totals, current: Totals, expected: int | None, settled: bool
+) -> None:
     assert counters_settled(before, previous, current, expected) is settled
 
 
@@ -151,4 +193,7 @@ def test_phase_row_keeps_load_figures_and_drops_acceptance_without_success() -> 
     assert row.acceptance is not None
     empty = phase_row("1.0", [failed(), failed()], 1.0, counter_acceptance(Totals(), True))
     assert (empty.acceptance, empty.succeeded, empty.load.errors_by_kind) == (
-        None, 0, {"http_500": 2})
+        None,
+        0,
+        {"http_500": 2},
+    )

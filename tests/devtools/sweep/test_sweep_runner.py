@@ -31,9 +31,15 @@ class HostRouter(httpx.AsyncBaseTransport):
 
 
 def config(**overrides: Any) -> SweepConfig:
-    settings: dict[str, Any] = {"url": "http://vllm.test", "temperatures": TEMPERATURES,
-                                "requests": REQUESTS, "concurrency": 2, "seed": 3,
-                                "settle_interval": 0.005, "settle_timeout": 5.0}
+    settings: dict[str, Any] = {
+        "url": "http://vllm.test",
+        "temperatures": TEMPERATURES,
+        "requests": REQUESTS,
+        "concurrency": 2,
+        "seed": 3,
+        "settle_interval": 0.005,
+        "settle_timeout": 5.0,
+    }
     settings.update(overrides)
     return SweepConfig(**settings)
 
@@ -60,17 +66,23 @@ async def test_per_request_source_gives_exact_figures_and_spread() -> None:
         figures, base = acceptance(row), BASE_ACCEPTED[temperature]
         assert figures.source == "per-request"
         assert (figures.drafts, figures.draft_tokens, figures.accepted_tokens) == (
-            expected_counts(temperature))
+            expected_counts(temperature)
+        )
         assert figures.acceptance_rate == base / 40
         assert figures.mean_acceptance_length == 1 + base / 10
         # Per-request accepted base-4, base-2, base, base+2, base+4 out of 40.
         assert figures.rate_percentiles == pytest.approx(
-            ((base - 3.2) / 40, base / 40, (base + 3.2) / 40))
+            ((base - 3.2) / 40, base / 40, (base + 3.2) / 40)
+        )
         assert (figures.requests_with_metrics, figures.requests_not_drafting) == (5, 0)
         assert (row.load.requests, row.load.errors, row.counters_settled) == (5, 0, None)
         assert row.load.output_tokens == REQUESTS * STEPS + REQUESTS * base
     assert [acceptance(row).verdict for row in result.rows] == [
-        Verdict.HEALTHY, Verdict.HEALTHY, Verdict.BORDERLINE, Verdict.BELOW_THRESHOLD]
+        Verdict.HEALTHY,
+        Verdict.HEALTHY,
+        Verdict.BORDERLINE,
+        Verdict.BELOW_THRESHOLD,
+    ]
     assert fake.scrapes == 1  # auto reads the counters once, in case it needs them
 
 
@@ -84,7 +96,8 @@ async def test_counters_source_is_exact_with_late_counters_on_two_engines() -> N
         figures = acceptance(row)
         assert figures.source == "counters"
         assert (figures.drafts, figures.draft_tokens, figures.accepted_tokens) == (
-            expected_counts(temperature))
+            expected_counts(temperature)
+        )
         assert figures.acceptance_rate == BASE_ACCEPTED[temperature] / 40
         assert figures.rate_percentiles == (None, None, None)
         assert figures.requests_with_metrics is None
@@ -99,7 +112,10 @@ async def test_both_sources_agree_exactly_on_the_same_traffic() -> None:
         one, other = acceptance(left), acceptance(right)
         assert (one.source, other.source) == ("per-request", "counters")
         assert (one.drafts, one.draft_tokens, one.accepted_tokens) == (
-            other.drafts, other.draft_tokens, other.accepted_tokens)
+            other.drafts,
+            other.draft_tokens,
+            other.accepted_tokens,
+        )
         assert one.acceptance_rate == other.acceptance_rate
         assert one.mean_acceptance_length == other.mean_acceptance_length
 
@@ -154,8 +170,9 @@ async def test_streams_carry_metrics_on_the_usage_chunk_and_give_latencies() -> 
 async def test_every_temperature_gets_the_same_prompts() -> None:
     fake = FakeSpecVllm()
     await sweep(fake, requests=12, concurrency=3)
-    prompts = {t: Counter(s.prompt for s in fake.served if s.temperature == t)
-               for t in TEMPERATURES}
+    prompts = {
+        t: Counter(s.prompt for s in fake.served if s.temperature == t) for t in TEMPERATURES
+    }
     assert len(prompts[0.0]) > 1  # several different prompts...
     assert all(p == prompts[0.0] for p in prompts.values())  # ...the same at each temperature
 
@@ -187,8 +204,9 @@ async def test_auto_without_metrics_anywhere_says_what_to_do() -> None:
 async def test_auto_through_a_tap_without_metrics_page_uses_per_request() -> None:
     fake = FakeSpecVllm()
     transport = httpx.ASGITransport(app=fake.api_app)
-    result = await run_sweep(config(url="http://tap.test", temperatures=(1.0,)),
-                             transport=transport)
+    result = await run_sweep(
+        config(url="http://tap.test", temperatures=(1.0,)), transport=transport
+    )
     assert acceptance(result.rows[0]).acceptance_rate == 0.3
 
 
@@ -203,11 +221,18 @@ async def test_counters_that_never_settle_are_flagged() -> None:
 async def test_progress_covers_every_request_and_the_settling() -> None:
     events: list[SweepProgress] = []
     fake = FakeSpecVllm(per_request_metrics=False, fail_at={1.0})
-    await run_sweep(config(temperatures=(0.0, 1.0)), events.append,
-                    transport=httpx.ASGITransport(app=fake))
+    await run_sweep(
+        config(temperatures=(0.0, 1.0)), events.append, transport=httpx.ASGITransport(app=fake)
+    )
     loads = [event for event in events if not event.settling]
     assert [event.done for event in loads] == list(range(1, 11))
     assert (loads[4].label, loads[4].errors, loads[-1].label, loads[-1].errors) == (
-        "0.0", 0, "1.0", 5)
+        "0.0",
+        0,
+        "1.0",
+        5,
+    )
     assert [(e.phase, e.label, e.done) for e in events if e.settling] == [
-        (0, "0.0", 5), (1, "1.0", 10)]
+        (0, "0.0", 5),
+        (1, "1.0", 10),
+    ]

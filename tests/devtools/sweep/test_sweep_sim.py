@@ -34,8 +34,14 @@ def simulator_url() -> Iterator[str]:
 
 
 def sweep_config(url: str, **overrides: Any) -> SweepConfig:
-    fields: dict[str, Any] = {"url": url, "temperatures": TEMPERATURES, "requests": 16,
-                              "concurrency": 2, "max_tokens": 32, "seed": 1}
+    fields: dict[str, Any] = {
+        "url": url,
+        "temperatures": TEMPERATURES,
+        "requests": 16,
+        "concurrency": 2,
+        "max_tokens": 32,
+        "seed": 1,
+    }
     fields.update(overrides)
     return SweepConfig(**fields)
 
@@ -76,4 +82,7 @@ async def test_counters_equal_per_request_sums_and_the_ground_truth(simulator_ur
         assert from_counters.mean_acceptance_length == from_requests.mean_acceptance_length
         expected = truth[row.label]
         assert counts(from_counters) == (
-            expected["drafts"], expected["draft_tokens"], expected["accepted_tokens"])
+            expected["drafts"],
+            expected["draft_tokens"],
+            expected["accepted_tokens"],
+        )

@@ -53,5 +53,7 @@ def register() -> None:
         return
     cpu_triton_utils._expand_kernel_impl = _expand_kernel_impl
     cpu_triton_utils._expand_fix_applied = True
-    logger.warning("vllm_cpu_expand_fix: replaced cpu_triton_utils._expand_kernel_impl "
-                   "(vllm-project/vllm#55005)")
+    logger.warning(
+        "vllm_cpu_expand_fix: replaced cpu_triton_utils._expand_kernel_impl "
+        "(vllm-project/vllm#55005)"
+    )

@@ -85,14 +85,25 @@ class CalibrateConfig:
     def phase_requests(self, concurrency: int) -> int:
         return self.requests if self.requests is not None else max(8, 4 * concurrency)
 
-    def load(self, url: str, model: str, concurrency: int, temperature: float | None,
-             requests: int) -> LoadConfig:
+    def load(
+        self, url: str, model: str, concurrency: int, temperature: float | None, requests: int
+    ) -> LoadConfig:
         """Streamed (TPOT needs the chunks' times), usage included (exact token counts)."""
-        return LoadConfig(url=url, model=model, concurrency=concurrency, requests=requests,
-                          mix=(MixEntry(temperature, 1.0),), stream_share=1.0,
-                          include_usage=True, max_tokens=self.max_tokens, endpoint="chat",
-                          prompts=self.prompts, seed=self.seed, api_key=self.api_key,
-                          timeout=self.request_timeout)
+        return LoadConfig(
+            url=url,
+            model=model,
+            concurrency=concurrency,
+            requests=requests,
+            mix=(MixEntry(temperature, 1.0),),
+            stream_share=1.0,
+            include_usage=True,
+            max_tokens=self.max_tokens,
+            endpoint="chat",
+            prompts=self.prompts,
+            seed=self.seed,
+            api_key=self.api_key,
+            timeout=self.request_timeout,
+        )
 
 
 @dataclass(frozen=True)
@@ -115,10 +126,14 @@ def mean_tpot_ms(results: Sequence[RequestResult], source: TpotSource) -> tuple[
     Each request's TPOT is weighted by its tokens after the first: total decode time over
     total decode tokens, counted the way L is (tokens over steps), so that one slow request
     with few tokens does not outweigh the tokens of the others."""
-    weighted = [(tpot, result.output_tokens - 1) for result in results
-                if result.ok and result.output_tokens is not None and result.output_tokens > 1
-                and (tpot := result.tpot if source == "client" else result.server_tpot)
-                is not None]
+    weighted = [
+        (tpot, result.output_tokens - 1)
+        for result in results
+        if result.ok
+        and result.output_tokens is not None
+        and result.output_tokens > 1
+        and (tpot := result.tpot if source == "client" else result.server_tpot) is not None
+    ]
     tokens = sum(count for _, count in weighted)
     if not tokens:
         return None, 0
@@ -133,15 +148,21 @@ async def run_calibration(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> CalibrationRun:
     """Discover the servers, warm them up, then measure every phase in order."""
-    async with httpx.AsyncClient(transport=transport, trust_env=False,
-                                 timeout=config.scrape_timeout) as client:
+    async with httpx.AsyncClient(
+        transport=transport, trust_env=False, timeout=config.scrape_timeout
+    ) as client:
         run = _Calibration(config, client, transport, on_phase or (lambda _: None))
         return await run.execute(assumed_cost_ratio)
 
 
 class _Calibration:
-    def __init__(self, config: CalibrateConfig, client: httpx.AsyncClient,
-                 transport: httpx.AsyncBaseTransport | None, say: PhaseCallback) -> None:
+    def __init__(
+        self,
+        config: CalibrateConfig,
+        client: httpx.AsyncClient,
+        transport: httpx.AsyncBaseTransport | None,
+        say: PhaseCallback,
+    ) -> None:
         self._config = config
         self._client = client
         self._transport = transport
@@ -160,15 +181,25 @@ class _Calibration:
                 timings: dict[Server, tuple[PhaseTiming, Totals]] = {}
                 for server in servers:
                     done += 1
-                    self._say(f"[{done}/{total}] {_describe(server)}, concurrency {concurrency}, "
-                              f"temperature {temperature_label(temperature)}")
+                    self._say(
+                        f"[{done}/{total}] {_describe(server)}, concurrency {concurrency}, "
+                        f"temperature {temperature_label(temperature)}"
+                    )
                     timings[server] = await self._phase(server, concurrency, temperature)
                 base = timings[servers[-1]][0]
-                points += [make_point(concurrency=concurrency, temperature=temperature,
-                                      k=server.k, counts=counts, spec=timing, base=base,
-                                      assumed_cost_ratio=assumed_cost_ratio)
-                           for server, (timing, counts) in timings.items()
-                           if server.k is not None]
+                points += [
+                    make_point(
+                        concurrency=concurrency,
+                        temperature=temperature,
+                        k=server.k,
+                        counts=counts,
+                        spec=timing,
+                        base=base,
+                        assumed_cost_ratio=assumed_cost_ratio,
+                    )
+                    for server, (timing, counts) in timings.items()
+                    if server.k is not None
+                ]
         return CalibrationRun(self._model, tuple(servers), tuple(points))
 
     async def _discover(self) -> list[Server]:
@@ -182,13 +213,16 @@ class _Calibration:
         servers = [Server(url, await self._k_of(url)) for url in self._config.spec_urls]
         base = await self._snapshot(self._config.base_url)
         if base.spec_decode_enabled:
-            raise CalibrateError(f"--base-url {self._config.base_url} runs speculative decoding; "
-                                 "give a server started without --speculative-config")
+            raise CalibrateError(
+                f"--base-url {self._config.base_url} runs speculative decoding; "
+                "give a server started without --speculative-config"
+            )
         return [*servers, Server(self._config.base_url, None)]
 
     async def _model_of(self, url: str) -> str:
-        load = LoadConfig(url=url, requests=1, api_key=self._config.api_key,
-                          timeout=self._config.scrape_timeout)
+        load = LoadConfig(
+            url=url, requests=1, api_key=self._config.api_key, timeout=self._config.scrape_timeout
+        )
         async with build_client(load, self._transport) as client:
             try:
                 return await fetch_model(client)
@@ -198,10 +232,13 @@ class _Calibration:
     async def _k_of(self, url: str) -> int:
         snapshot = await self._snapshot(url)
         k = snapshot.num_speculative_tokens(self._model) or max(
-            (snapshot.num_speculative_tokens(model) or 0 for model in snapshot.models), default=0)
+            (snapshot.num_speculative_tokens(model) or 0 for model in snapshot.models), default=0
+        )
         if not snapshot.spec_decode_enabled or not k:
-            raise CalibrateError(f"--spec-url {url} shows no speculative decoding (no "
-                                 "per-position series in its /metrics)")
+            raise CalibrateError(
+                f"--spec-url {url} shows no speculative decoding (no "
+                "per-position series in its /metrics)"
+            )
         return k
 
     async def _metrics_text(self, url: str) -> str:
@@ -223,19 +260,34 @@ class _Calibration:
         if self._config.warmup:
             self._say(f"warming up {_describe(server)} ({self._config.warmup} requests)")
             concurrency = min(self._config.warmup, max(self._config.concurrencies))
-            await run_load(self._config.load(server.url, self._model, concurrency,
-                                             self._config.temperatures[0], self._config.warmup),
-                           transport=self._transport)
+            await run_load(
+                self._config.load(
+                    server.url,
+                    self._model,
+                    concurrency,
+                    self._config.temperatures[0],
+                    self._config.warmup,
+                ),
+                transport=self._transport,
+            )
 
-    async def _phase(self, server: Server, concurrency: int,
-                     temperature: float | None) -> tuple[PhaseTiming, Totals]:
+    async def _phase(
+        self, server: Server, concurrency: int, temperature: float | None
+    ) -> tuple[PhaseTiming, Totals]:
         before = CounterReading.of(await self._snapshot(server.url)) if server.k else None
         samples: list[float] = []
         sampler = asyncio.create_task(self._sample_running(server.url, samples))
         try:
-            load = await run_load(self._config.load(
-                server.url, self._model, concurrency, temperature,
-                self._config.phase_requests(concurrency)), transport=self._transport)
+            load = await run_load(
+                self._config.load(
+                    server.url,
+                    self._model,
+                    concurrency,
+                    temperature,
+                    self._config.phase_requests(concurrency),
+                ),
+                transport=self._transport,
+            )
         finally:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -245,8 +297,10 @@ class _Calibration:
             self._say(f"  {failed} of {len(load.results)} requests failed on {server.url}")
         tpot_ms, measured = mean_tpot_ms(load.results, self._config.tpot_source)
         if tpot_ms is None and self._config.tpot_source == "server" and load.succeeded:
-            raise CalibrateError(f"{server.url} sends no metrics.mean_itl_ms: start it with "
-                                 "--enable-per-request-metrics, or use --tpot-source client")
+            raise CalibrateError(
+                f"{server.url} sends no metrics.mean_itl_ms: start it with "
+                "--enable-per-request-metrics, or use --tpot-source client"
+            )
         counts = Totals() if before is None else await self._settled_delta(server, before, load)
         timing = PhaseTiming(tpot_ms, measured, fmean(samples) if samples else None)
         return timing, counts
@@ -261,8 +315,9 @@ class _Calibration:
                 if value is not None:
                     samples.append(value)
 
-    async def _settled_delta(self, server: Server, before: CounterReading,
-                             load: LoadResult) -> Totals:
+    async def _settled_delta(
+        self, server: Server, before: CounterReading, load: LoadResult
+    ) -> Totals:
         """The counter delta once vLLM has counted the phase's last step (two equal scrapes
         that hold every generated token the responses reported)."""
         expected = expected_generation_tokens(load.results)
@@ -272,12 +327,18 @@ class _Calibration:
         while True:
             await asyncio.sleep(self._config.settle_interval)
             current = CounterReading.of(await self._snapshot(server.url))
-            if counters_settled(base, model_totals(previous.totals, self._model),
-                                model_totals(current.totals, self._model), expected):
+            if counters_settled(
+                base,
+                model_totals(previous.totals, self._model),
+                model_totals(current.totals, self._model),
+                expected,
+            ):
                 return phase_delta(before, current, self._model)
             if time.monotonic() >= deadline:
-                raise CalibrateError(f"{server.url}: the spec counters did not settle within "
-                                     f"{self._config.settle_timeout:g} s after a phase")
+                raise CalibrateError(
+                    f"{server.url}: the spec counters did not settle within "
+                    f"{self._config.settle_timeout:g} s after a phase"
+                )
             previous = current
 
 

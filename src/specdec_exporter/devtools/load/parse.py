@@ -34,8 +34,9 @@ def parse_completion(body: bytes) -> Completion:
     document = _load_object(body)
     if not isinstance(document.get("choices"), list):
         raise MalformedResponseError("response has no choices list")
-    return Completion(completion_tokens_of(document), spec_decoding(document),
-                      server_tpot(document))
+    return Completion(
+        completion_tokens_of(document), spec_decoding(document), server_tpot(document)
+    )
 
 
 def spec_decoding(document: dict[str, Any]) -> SpecDecoding | None:

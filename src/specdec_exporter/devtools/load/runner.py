@@ -251,8 +251,9 @@ class _Run:
     ) -> RequestResult:
         response = await self._client.post(self._path, json=body)
         if response.status_code >= 400:
-            return self._failure(plan, started, http_error_kind(response.status_code),
-                                 response.status_code)
+            return self._failure(
+                plan, started, http_error_kind(response.status_code), response.status_code
+            )
         completion = parse_completion(response.content)
         return RequestResult(
             index=plan.index,
@@ -274,8 +275,9 @@ class _Run:
         async with self._client.stream("POST", self._path, json=body) as response:
             if response.status_code >= 400:
                 await response.aread()
-                return self._failure(plan, started, http_error_kind(response.status_code),
-                                     response.status_code)
+                return self._failure(
+                    plan, started, http_error_kind(response.status_code), response.status_code
+                )
             decoder = SseDecoder()
             async for data in response.aiter_bytes():
                 now = time.perf_counter()

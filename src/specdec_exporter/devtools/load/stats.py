@@ -36,8 +36,9 @@ class SpecSummary:
 
     @property
     def totals(self) -> SpecDecodeSummary:
-        return SpecDecodeSummary(self.num_spec_steps, self.num_draft_tokens,
-                                 self.num_accepted_draft_tokens)
+        return SpecDecodeSummary(
+            self.num_spec_steps, self.num_draft_tokens, self.num_accepted_draft_tokens
+        )
 
     @property
     def acceptance_rate(self) -> float | None:

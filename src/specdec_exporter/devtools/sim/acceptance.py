@@ -101,8 +101,9 @@ class AcceptanceModel:
             self._grid[key] = row
         return row
 
-    def acceptances(self, temperature: float, quality: float,
-                    indices: Sequence[int]) -> list[float]:
+    def acceptances(
+        self, temperature: float, quality: float, indices: Sequence[int]
+    ) -> list[float]:
         """Acceptance of the given contexts at any T in [0, 2], linear between grid points."""
         if temperature < GREEDY_EPSILON:
             row = self.grid_row(quality, 0)

@@ -56,18 +56,27 @@ VARY = (b"vary", b"Origin")
 """vLLM's CORS middleware adds it to every answer."""
 
 
-async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes | None,
-                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
+async def send_bytes(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes | None,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     """Starlette's header order (length, type), then what the middleware adds."""
-    headers = [(b"content-length", str(len(body)).encode()),
-               *([] if content_type is None else [(b"content-type", content_type)]),
-               *(extra or []), VARY]
+    headers = [
+        (b"content-length", str(len(body)).encode()),
+        *([] if content_type is None else [(b"content-type", content_type)]),
+        *(extra or []),
+        VARY,
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_json(send: Send, status: int, value: Any,
-                    extra: list[tuple[bytes, bytes]] | None = None) -> None:
+async def send_json(
+    send: Send, status: int, value: Any, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     await send_bytes(send, status, responses.dumps(value).encode(), JSON_TYPE, extra)
 
 
@@ -95,8 +104,12 @@ async def watch_disconnect(receive: Receive, api: ApiRequest) -> None:
 class SimApp:
     """ASGI application around one Simulation."""
 
-    def __init__(self, sim: Simulation, listener: Listener | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        listener: Listener | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sim = sim
         self.listener = listener
         self.clock = clock
@@ -154,8 +167,12 @@ class SimApp:
         if handler is None:
             allowed = sorted(m for m, p in self.routes if p == path)
             if allowed:
-                await send_json(send, 405, {"detail": "Method Not Allowed"},
-                                [(b"allow", ", ".join(allowed).encode())])
+                await send_json(
+                    send,
+                    405,
+                    {"detail": "Method Not Allowed"},
+                    [(b"allow", ", ".join(allowed).encode())],
+                )
             else:
                 await send_json(send, 404, {"detail": "Not Found"})
             return
@@ -165,8 +182,9 @@ class SimApp:
             return
         await self._instrumented(handler, request, send, path, method)
 
-    async def _instrumented(self, handler: Handler, request: HttpRequest, send: Send, path: str,
-                            method: str) -> None:
+    async def _instrumented(
+        self, handler: Handler, request: HttpRequest, send: Send, path: str, method: str
+    ) -> None:
         """prometheus-fastapi-instrumentator's view of the request (vLLM mounts it)."""
         started = self.clock()
         seen = {"status": 500, "length": 0}
@@ -182,8 +200,14 @@ class SimApp:
         telemetry = self.sim.telemetry
         await handler(request, watching_send)
         request_size = int(request.header(b"content-length") or 0)
-        telemetry.http.record(path, method, status=seen["status"], request_bytes=request_size,
-                              response_bytes=seen["length"], seconds=self.clock() - started)
+        telemetry.http.record(
+            path,
+            method,
+            status=seen["status"],
+            request_bytes=request_size,
+            response_bytes=seen["length"],
+            seconds=self.clock() - started,
+        )
 
     # vLLM's plain endpoints
 
@@ -196,16 +220,40 @@ class SimApp:
 
     async def models(self, request: HttpRequest, send: Send) -> None:
         model, created = self.sim.config.served_model_name, int(self.sim.started_at)
-        await send_json(send, 200, {"object": "list", "data": [{
-            "id": model, "object": "model", "created": created, "owned_by": "vllm",
-            "root": model, "parent": None, "max_model_len": self.sim.config.max_model_len,
-            "permission": [{
-                "id": f"modelperm-{self.sim.fingerprint[-8:]}", "object": "model_permission",
-                "created": created, "allow_create_engine": False, "allow_sampling": True,
-                "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-                "allow_fine_tuning": False, "organization": "*", "group": None,
-                "is_blocking": False}],
-        }]})
+        await send_json(
+            send,
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model,
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "vllm",
+                        "root": model,
+                        "parent": None,
+                        "max_model_len": self.sim.config.max_model_len,
+                        "permission": [
+                            {
+                                "id": f"modelperm-{self.sim.fingerprint[-8:]}",
+                                "object": "model_permission",
+                                "created": created,
+                                "allow_create_engine": False,
+                                "allow_sampling": True,
+                                "allow_logprobs": True,
+                                "allow_search_indices": False,
+                                "allow_view": True,
+                                "allow_fine_tuning": False,
+                                "organization": "*",
+                                "group": None,
+                                "is_blocking": False,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
 
     async def metrics(self, request: HttpRequest, send: Send) -> None:
         fault = self.fault if self.fault.active(self.clock()) else faults.Fault()
@@ -238,12 +286,13 @@ class SimApp:
         try:
             if chat:
                 plan = protocol.chat_plan(
-                    protocol.parse_request(request.body, protocol.ChatRequest, content_type),
-                    config)
+                    protocol.parse_request(request.body, protocol.ChatRequest, content_type), config
+                )
             else:
                 plan = protocol.completion_plan(
-                    protocol.parse_request(request.body, protocol.CompletionRequest,
-                                           content_type), config)
+                    protocol.parse_request(request.body, protocol.CompletionRequest, content_type),
+                    config,
+                )
         except protocol.ApiError as exc:
             await send_json(send, exc.status, exc.body)
             return
@@ -268,8 +317,11 @@ class SimApp:
         values: dict[str, float | None] = {}
         for key in ("quality", "miss_rate"):
             value = None if body is None else body.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                      or not 0.0 <= value <= 1.0):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0.0 <= value <= 1.0
+            ):
                 await send_json(send, 400, {"error": f"{key} must be a number in [0, 1]"})
                 return
             values[key] = None if value is None else float(value)
@@ -310,22 +362,31 @@ class SimApp:
     async def config(self, request: HttpRequest, send: Send) -> None:
         config = self.sim.config
         spec = config.speculative
-        await send_json(send, 200, {
-            "vllm_version": VLLM_VERSION, "served_model_name": config.served_model_name,
-            "speculative_method": None if spec is None else spec.method,
-            "num_speculative_tokens": config.k_max,
-            "num_speculative_tokens_per_batch_size": [] if spec is None else [
-                [r.lo, r.hi, r.k] for r in spec.per_batch_size],
-            "per_request_spec_decode_metrics": config.per_request_spec_decode_metrics,
-            "enable_per_request_metrics": config.enable_per_request_metrics,
-            "enable_force_include_usage": config.enable_force_include_usage,
-            "data_parallel_size": config.data_parallel_size,
-            "api_server_count": config.effective_api_server_count,
-            "default_temperature": config.default_temperature, "seed": config.seed,
-            "metric_names": config.metric_names, "speed": config.speed,
-            "max_num_seqs": config.max_num_seqs, "max_model_len": config.max_model_len,
-            "system_fingerprint": self.sim.fingerprint,
-        })
+        await send_json(
+            send,
+            200,
+            {
+                "vllm_version": VLLM_VERSION,
+                "served_model_name": config.served_model_name,
+                "speculative_method": None if spec is None else spec.method,
+                "num_speculative_tokens": config.k_max,
+                "num_speculative_tokens_per_batch_size": []
+                if spec is None
+                else [[r.lo, r.hi, r.k] for r in spec.per_batch_size],
+                "per_request_spec_decode_metrics": config.per_request_spec_decode_metrics,
+                "enable_per_request_metrics": config.enable_per_request_metrics,
+                "enable_force_include_usage": config.enable_force_include_usage,
+                "data_parallel_size": config.data_parallel_size,
+                "api_server_count": config.effective_api_server_count,
+                "default_temperature": config.default_temperature,
+                "seed": config.seed,
+                "metric_names": config.metric_names,
+                "speed": config.speed,
+                "max_num_seqs": config.max_num_seqs,
+                "max_model_len": config.max_model_len,
+                "system_fingerprint": self.sim.fingerprint,
+            },
+        )
 
     def _refuse(self, seconds: float) -> None:
         if self.listener is None or seconds <= 0:
@@ -346,8 +407,9 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 class Generation:
     """One generation request on the HTTP side: waits for the engine, writes the response."""
 
-    def __init__(self, app: SimApp, api: ApiRequest, plan: protocol.Plan, truth: GroundTruth,
-                 *, chat: bool) -> None:
+    def __init__(
+        self, app: SimApp, api: ApiRequest, plan: protocol.Plan, truth: GroundTruth, *, chat: bool
+    ) -> None:
         self.app = app
         self.api = api
         self.plan = plan
@@ -364,11 +426,15 @@ class Generation:
     def request_metrics(self) -> dict[str, Any] | None:
         if not self.attributable:
             return None
-        speculative = (self.config.speculative is not None
-                       and self.config.per_request_spec_decode_metrics != "none")
+        speculative = (
+            self.config.speculative is not None
+            and self.config.per_request_spec_decode_metrics != "none"
+        )
         return responses.per_request_metrics(
-            self.api.choices[0], timings=self.config.enable_per_request_metrics,
-            speculative=speculative)
+            self.api.choices[0],
+            timings=self.config.enable_per_request_metrics,
+            speculative=speculative,
+        )
 
     def record_attribution(self, metrics: dict[str, Any] | None) -> None:
         returned = metrics is not None and metrics.get("speculative_decoding") is not None
@@ -389,18 +455,27 @@ class Generation:
             output = self.api.queue.get_nowait()
             if output is not None:
                 outputs.setdefault(output.choice, []).append(output)
-        choices = [responses.ChoiceResult(
-            index=index, text=self.echoed(index) + self.shown("".join(
-                o.text for o in outputs.get(index, []))),
-            finish_reason=outputs[index][-1].finish_reason if outputs.get(index) else None,
-            tokens=sum(o.tokens for o in outputs.get(index, [])))
-            for index in range(len(self.api.choices))]
+        choices = [
+            responses.ChoiceResult(
+                index=index,
+                text=self.echoed(index)
+                + self.shown("".join(o.text for o in outputs.get(index, []))),
+                finish_reason=outputs[index][-1].finish_reason if outputs.get(index) else None,
+                tokens=sum(o.tokens for o in outputs.get(index, [])),
+            )
+            for index in range(len(self.api.choices))
+        ]
         metrics = self.request_metrics()
         build = responses.chat_completion if self.chat else responses.text_completion
-        body = build(request_id=self.api.request_id, created=self.api.created,
-                     model=self.config.served_model_name, fingerprint=self.app.sim.fingerprint,
-                     choices=choices, prompt_tokens=sum(self.spec.prompt_tokens),
-                     metrics=metrics)
+        body = build(
+            request_id=self.api.request_id,
+            created=self.api.created,
+            model=self.config.served_model_name,
+            fingerprint=self.app.sim.fingerprint,
+            choices=choices,
+            prompt_tokens=sum(self.spec.prompt_tokens),
+            metrics=metrics,
+        )
         await send_json(send, 200, body)
         self.record_attribution(metrics)
 
@@ -408,9 +483,16 @@ class Generation:
         if self.api.abort_reason == "client":
             self.record_attribution(None)
             return
-        await send_json(send, 500, protocol.error_body(
-            "EngineCore encountered an issue: the engine restarted.", "InternalServerError", 500,
-            None))
+        await send_json(
+            send,
+            500,
+            protocol.error_body(
+                "EngineCore encountered an issue: the engine restarted.",
+                "InternalServerError",
+                500,
+                None,
+            ),
+        )
 
     def echoed(self, choice: int) -> str:
         """The prompt text a completion with ``echo`` repeats before this choice's output."""
@@ -424,12 +506,21 @@ class Generation:
     async def stream(self, receive: Receive, send: Send) -> None:
         include_usage = self.plan.include_usage
         writer = responses.ChunkWriter(
-            chat=self.chat, request_id=self.api.request_id, created=self.api.created,
+            chat=self.chat,
+            request_id=self.api.request_id,
+            created=self.api.created,
             model=self.config.served_model_name,
             continuous_usage_prompt_tokens=sum(self.spec.prompt_tokens)
-            if self.plan.continuous_usage else None)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", SSE_TYPE), VARY]})
+            if self.plan.continuous_usage
+            else None,
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", SSE_TYPE), VARY],
+            }
+        )
         if self.chat:
             roles = b"".join(writer.role(i) for i in range(len(self.api.choices)))
             await send({"type": "http.response.body", "body": roles, "more_body": True})
@@ -448,14 +539,17 @@ class Generation:
         if include_usage:
             metrics = self.request_metrics()
             tokens = sum(choice.generated for choice in self.api.choices)
-            tail = writer.usage(sum(self.spec.prompt_tokens), tokens, self.app.sim.fingerprint,
-                                metrics)
-        await send({"type": "http.response.body", "body": tail + responses.DONE,
-                    "more_body": False})
+            tail = writer.usage(
+                sum(self.spec.prompt_tokens), tokens, self.app.sim.fingerprint, metrics
+            )
+        await send(
+            {"type": "http.response.body", "body": tail + responses.DONE, "more_body": False}
+        )
         self.record_attribution(metrics)
 
-    async def _stream_outputs(self, writer: responses.ChunkWriter, send: Send,
-                              include_usage: bool) -> bool:
+    async def _stream_outputs(
+        self, writer: responses.ChunkWriter, send: Send, include_usage: bool
+    ) -> bool:
         """Write chunks until every choice finished (True) or the request was aborted (False)."""
         remaining = len(self.api.choices)
         generated = [0] * remaining
@@ -485,11 +579,17 @@ class Generation:
                     chunks.append(writer.content(index, shown, generated[index], prompt_ids))
                 else:
                     remaining -= 1
-                    chunks.append(writer.finish(
-                        index, shown, output.finish_reason, fingerprint,
-                        completion_tokens=generated[index], prompt_token_ids=prompt_ids))
-            await send({"type": "http.response.body", "body": b"".join(chunks),
-                        "more_body": True})
+                    chunks.append(
+                        writer.finish(
+                            index,
+                            shown,
+                            output.finish_reason,
+                            fingerprint,
+                            completion_tokens=generated[index],
+                            prompt_token_ids=prompt_ids,
+                        )
+                    )
+            await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
         return True
 
 
@@ -499,8 +599,9 @@ def merge_outputs(outputs: list[StepOutput]) -> list[StepOutput]:
     for output in outputs:
         previous = merged.get(output.choice)
         if previous is None:
-            merged[output.choice] = StepOutput(output.choice, output.text, output.tokens,
-                                               output.finish_reason)
+            merged[output.choice] = StepOutput(
+                output.choice, output.text, output.tokens, output.finish_reason
+            )
         else:
             previous.text += output.text
             previous.tokens += output.tokens

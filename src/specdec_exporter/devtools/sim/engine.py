@@ -78,8 +78,11 @@ class RequestSpecCounts:
             self.per_step_drafted.append(drafted)
 
     def counts(self) -> SpecCounts:
-        return SpecCounts(drafts=self.num_spec_steps, draft_tokens=self.num_draft_tokens,
-                          accepted_tokens=self.num_accepted)
+        return SpecCounts(
+            drafts=self.num_spec_steps,
+            draft_tokens=self.num_draft_tokens,
+            accepted_tokens=self.num_accepted,
+        )
 
 
 class ApiRequest:
@@ -117,9 +120,20 @@ class ApiRequest:
 class EngineRequest:
     """One sequence in the engine (vLLM fans a request with n > 1 out into n of these)."""
 
-    def __init__(self, sink: ApiRequest, choice: int, *, prompt_tokens: int, max_tokens: int,
-                 natural_tokens: float, temperature: float, seed: str, k_max: int,
-                 detailed: bool, arrival: float) -> None:
+    def __init__(
+        self,
+        sink: ApiRequest,
+        choice: int,
+        *,
+        prompt_tokens: int,
+        max_tokens: int,
+        natural_tokens: float,
+        temperature: float,
+        seed: str,
+        k_max: int,
+        detailed: bool,
+        arrival: float,
+    ) -> None:
         self.sink = sink
         self.choice = choice
         self.prompt_tokens = prompt_tokens
@@ -130,8 +144,9 @@ class EngineRequest:
         self.temperature_key = temperature_key(temperature)
         self.text_rng = random.Random(f"{seed}/text")
         self.spec_rng = random.Random(f"{seed}/spec")
-        self.contexts = [int(self.spec_rng.random() * 1_000_000)
-                         for _ in range(CONTEXTS_PER_REQUEST)]
+        self.contexts = [
+            int(self.spec_rng.random() * 1_000_000) for _ in range(CONTEXTS_PER_REQUEST)
+        ]
         self.stats = RequestSpecCounts(k_max=k_max, detailed=detailed)
         self.arrival = arrival
         self.scheduled_at: float | None = None
@@ -148,8 +163,9 @@ class EngineRequest:
         quality = sim.quality
         if self._alphas is None or self._alphas[0] != quality:
             count = sim.acceptance.context_count
-            values = sim.acceptance.acceptances(self.temperature, quality,
-                                                [c % count for c in self.contexts])
+            values = sim.acceptance.acceptances(
+                self.temperature, quality, [c % count for c in self.contexts]
+            )
             self._alphas = (quality, values)
         return self._alphas[1]
 
@@ -166,8 +182,9 @@ def natural_length(rng: random.Random, mean: int) -> int:
 class Engine:
     """One data-parallel rank: a waiting queue, a running batch and its step loop."""
 
-    def __init__(self, index: int, sim: EngineHost,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, index: int, sim: EngineHost, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.index = index
         self.sim = sim
         self.modelled_seconds = 0.0
@@ -226,8 +243,9 @@ class Engine:
             prefill.append(request)
         spec = self.sim.config.speculative
         k = 0 if spec is None else spec.k_for_batch(len(self.running))
-        return prefill, [(request, self._draft_length(request, k) if request.active else 0)
-                         for request in decode]
+        return prefill, [
+            (request, self._draft_length(request, k) if request.active else 0) for request in decode
+        ]
 
     def _draft_length(self, request: EngineRequest, k: int) -> int:
         if k == 0:
@@ -240,25 +258,34 @@ class Engine:
             return 1 + int(rng.random() * (k - 1))
         return k
 
-    def _timed_step(self, prefill: list[EngineRequest],
-                    decode: list[tuple[EngineRequest, int]]) -> float:
+    def _timed_step(
+        self, prefill: list[EngineRequest], decode: list[tuple[EngineRequest, int]]
+    ) -> float:
         """The step's wall seconds; its modelled time goes to the clock and the ground truth."""
         drafted = [count for _, count in decode if count]
         prefill_tokens = sum(request.prompt_tokens for request in prefill)
         milliseconds = self.sim.step_time.step_ms(
-            prefill_tokens=prefill_tokens, decode_requests=len(decode),
-            draft_tokens=sum(drafted), draft_passes=max(drafted, default=0),
-            drafting_requests=len(drafted))
+            prefill_tokens=prefill_tokens,
+            decode_requests=len(decode),
+            draft_tokens=sum(drafted),
+            draft_passes=max(drafted, default=0),
+            drafting_requests=len(drafted),
+        )
         if decode:
             plain = self.sim.step_time.step_ms(
-                prefill_tokens=prefill_tokens, decode_requests=len(decode), draft_tokens=0,
-                draft_passes=0, drafting_requests=0)
+                prefill_tokens=prefill_tokens,
+                decode_requests=len(decode),
+                draft_tokens=0,
+                draft_passes=0,
+                drafting_requests=0,
+            )
             self.sim.truth.record_decode_step(self.index, milliseconds, plain)
         self.modelled_seconds += milliseconds / 1000.0
         return milliseconds / 1000.0 / self.sim.config.speed
 
-    def _execute(self, prefill: list[EngineRequest],
-                 decode: list[tuple[EngineRequest, int]]) -> None:
+    def _execute(
+        self, prefill: list[EngineRequest], decode: list[tuple[EngineRequest, int]]
+    ) -> None:
         step = StepAccumulator(self.sim.config.k_max, self.clock())
         for request in prefill:
             self._prefill(request, step)
@@ -266,8 +293,12 @@ class Engine:
             self._decode(request, drafted, step)
         if step.iteration_tokens:  # nothing to record when a restart dropped the whole batch
             self.sim.telemetry.engines[self.index].record_step(
-                step.drafts, step.draft_tokens, step.accepted_per_pos, step.generated,
-                step.iteration_tokens)
+                step.drafts,
+                step.draft_tokens,
+                step.accepted_per_pos,
+                step.generated,
+                step.iteration_tokens,
+            )
         if step.finished:
             self.running = [r for r in self.running if r.finish_reason is None and not r.dropped]
         self._publish_load()
@@ -322,17 +353,27 @@ class Engine:
         request.finish_reason = reason
         request.finished_at = now
         step.finished = True
-        self.sim.telemetry.engines[self.index].record_finish(Finished(
-            reason=reason, prompt_tokens=request.prompt_tokens,
-            generation_tokens=request.generated, max_tokens=request.max_tokens,
-            n=request.sink.n, queue=scheduled - request.arrival, prefill=first - scheduled,
-            decode=now - first, inference=now - scheduled, e2e=now - request.arrival))
+        self.sim.telemetry.engines[self.index].record_finish(
+            Finished(
+                reason=reason,
+                prompt_tokens=request.prompt_tokens,
+                generation_tokens=request.generated,
+                max_tokens=request.max_tokens,
+                n=request.sink.n,
+                queue=scheduled - request.arrival,
+                prefill=first - scheduled,
+                decode=now - first,
+                inference=now - scheduled,
+                e2e=now - request.arrival,
+            )
+        )
         self.sim.truth.record_finish(self.index, request.temperature_key, reason)
 
     def _publish_load(self) -> None:
         in_cache = sum(r.prompt_tokens + r.generated for r in self.running)
         self.sim.telemetry.engines[self.index].set_load(
-            len(self.running), len(self.waiting), in_cache / KV_CACHE_SIZE_TOKENS)
+            len(self.running), len(self.waiting), in_cache / KV_CACHE_SIZE_TOKENS
+        )
 
 
 @dataclass

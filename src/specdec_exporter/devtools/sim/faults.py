@@ -6,8 +6,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 FaultKind = Literal["none", "slow", "500", "garbage", "truncated", "refuse", "html"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("none", "slow", "500", "garbage", "truncated", "refuse",
-                                      "html")
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "none",
+    "slow",
+    "500",
+    "garbage",
+    "truncated",
+    "refuse",
+    "html",
+)
 DEFAULT_FAULT_SECONDS = 30.0
 TRUNCATE_FRACTION = 0.4
 
@@ -19,8 +26,8 @@ GARBAGE_BODY = (
 )
 HTML_BODY = (
     b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\n"
-    b"<body><h1>Authentication required</h1><form action=\"/login\" method=\"post\">"
-    b"<input name=\"user\"><input name=\"password\" type=\"password\"></form></body></html>\n"
+    b'<body><h1>Authentication required</h1><form action="/login" method="post">'
+    b'<input name="user"><input name="password" type="password"></form></body></html>\n'
 )
 ERROR_BODY = b"Internal Server Error"
 
@@ -38,9 +45,11 @@ class Fault:
 
     def as_json(self, now: float) -> dict[str, Any]:
         live = self.active(now)
-        return {"kind": self.kind if live else "none",
-                "remaining_seconds": max(0.0, self.until - now) if live else 0.0,
-                "delay": self.delay if live and self.kind == "slow" else 0.0}
+        return {
+            "kind": self.kind if live else "none",
+            "remaining_seconds": max(0.0, self.until - now) if live else 0.0,
+            "delay": self.delay if live and self.kind == "slow" else 0.0,
+        }
 
 
 def parse_fault(body: Any, now: float) -> Fault:

@@ -94,8 +94,9 @@ class SamplingRequest(BaseModel):
     @classmethod
     def _stream_options_need_stream(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("stream_options") and not data.get("stream"):
-            raise VLLMValidationError("Stream options can only be defined when `stream=True`.",
-                                      parameter="stream_options")
+            raise VLLMValidationError(
+                "Stream options can only be defined when `stream=True`.", parameter="stream_options"
+            )
         return data
 
 
@@ -114,15 +115,20 @@ class ChatRequest(SamplingRequest):
         if top is None:
             return data
         if isinstance(top, bool) or not isinstance(top, int | float):
-            raise VLLMValidationError("`top_logprobs` must be an integer.",
-                                      parameter="top_logprobs", value=top)
+            raise VLLMValidationError(
+                "`top_logprobs` must be an integer.", parameter="top_logprobs", value=top
+            )
         if top < 0 and top != -1:
-            raise VLLMValidationError("`top_logprobs` must be a positive value or -1.",
-                                      parameter="top_logprobs", value=top)
+            raise VLLMValidationError(
+                "`top_logprobs` must be a positive value or -1.",
+                parameter="top_logprobs",
+                value=top,
+            )
         if (top == -1 or top > 0) and not data.get("logprobs"):
             raise VLLMValidationError(
                 "when using `top_logprobs`, `logprobs` must be set to true.",
-                parameter="top_logprobs")
+                parameter="top_logprobs",
+            )
         return data
 
     @property
@@ -146,8 +152,8 @@ class CompletionRequest(SamplingRequest):
     def _prompt_required(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("prompt") in (None, ""):
             raise VLLMValidationError(
-                "Either prompt or prompt_embeds must be provided and non-empty.",
-                parameter="prompt")
+                "Either prompt or prompt_embeds must be provided and non-empty.", parameter="prompt"
+            )
         return data
 
     @model_validator(mode="before")
@@ -190,8 +196,9 @@ def is_json_media_type(content_type: bytes | None) -> bool:
     return subtype == "json" or subtype.endswith("+json")
 
 
-def parse_request(raw: bytes, model: type[RequestT],
-                  content_type: bytes | None = b"application/json") -> RequestT:
+def parse_request(
+    raw: bytes, model: type[RequestT], content_type: bytes | None = b"application/json"
+) -> RequestT:
     """Decode and validate a body as FastAPI + vLLM would, or raise ApiError 400.
 
     The order is theirs: JSON decoding, vLLM's Content-Type check (validate_json_request), then
@@ -204,22 +211,32 @@ def parse_request(raw: bytes, model: type[RequestT],
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             position = exc.pos if isinstance(exc, json.JSONDecodeError) else exc.start
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else exc.reason
-            raise validation_failure([{"type": "json_invalid", "loc": ("body", position),
-                                       "msg": "JSON decode error", "input": {},
-                                       "ctx": {"error": reason}}]) from None
+            raise validation_failure(
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ("body", position),
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": reason},
+                    }
+                ]
+            ) from None
     media_type = (content_type or b"").decode("latin-1").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
         raise validation_failure([MEDIA_TYPE_ERROR])
     if not raw:
-        raise validation_failure([{"type": "missing", "loc": ("body",), "msg": "Field required",
-                                   "input": None}])
+        raise validation_failure(
+            [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+        )
     try:
         return model.model_validate(data)
     except VLLMValidationError as exc:
         raise bad_request(exc) from None
     except ValidationError as exc:
-        errors = [{**error, "loc": ("body", *error["loc"])}
-                  for error in exc.errors(include_url=False)]
+        errors = [
+            {**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)
+        ]
         raise validation_failure(errors) from None
 
 
@@ -241,7 +258,8 @@ def validation_failure(errors: Sequence[dict[str, Any] | str]) -> ApiError:
     label = "error" if len(errors) == 1 else "errors"
     reported = errors[:MAX_REPORTED_ERRORS]
     message = f"{len(errors)} validation {label}:\n" + "".join(
-        f"  {_format_error(error)}\n" for error in reported)
+        f"  {_format_error(error)}\n" for error in reported
+    )
     if len(errors) > len(reported):
         message += f"  ...and {len(errors) - len(reported)} more {label}\n"
     return ApiError(400, message.rstrip(), "Bad Request", param)
@@ -260,19 +278,29 @@ def _format_error(error: dict[str, Any] | str) -> str:
 
 def _summarize_input(value: object) -> object:
     if isinstance(value, str):
-        return (value[:MAX_ERROR_INPUT_CHARS] + "...[truncated]"
-                if len(value) > MAX_ERROR_INPUT_CHARS else value)
+        return (
+            value[:MAX_ERROR_INPUT_CHARS] + "...[truncated]"
+            if len(value) > MAX_ERROR_INPUT_CHARS
+            else value
+        )
     if isinstance(value, list | tuple | set | frozenset | dict):
         return f"<{type(value).__name__} of {len(value)} items>"
     text = str(value)
-    return text[:MAX_ERROR_INPUT_CHARS] + "...[truncated]" if len(text) > MAX_ERROR_INPUT_CHARS \
+    return (
+        text[:MAX_ERROR_INPUT_CHARS] + "...[truncated]"
+        if len(text) > MAX_ERROR_INPUT_CHARS
         else text
+    )
 
 
 def check_model(requested: str | None, config: SimConfig) -> None:
     if requested and requested != config.served_model_name:
-        raise ApiError(404, f"The model `{requested}` does not exist. Valid aliases: "
-                            f"{config.served_model_name}.", "NotFoundError", "model")
+        raise ApiError(
+            404,
+            f"The model `{requested}` does not exist. Valid aliases: {config.served_model_name}.",
+            "NotFoundError",
+            "model",
+        )
 
 
 def message_texts(messages: Sequence[dict[str, Any]]) -> list[str]:
@@ -281,8 +309,9 @@ def message_texts(messages: Sequence[dict[str, Any]]) -> list[str]:
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
-            content = "".join(str(part.get("text", "")) for part in content
-                              if isinstance(part, dict))
+            content = "".join(
+                str(part.get("text", "")) for part in content if isinstance(part, dict)
+            )
         texts.append(content if isinstance(content, str) else "")
     return texts
 
@@ -315,8 +344,11 @@ def chat_plan(request: ChatRequest, config: SimConfig) -> Plan:
     requested, parameter = request.requested_tokens
     _check_output_limit(requested, parameter, config)
     if not request.messages:
-        raise bad_request(VLLMValidationError(
-            "Cannot apply chat template to an empty conversation. Provide at least one message."))
+        raise bad_request(
+            VLLMValidationError(
+                "Cannot apply chat template to an empty conversation. Provide at least one message."
+            )
+        )
     tokens = text.chat_prompt_tokens(message_texts(request.messages))
     return _plan("chatcmpl", [tokens], [True], requested, request=request, config=config)
 
@@ -329,41 +361,68 @@ def completion_plan(request: CompletionRequest, config: SimConfig) -> Plan:
     if not prompts:
         raise bad_request(VLLMValidationError("You must pass at least one prompt"))
     echo_only = bool(request.echo) and request.max_tokens == 0
-    plan = _plan("cmpl", [prompt_tokens(p) for p in prompts],
-                 [isinstance(p, str) for p in prompts], 1 if echo_only else request.max_tokens,
-                 request=request, config=config)
+    plan = _plan(
+        "cmpl",
+        [prompt_tokens(p) for p in prompts],
+        [isinstance(p, str) for p in prompts],
+        1 if echo_only else request.max_tokens,
+        request=request,
+        config=config,
+    )
     if not request.echo:
         return plan
-    echo = Echo(texts=tuple(p if isinstance(p, str) else "" for p in prompts),
-                token_ids=tuple(tuple(p) if isinstance(p, list) else text.placeholder_ids(p)
-                                for p in prompts), prompt_only=echo_only)
+    echo = Echo(
+        texts=tuple(p if isinstance(p, str) else "" for p in prompts),
+        token_ids=tuple(
+            tuple(p) if isinstance(p, list) else text.placeholder_ids(p) for p in prompts
+        ),
+        prompt_only=echo_only,
+    )
     return replace(plan, echo=echo)
 
 
 def _check_output_limit(requested: int | None, parameter: str, config: SimConfig) -> None:
     """TokenizeParams: more output than the context holds is refused before anything else."""
     if requested and requested > config.max_model_len:
-        raise bad_request(VLLMValidationError(
-            f"{parameter}={requested} cannot be greater than max_model_len="
-            f"{config.max_model_len}. Please request fewer output tokens.",
-            parameter=parameter, value=requested))
+        raise bad_request(
+            VLLMValidationError(
+                f"{parameter}={requested} cannot be greater than max_model_len="
+                f"{config.max_model_len}. Please request fewer output tokens.",
+                parameter=parameter,
+                value=requested,
+            )
+        )
 
 
-def _plan(prefix: str, prompts: list[int], texts: list[bool], requested: int | None, *,
-          request: SamplingRequest, config: SimConfig) -> Plan:
-    temperature = config.default_temperature if request.temperature is None \
-        else request.temperature
+def _plan(
+    prefix: str,
+    prompts: list[int],
+    texts: list[bool],
+    requested: int | None,
+    *,
+    request: SamplingRequest,
+    config: SimConfig,
+) -> Plan:
+    temperature = config.default_temperature if request.temperature is None else request.temperature
     n = 1 if request.n is None else request.n
     try:
-        max_tokens = [_max_tokens(requested, tokens, is_text, config)
-                      for tokens, is_text in zip(prompts, texts, strict=True)]
-        check_sampling(n, temperature, 1.0 if request.top_p is None else request.top_p,
-                       min(max_tokens))
+        max_tokens = [
+            _max_tokens(requested, tokens, is_text, config)
+            for tokens, is_text in zip(prompts, texts, strict=True)
+        ]
+        check_sampling(
+            n, temperature, 1.0 if request.top_p is None else request.top_p, min(max_tokens)
+        )
     except VLLMValidationError as exc:
         raise bad_request(exc) from None
-    spec = GenerationSpec(id_prefix=prefix, prompt_tokens=tuple(prompts), n=n,
-                          max_tokens=tuple(max_tokens), temperature=temperature,
-                          ignore_eos=request.ignore_eos)
+    spec = GenerationSpec(
+        id_prefix=prefix,
+        prompt_tokens=tuple(prompts),
+        n=n,
+        max_tokens=tuple(max_tokens),
+        temperature=temperature,
+        ignore_eos=request.ignore_eos,
+    )
     include, continuous = usage_options(request.stream_options, config.enable_force_include_usage)
     stream = bool(request.stream)
     return Plan(spec, stream, include and stream, continuous and stream)
@@ -384,7 +443,9 @@ def _max_tokens(requested: int | None, tokens: int, is_text: bool, config: SimCo
             f"This model's maximum context length is {limit} tokens. However, your prompt "
             f"contains {qualifier}{tokens} input tokens, which exceeds this limit even without "
             f"any output tokens. Please reduce the length of the input prompt.",
-            parameter="input_tokens", value=tokens)
+            parameter="input_tokens",
+            value=tokens,
+        )
     room = limit - tokens
     return room if requested is None else min(room, requested)
 
@@ -394,19 +455,32 @@ def check_sampling(n: int, temperature: float, top_p: float, max_tokens: int) ->
     if n < 1:
         raise VLLMValidationError(f"n must be at least 1, got {n}.")
     if not math.isfinite(temperature):
-        raise VLLMValidationError(f"temperature must be a finite number, got {temperature}.",
-                                  parameter="temperature", value=temperature)
+        raise VLLMValidationError(
+            f"temperature must be a finite number, got {temperature}.",
+            parameter="temperature",
+            value=temperature,
+        )
     if temperature < 0.0:
-        raise VLLMValidationError(f"temperature must be non-negative, got {temperature}.",
-                                  parameter="temperature", value=temperature)
+        raise VLLMValidationError(
+            f"temperature must be non-negative, got {temperature}.",
+            parameter="temperature",
+            value=temperature,
+        )
     if temperature > MAX_TEMPERATURE:
-        raise VLLMValidationError(f"temperature must be in [0, 2], got {temperature}.",
-                                  parameter="temperature", value=temperature)
+        raise VLLMValidationError(
+            f"temperature must be in [0, 2], got {temperature}.",
+            parameter="temperature",
+            value=temperature,
+        )
     if not 0.0 < top_p <= 1.0:
-        raise VLLMValidationError(f"top_p must be in (0, 1], got {top_p}.",
-                                  parameter="top_p", value=top_p)
+        raise VLLMValidationError(
+            f"top_p must be in (0, 1], got {top_p}.", parameter="top_p", value=top_p
+        )
     if max_tokens < 1:
-        raise VLLMValidationError(f"max_tokens must be at least 1, got {max_tokens}.",
-                                  parameter="max_tokens", value=max_tokens)
+        raise VLLMValidationError(
+            f"max_tokens must be at least 1, got {max_tokens}.",
+            parameter="max_tokens",
+            value=max_tokens,
+        )
     if temperature < GREEDY_EPSILON and n > 1:
         raise VLLMValidationError(f"n must be 1 when using greedy sampling, got {n}.")

@@ -30,9 +30,11 @@ class ChoiceResult:
 
 
 def usage(prompt_tokens: int, completion_tokens: int, *, details: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"prompt_tokens": prompt_tokens,
-                            "total_tokens": prompt_tokens + completion_tokens,
-                            "completion_tokens": completion_tokens}
+    body: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
     if details:
         body["prompt_tokens_details"] = None
         body["completion_tokens_details"] = None
@@ -59,9 +61,13 @@ def timing(request: EngineRequest) -> dict[str, float | None]:
     """vLLM's build_per_request_timing_metrics (``--enable-per-request-metrics``)."""
     scheduled, first, last = request.scheduled_at, request.first_token_at, request.finished_at
     tokens = request.generated
-    values: dict[str, float | None] = {"time_to_first_token_ms": None, "generation_time_ms": None,
-                                       "queue_time_ms": None, "mean_itl_ms": None,
-                                       "tokens_per_second": None}
+    values: dict[str, float | None] = {
+        "time_to_first_token_ms": None,
+        "generation_time_ms": None,
+        "queue_time_ms": None,
+        "mean_itl_ms": None,
+        "tokens_per_second": None,
+    }
     if scheduled is not None and first is not None:
         values["time_to_first_token_ms"] = (first - scheduled) * 1000
     if first is not None and last is not None:
@@ -75,14 +81,25 @@ def timing(request: EngineRequest) -> dict[str, float | None]:
     return values
 
 
-def per_request_metrics(request: EngineRequest, *, timings: bool,
-                        speculative: bool) -> dict[str, Any] | None:
+def per_request_metrics(
+    request: EngineRequest, *, timings: bool, speculative: bool
+) -> dict[str, Any] | None:
     """The top-level ``metrics`` object for a single-sequence request, or None."""
     if not timings and not speculative:
         return None
-    body: dict[str, Any] = timing(request) if timings else dict.fromkeys(
-        ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms",
-         "tokens_per_second"))
+    body: dict[str, Any] = (
+        timing(request)
+        if timings
+        else dict.fromkeys(
+            (
+                "time_to_first_token_ms",
+                "generation_time_ms",
+                "queue_time_ms",
+                "mean_itl_ms",
+                "tokens_per_second",
+            )
+        )
+    )
     body["speculative_decoding"] = spec_decoding(request.stats) if speculative else None
     return body
 
@@ -94,49 +111,105 @@ def drop_nulls(value: Any) -> Any:
     return value
 
 
-def chat_completion(*, request_id: str, created: int, model: str, fingerprint: str,
-                    choices: Sequence[ChoiceResult], prompt_tokens: int,
-                    metrics: dict[str, Any] | None) -> dict[str, Any]:
+def chat_completion(
+    *,
+    request_id: str,
+    created: int,
+    model: str,
+    fingerprint: str,
+    choices: Sequence[ChoiceResult],
+    prompt_tokens: int,
+    metrics: dict[str, Any] | None,
+) -> dict[str, Any]:
     completion_tokens = sum(choice.tokens for choice in choices)
     return {
-        "id": request_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{
-            "index": choice.index,
-            "message": {"role": "assistant", "content": choice.text, "refusal": None,
-                        "annotations": None, "audio": None, "function_call": None,
-                        "reasoning": None},
-            "logprobs": None, "finish_reason": choice.finish_reason, "stop_reason": None,
-            "token_ids": None, "routed_experts": None,
-        } for choice in choices],
-        "service_tier": None, "system_fingerprint": fingerprint,
+        "id": request_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": choice.index,
+                "message": {
+                    "role": "assistant",
+                    "content": choice.text,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "reasoning": None,
+                },
+                "logprobs": None,
+                "finish_reason": choice.finish_reason,
+                "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
+            }
+            for choice in choices
+        ],
+        "service_tier": None,
+        "system_fingerprint": fingerprint,
         "usage": usage(prompt_tokens, completion_tokens, details=True),
-        "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None,
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": metrics,
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": metrics,
     }
 
 
-def text_completion(*, request_id: str, created: int, model: str, fingerprint: str,
-                    choices: Sequence[ChoiceResult], prompt_tokens: int,
-                    metrics: dict[str, Any] | None) -> dict[str, Any]:
+def text_completion(
+    *,
+    request_id: str,
+    created: int,
+    model: str,
+    fingerprint: str,
+    choices: Sequence[ChoiceResult],
+    prompt_tokens: int,
+    metrics: dict[str, Any] | None,
+) -> dict[str, Any]:
     completion_tokens = sum(choice.tokens for choice in choices)
     return {
-        "id": request_id, "object": "text_completion", "created": created, "model": model,
-        "choices": [{
-            "index": choice.index, "text": choice.text, "logprobs": None,
-            "finish_reason": choice.finish_reason, "stop_reason": None, "token_ids": None,
-            "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None,
-        } for choice in choices],
-        "service_tier": None, "system_fingerprint": fingerprint,
+        "id": request_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": choice.index,
+                "text": choice.text,
+                "logprobs": None,
+                "finish_reason": choice.finish_reason,
+                "stop_reason": None,
+                "token_ids": None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
+            }
+            for choice in choices
+        ],
+        "service_tier": None,
+        "system_fingerprint": fingerprint,
         "usage": usage(prompt_tokens, completion_tokens, details=True),
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": metrics,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": metrics,
     }
 
 
 class ChunkWriter:
     """SSE chunks of one streaming response; the constant head of each chunk is built once."""
 
-    def __init__(self, *, chat: bool, request_id: str, created: int, model: str,
-                 continuous_usage_prompt_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        request_id: str,
+        created: int,
+        model: str,
+        continuous_usage_prompt_tokens: int | None = None,
+    ) -> None:
         """``continuous_usage_prompt_tokens``: set with ``stream_options.continuous_usage_stats``,
         when vLLM puts a running ``usage`` on every chunk."""
         self.chat = chat
@@ -156,39 +229,76 @@ class ChunkWriter:
 
     def role(self, index: int) -> bytes:
         """Chat only: the first chunk of each choice."""
-        body: dict[str, Any] = {**self._envelope, "choices": [{
-            "index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-            "finish_reason": None}]}
+        body: dict[str, Any] = {
+            **self._envelope,
+            "choices": [
+                {
+                    "index": index,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+        }
         running = self._running_usage(0)
         if running is not None:
             body["usage"] = running
         return sse({**body, "prompt_token_ids": None, "prompt_text": None})
 
-    def content(self, index: int, text: str, completion_tokens: int = 0,
-                prompt_token_ids: list[int] | None = None) -> bytes:
+    def content(
+        self,
+        index: int,
+        text: str,
+        completion_tokens: int = 0,
+        prompt_token_ids: list[int] | None = None,
+    ) -> bytes:
         """``prompt_token_ids``: completions with ``echo``, on each choice's first chunk."""
         if self.chat:
-            choice = (f'{{"index":{index},"delta":{{"content":{dumps(text)}}},'
-                      '"logprobs":null,"finish_reason":null,"token_ids":null}')
+            choice = (
+                f'{{"index":{index},"delta":{{"content":{dumps(text)}}},'
+                '"logprobs":null,"finish_reason":null,"token_ids":null}'
+            )
         else:
-            choice = (f'{{"index":{index},"text":{dumps(text)},"logprobs":null,'
-                      '"finish_reason":null,"stop_reason":null,'
-                      f'"prompt_token_ids":{dumps(prompt_token_ids)},"token_ids":null}}')
+            choice = (
+                f'{{"index":{index},"text":{dumps(text)},"logprobs":null,'
+                '"finish_reason":null,"stop_reason":null,'
+                f'"prompt_token_ids":{dumps(prompt_token_ids)},"token_ids":null}}'
+            )
         running = self._running_usage(completion_tokens)
         tail = "" if running is None else f',"usage":{dumps(running)}'
         return f"{self._head}{choice}]{tail}}}\n\n".encode()
 
-    def finish(self, index: int, text: str, reason: str, fingerprint: str | None, *,
-               completion_tokens: int = 0, prompt_token_ids: list[int] | None = None) -> bytes:
+    def finish(
+        self,
+        index: int,
+        text: str,
+        reason: str,
+        fingerprint: str | None,
+        *,
+        completion_tokens: int = 0,
+        prompt_token_ids: list[int] | None = None,
+    ) -> bytes:
         """The chunk carrying finish_reason; the fingerprint rides on it when no usage follows."""
         choice: dict[str, Any]
         if self.chat:
-            choice = {"index": index, "delta": {"content": text}, "logprobs": None,
-                      "finish_reason": reason, "stop_reason": None, "token_ids": None}
+            choice = {
+                "index": index,
+                "delta": {"content": text},
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+                "token_ids": None,
+            }
         else:
-            choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason,
-                      "stop_reason": None, "prompt_token_ids": prompt_token_ids,
-                      "token_ids": None}
+            choice = {
+                "index": index,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+                "prompt_token_ids": prompt_token_ids,
+                "token_ids": None,
+            }
         body: dict[str, Any] = {**self._envelope, "choices": [choice]}
         running = self._running_usage(completion_tokens)
         if running is not None:
@@ -197,11 +307,19 @@ class ChunkWriter:
             body["system_fingerprint"] = fingerprint
         return sse(body)
 
-    def usage(self, prompt_tokens: int, completion_tokens: int, fingerprint: str,
-              metrics: dict[str, Any] | None) -> bytes:
-        body: dict[str, Any] = {**self._envelope, "choices": [],
-                                "usage": usage(prompt_tokens, completion_tokens, details=False),
-                                "system_fingerprint": fingerprint}
+    def usage(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        fingerprint: str,
+        metrics: dict[str, Any] | None,
+    ) -> bytes:
+        body: dict[str, Any] = {
+            **self._envelope,
+            "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens, details=False),
+            "system_fingerprint": fingerprint,
+        }
         if metrics is not None:
             body["metrics"] = drop_nulls(metrics)
         return sse(body)

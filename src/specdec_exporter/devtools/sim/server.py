@@ -49,8 +49,11 @@ class SimServer(uvicorn.Server):
 
     def _protocol_factory(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
         return self.config.http_protocol_class(  # type: ignore[call-arg]
-            config=self.config, server_state=self.server_state, app_state=self.lifespan.state,
-            _loop=loop)
+            config=self.config,
+            server_state=self.server_state,
+            app_state=self.lifespan.state,
+            _loop=loop,
+        )
 
     async def refuse_for(self, seconds: float) -> None:
         """Connection refused for ``seconds``: close the listener and every open connection."""
@@ -76,9 +79,17 @@ class SimServer(uvicorn.Server):
 
 
 def uvicorn_config(app: SimApp) -> uvicorn.Config:
-    return uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on",
-                          log_level="warning", access_log=False, ws="none",
-                          timeout_graceful_shutdown=2, timeout_keep_alive=30)
+    return uvicorn.Config(
+        app,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        ws="none",
+        timeout_graceful_shutdown=2,
+        timeout_keep_alive=30,
+    )
 
 
 def build(config: SimConfig, sock: socket.socket) -> tuple[SimServer, SimApp]:

@@ -27,8 +27,18 @@ SpecMetricsMode = Literal["none", "summary", "detailed"]
 
 MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 KNOWN_METHODS = frozenset(
-    {"ngram", "ngram_gpu", "suffix", "draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark",
-     "custom_class"}
+    {
+        "ngram",
+        "ngram_gpu",
+        "suffix",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "mtp",
+        "dflash",
+        "dspark",
+        "custom_class",
+    }
 )
 NGRAM_MISS_RATE = 0.15
 """Share of steps in which a model-free drafter finds no match and proposes nothing."""
@@ -199,8 +209,11 @@ def _parse_schedule(raw: Any) -> tuple[KRange, ...]:
         raise ConfigError("num_speculative_tokens_per_batch_size must be a list of [lo, hi, K]")
     entries = []
     for item in raw:
-        if (not isinstance(item, list) or len(item) != 3
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)):
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+        ):
             raise ConfigError(f"num_speculative_tokens_per_batch_size: bad entry {item!r}")
         lo, hi, k = item
         if lo < 1 or hi < lo or k < 0:
@@ -218,8 +231,10 @@ def parse_default_temperature(
     """
     if explicit is not None:
         return explicit
-    for source, text in (("--override-generation-config", override_json),
-                         ("generation_config.json", generation_config_json)):
+    for source, text in (
+        ("--override-generation-config", override_json),
+        ("generation_config.json", generation_config_json),
+    ):
         if text is None:
             continue
         try:

@@ -39,8 +39,12 @@ def system_fingerprint(config: SimConfig) -> str:
 class Simulation:
     """Everything the HTTP layer talks to; lives on one event loop."""
 
-    def __init__(self, config: SimConfig, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
         self.clock = clock
         self.wall = wall
@@ -76,8 +80,7 @@ class Simulation:
         self.restarts += 1
         self.started_at = self.wall()
         self.telemetry = Telemetry(self.config, self.started_at)
-        self.truth = GroundTruth(self.config.data_parallel_size, self.config.k_max,
-                                 self.started_at)
+        self.truth = GroundTruth(self.config.data_parallel_size, self.config.k_max, self.started_at)
 
     def set_drafter(self, quality: float | None, miss_rate: float | None) -> None:
         if quality is not None:
@@ -96,16 +99,32 @@ class Simulation:
         arrival = engine.clock()
         detailed = self.config.per_request_spec_decode_metrics == "detailed"
         for prompt_index, (prompt_tokens, max_tokens) in enumerate(
-                zip(spec.prompt_tokens, spec.max_tokens, strict=True)):
+            zip(spec.prompt_tokens, spec.max_tokens, strict=True)
+        ):
             for sample in range(spec.n):
                 choice = prompt_index * spec.n + sample
                 choice_seed = f"{seed}/{choice}"
-                natural = (float("inf") if spec.ignore_eos else natural_length(
-                    random.Random(f"{choice_seed}/length"), self.config.mean_output_tokens))
-                api.add_choice(EngineRequest(
-                    api, choice, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-                    natural_tokens=natural, temperature=spec.temperature, seed=choice_seed,
-                    k_max=self.config.k_max, detailed=detailed, arrival=arrival))
+                natural = (
+                    float("inf")
+                    if spec.ignore_eos
+                    else natural_length(
+                        random.Random(f"{choice_seed}/length"), self.config.mean_output_tokens
+                    )
+                )
+                api.add_choice(
+                    EngineRequest(
+                        api,
+                        choice,
+                        prompt_tokens=prompt_tokens,
+                        max_tokens=max_tokens,
+                        natural_tokens=natural,
+                        temperature=spec.temperature,
+                        seed=choice_seed,
+                        k_max=self.config.k_max,
+                        detailed=detailed,
+                        arrival=arrival,
+                    )
+                )
         engine.submit(list(api.choices))
         self.truth.api_requests += 1
         return api

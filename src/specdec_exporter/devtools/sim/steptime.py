@@ -21,11 +21,21 @@ class StepTimeModel:
     draft_pass_ms: float = 0.375
     draft_token_ms: float = 0.005
 
-    def step_ms(self, *, prefill_tokens: int, decode_requests: int, draft_tokens: int,
-                draft_passes: int, drafting_requests: int) -> float:
+    def step_ms(
+        self,
+        *,
+        prefill_tokens: int,
+        decode_requests: int,
+        draft_tokens: int,
+        draft_passes: int,
+        drafting_requests: int,
+    ) -> float:
         """One step: prefill, verify 1 + drafts per decoding request, then the drafter's passes."""
-        target = (self.base_ms + self.token_ms * (decode_requests + draft_tokens)
-                  + self.prefill_token_ms * prefill_tokens)
+        target = (
+            self.base_ms
+            + self.token_ms * (decode_requests + draft_tokens)
+            + self.prefill_token_ms * prefill_tokens
+        )
         drafter = draft_passes * (self.draft_pass_ms + self.draft_token_ms * drafting_requests)
         return target + drafter
 
@@ -48,9 +58,18 @@ def mean_acceptance_length(alpha: float, k: int) -> float:
 
 def modelled_speedup(model: StepTimeModel, *, batch_size: int, k: int, alpha: float) -> float:
     """Decode throughput with k drafts over throughput without, for a batch of decoding requests."""
-    plain = model.step_ms(prefill_tokens=0, decode_requests=batch_size, draft_tokens=0,
-                          draft_passes=0, drafting_requests=0)
-    speculative = model.step_ms(prefill_tokens=0, decode_requests=batch_size,
-                                draft_tokens=batch_size * k, draft_passes=k,
-                                drafting_requests=batch_size)
+    plain = model.step_ms(
+        prefill_tokens=0,
+        decode_requests=batch_size,
+        draft_tokens=0,
+        draft_passes=0,
+        drafting_requests=0,
+    )
+    speculative = model.step_ms(
+        prefill_tokens=0,
+        decode_requests=batch_size,
+        draft_tokens=batch_size * k,
+        draft_passes=k,
+        drafting_requests=batch_size,
+    )
     return mean_acceptance_length(alpha, k) * plain / speculative

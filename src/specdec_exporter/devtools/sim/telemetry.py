@@ -85,14 +85,17 @@ class EngineSeries:
             self.drafts = counter(SPEC_DRAFTS)
             self.draft_tokens = counter(SPEC_DRAFT_TOKENS)
             self.accepted = counter(SPEC_ACCEPTED)
-            self.accepted_per_pos = [counter(SPEC_ACCEPTED_PER_POS, position=str(pos))
-                                     for pos in range(k_max)]
+            self.accepted_per_pos = [
+                counter(SPEC_ACCEPTED_PER_POS, position=str(pos)) for pos in range(k_max)
+            ]
         self.prompt_tokens = counter("vllm:prompt_tokens")
         self.prompt_local = counter("vllm:prompt_tokens_by_source", source="local_compute")
         self.prefix_queries = counter("vllm:prefix_cache_queries")
         self.generation_tokens = counter("vllm:generation_tokens")
-        self.success = {reason: counter("vllm:request_success", finished_reason=reason)
-                        for reason in FINISH_REASONS}
+        self.success = {
+            reason: counter("vllm:request_success", finished_reason=reason)
+            for reason in FINISH_REASONS
+        }
         self.running = gauge("vllm:num_requests_running")
         self.waiting = gauge("vllm:num_requests_waiting")
         self.waiting_capacity = gauge("vllm:num_requests_waiting_by_reason", reason="capacity")
@@ -102,14 +105,22 @@ class EngineSeries:
         self.itl = histogram("inter_token_latency_seconds")
         self.iteration_tokens = histogram("iteration_tokens_total")
         self.finished_histograms = {
-            name: histogram(name) for name in (
-                "request_prompt_tokens", "request_generation_tokens",
-                "request_max_num_generation_tokens", "request_params_n",
-                "request_params_max_tokens", "request_time_per_output_token_seconds",
-                "e2e_request_latency_seconds", "request_queue_time_seconds",
-                "request_inference_time_seconds", "request_prefill_time_seconds",
-                "request_decode_time_seconds", "request_num_preemptions",
-                "request_prefill_kv_computed_tokens")
+            name: histogram(name)
+            for name in (
+                "request_prompt_tokens",
+                "request_generation_tokens",
+                "request_max_num_generation_tokens",
+                "request_params_n",
+                "request_params_max_tokens",
+                "request_time_per_output_token_seconds",
+                "e2e_request_latency_seconds",
+                "request_queue_time_seconds",
+                "request_inference_time_seconds",
+                "request_prefill_time_seconds",
+                "request_decode_time_seconds",
+                "request_num_preemptions",
+                "request_prefill_kv_computed_tokens",
+            )
         }
 
     def record_prefill(self, prompt_tokens: int) -> None:
@@ -117,8 +128,14 @@ class EngineSeries:
         self.prompt_local.inc(prompt_tokens)
         self.prefix_queries.inc(prompt_tokens)
 
-    def record_step(self, drafts: int, draft_tokens: int, accepted_per_pos: Sequence[int],
-                    generation_tokens: int, iteration_tokens: int) -> None:
+    def record_step(
+        self,
+        drafts: int,
+        draft_tokens: int,
+        accepted_per_pos: Sequence[int],
+        generation_tokens: int,
+        iteration_tokens: int,
+    ) -> None:
         """Counters of one engine step; the spec counters move only when something was drafted."""
         if drafts and self.spec:
             self.drafts.inc(drafts)
@@ -169,8 +186,16 @@ class HttpSeries:
         self.duration_highr = metrics.histograms["http_request_duration_highr_seconds"]
         self.duration = metrics.histograms["http_request_duration_seconds"]
 
-    def record(self, handler: str, method: str, *, status: int, request_bytes: int,
-               response_bytes: int, seconds: float) -> None:
+    def record(
+        self,
+        handler: str,
+        method: str,
+        *,
+        status: int,
+        request_bytes: int,
+        response_bytes: int,
+        seconds: float,
+    ) -> None:
         self.requests.labels(handler=handler, method=method, status=f"{status // 100}xx").inc()
         self.request_size.labels(handler=handler).observe(request_bytes)
         self.response_size.labels(handler=handler).observe(response_bytes)
@@ -214,15 +239,18 @@ class Telemetry:
             if family.name == "vllm:request_prefill_kv_computed_tokens":
                 self._register_cache_config_info()
         names = [str(index) for index in range(config.data_parallel_size)]
-        self.engines = [EngineSeries(self.metrics, name, config.served_model_name, config.k_max)
-                        for name in names]
+        self.engines = [
+            EngineSeries(self.metrics, name, config.served_model_name, config.k_max)
+            for name in names
+        ]
         self.http = HttpSeries(self.metrics)
 
     def _register_vllm(self, family: Family) -> None:
         labelnames = (*family.labels, "model_name", *(("engine",) if family.per_engine else ()))
         metric = self._create(family, labelnames)
-        engines = [str(i) for i in range(self.config.data_parallel_size)] if family.per_engine \
-            else [None]
+        engines = (
+            [str(i) for i in range(self.config.data_parallel_size)] if family.per_engine else [None]
+        )
         for values in self._presets(family):
             for engine in engines:
                 labels = dict(zip(family.labels, values, strict=True))
@@ -239,8 +267,9 @@ class Telemetry:
     def _register_http(self, family: Family) -> None:
         self._create(family, family.labels)
 
-    def _create(self, family: Family, labelnames: Sequence[str]) -> Counter | Gauge | Histogram \
-            | Summary:
+    def _create(
+        self, family: Family, labelnames: Sequence[str]
+    ) -> Counter | Gauge | Histogram | Summary:
         kwargs = {"labelnames": labelnames, "registry": self.registry}
         if family.kind == "counter":
             counter = Counter(family.name, family.help, **kwargs)  # type: ignore[arg-type]
@@ -255,15 +284,15 @@ class Telemetry:
             self.metrics.summaries[family.name] = summary
             return summary
         edges = bucket_edges(family, self.config.max_model_len)
-        histogram = Histogram(family.name, family.help, buckets=edges,
-                              **kwargs)  # type: ignore[arg-type]
+        histogram = Histogram(family.name, family.help, buckets=edges, **kwargs)  # type: ignore[arg-type]
         self.metrics.histograms[family.name] = histogram
         return histogram
 
     def _register_cache_config_info(self) -> None:
         labelnames = sorted([*CACHE_CONFIG_LABELS, "engine"])
-        info = Gauge(CACHE_CONFIG_INFO, CACHE_CONFIG_HELP, labelnames=labelnames,
-                     registry=self.registry)
+        info = Gauge(
+            CACHE_CONFIG_INFO, CACHE_CONFIG_HELP, labelnames=labelnames, registry=self.registry
+        )
         for engine in range(self.config.data_parallel_size):
             info.labels(engine=str(engine), **CACHE_CONFIG_LABELS).set(1)
 
@@ -288,8 +317,9 @@ class MultiprocessView(Collector):
         self._registry = registry
 
     def collect(self) -> Iterable[Metric]:
-        families = [f for f in self._registry.collect()
-                    if not f.name.startswith(("process_", "python_"))]
+        families = [
+            f for f in self._registry.collect() if not f.name.startswith(("process_", "python_"))
+        ]
         for kind in MULTIPROCESS_KIND_ORDER:
             for family in families:
                 if family.type == kind:
@@ -308,7 +338,7 @@ def multiprocess_family(family: Metric) -> Metric:
         series.setdefault(key, []).append(sample)
     for group in series.values():
         rank = {"_sum": 0, "_bucket": 1, "_count": 2}
-        group.sort(key=lambda s: rank[s.name[len(family.name):]])  # type: ignore[attr-defined]
+        group.sort(key=lambda s: rank[s.name[len(family.name) :]])  # type: ignore[attr-defined]
         rebuilt.samples.extend(group)  # type: ignore[arg-type]
     return rebuilt
 

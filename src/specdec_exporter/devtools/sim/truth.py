@@ -31,8 +31,11 @@ class SpecCounts:
         self.accepted_tokens += other.accepted_tokens
 
     def as_json(self) -> dict[str, int]:
-        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens,
-                "accepted_tokens": self.accepted_tokens}
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+        }
 
 
 @dataclass
@@ -61,11 +64,17 @@ class EngineTruth:
             self.accepted_per_position[position] += 1
 
     def as_json(self) -> dict[str, Any]:
-        return {**self.spec.as_json(), "accepted_per_position": list(self.accepted_per_position),
-                "generation_tokens": self.generation_tokens, "prompt_tokens": self.prompt_tokens,
-                "requests": self.requests, "finished_reasons": dict(self.finished_reasons),
-                "decode_steps": self.decode_steps, "decode_step_ms": self.decode_step_ms,
-                "decode_step_plain_ms": self.decode_step_plain_ms}
+        return {
+            **self.spec.as_json(),
+            "accepted_per_position": list(self.accepted_per_position),
+            "generation_tokens": self.generation_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "requests": self.requests,
+            "finished_reasons": dict(self.finished_reasons),
+            "decode_steps": self.decode_steps,
+            "decode_step_ms": self.decode_step_ms,
+            "decode_step_plain_ms": self.decode_step_plain_ms,
+        }
 
 
 @dataclass
@@ -75,8 +84,11 @@ class TemperatureTruth:
     generation_tokens: int = 0
 
     def as_json(self) -> dict[str, int]:
-        return {"requests": self.requests, **self.spec.as_json(),
-                "generation_tokens": self.generation_tokens}
+        return {
+            "requests": self.requests,
+            **self.spec.as_json(),
+            "generation_tokens": self.generation_tokens,
+        }
 
 
 @dataclass
@@ -140,8 +152,12 @@ class GroundTruth:
         total = EngineTruth(self.k_max)
         for engine in self.engines:
             total.spec.add_counts(engine.spec)
-            total.accepted_per_position = [a + b for a, b in zip(
-                total.accepted_per_position, engine.accepted_per_position, strict=True)]
+            total.accepted_per_position = [
+                a + b
+                for a, b in zip(
+                    total.accepted_per_position, engine.accepted_per_position, strict=True
+                )
+            ]
             total.generation_tokens += engine.generation_tokens
             total.prompt_tokens += engine.prompt_tokens
             total.requests += engine.requests
@@ -166,8 +182,11 @@ class GroundTruth:
             "api_requests": self.api_requests,
             "engines": engines,
             "total": total,
-            "by_temperature": {key: entry.as_json()
-                               for key, entry in sorted(self.by_temperature.items())},
-            "per_request_metrics": {"attributed": self.attributed.as_json(),
-                                    "unattributed": self.unattributed.as_json()},
+            "by_temperature": {
+                key: entry.as_json() for key, entry in sorted(self.by_temperature.items())
+            },
+            "per_request_metrics": {
+                "attributed": self.attributed.as_json(),
+                "unattributed": self.unattributed.as_json(),
+            },
         }

@@ -13,16 +13,47 @@ from specdec_exporter.devtools.sweep.runner import SweepResult
 from specdec_exporter.term import Cell, render_table
 
 TABLE_HEADERS = (
-    "temperature", "source", "requests", "errors", "accept rate", "P10", "P50", "P90",
-    "accept len", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "tokens/s",
+    "temperature",
+    "source",
+    "requests",
+    "errors",
+    "accept rate",
+    "P10",
+    "P50",
+    "P90",
+    "accept len",
+    "TTFT p50 ms",
+    "TTFT p99 ms",
+    "TPOT p50 ms",
+    "TPOT p99 ms",
+    "tokens/s",
     "verdict",
 )
 CSV_COLUMNS = (
-    "temperature", "source", "requests", "succeeded", "errors", "acceptance_rate",
-    "acceptance_rate_p10", "acceptance_rate_p50", "acceptance_rate_p90", "mean_acceptance_length",
-    "drafts", "draft_tokens", "accepted_tokens", "requests_with_metrics", "requests_not_drafting",
-    "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "output_tokens", "tokens_per_s",
-    "elapsed_s", "verdict", "counters_settled",
+    "temperature",
+    "source",
+    "requests",
+    "succeeded",
+    "errors",
+    "acceptance_rate",
+    "acceptance_rate_p10",
+    "acceptance_rate_p50",
+    "acceptance_rate_p90",
+    "mean_acceptance_length",
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "requests_with_metrics",
+    "requests_not_drafting",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "output_tokens",
+    "tokens_per_s",
+    "elapsed_s",
+    "verdict",
+    "counters_settled",
 )
 SOURCE_TEXT = {
     "per-request": "per-request (metrics.speculative_decoding of each response)",
@@ -71,10 +102,20 @@ def flat_row(row: PhaseRow) -> dict[str, Any]:
 def table_row(row: PhaseRow) -> list[Cell]:
     flat = flat_row(row)
     return [
-        flat["temperature"], flat["source"], flat["requests"], flat["errors"],
-        flat["acceptance_rate"], flat["acceptance_rate_p10"], flat["acceptance_rate_p50"],
-        flat["acceptance_rate_p90"], flat["mean_acceptance_length"], flat["ttft_p50_ms"],
-        flat["ttft_p99_ms"], flat["tpot_p50_ms"], flat["tpot_p99_ms"], flat["tokens_per_s"],
+        flat["temperature"],
+        flat["source"],
+        flat["requests"],
+        flat["errors"],
+        flat["acceptance_rate"],
+        flat["acceptance_rate_p10"],
+        flat["acceptance_rate_p50"],
+        flat["acceptance_rate_p90"],
+        flat["mean_acceptance_length"],
+        flat["ttft_p50_ms"],
+        flat["ttft_p99_ms"],
+        flat["tpot_p50_ms"],
+        flat["tpot_p99_ms"],
+        flat["tokens_per_s"],
         flat["verdict"],
     ]
 
@@ -124,11 +165,15 @@ def row_notes(row: PhaseRow, config: SweepConfig) -> list[str]:
         notes.append(f"T={row.label}: no successful request, no figures.")
     missing = row.succeeded - (spec.requests_with_metrics or 0) if spec else 0
     if spec and spec.source == "per-request" and missing:
-        notes.append(f"T={row.label}: {missing} of {row.succeeded} successful requests carried "
-                     "no per-request metrics (not counted).")
+        notes.append(
+            f"T={row.label}: {missing} of {row.succeeded} successful requests carried "
+            "no per-request metrics (not counted)."
+        )
     if row.counters_settled is False:
-        notes.append(f"T={row.label}: counters still moving after {config.settle_timeout:g} s; "
-                     "the last requests may be missing from the figures.")
+        notes.append(
+            f"T={row.label}: counters still moving after {config.settle_timeout:g} s; "
+            "the last requests may be missing from the figures."
+        )
     return notes
 
 

@@ -70,8 +70,12 @@ async def run_sweep(
 ) -> SweepResult:
     """Run every phase in order; ``transport`` (tests) carries both the load and the scrapes."""
     async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
-        scraper = Scraper(client, config.metrics_base_url, timeout=config.scrape_timeout,
-                          max_body_bytes=config.max_body_bytes)
+        scraper = Scraper(
+            client,
+            config.metrics_base_url,
+            timeout=config.scrape_timeout,
+            max_body_bytes=config.max_body_bytes,
+        )
         return await _Sweep(config, scraper, on_progress, transport).execute()
 
 
@@ -121,8 +125,9 @@ class _Sweep:
         if self._source is None:
             self._source = choose_source(self._config.source, load.results)
         if self._source == "per-request":
-            return phase_row(label, load.results, load.elapsed,
-                             per_request_acceptance(load.results))
+            return phase_row(
+                label, load.results, load.elapsed, per_request_acceptance(load.results)
+            )
         if self._source is None and self._reading is None:
             return phase_row(label, load.results, load.elapsed, None)  # nothing to measure
         acceptance, settled = await self._counter_phase(index, label, load)
@@ -170,8 +175,12 @@ class _Sweep:
         while True:
             await asyncio.sleep(self._config.settle_interval)
             current = await self._scrape_until(deadline)
-            settled = counters_settled(base, model_totals(previous.totals, load.model),
-                                       model_totals(current.totals, load.model), expected)
+            settled = counters_settled(
+                base,
+                model_totals(previous.totals, load.model),
+                model_totals(current.totals, load.model),
+                expected,
+            )
             if settled or time.monotonic() >= deadline:
                 return current, settled
             previous = current
