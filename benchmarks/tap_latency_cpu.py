@@ -3,8 +3,8 @@ streamed chunk of the proxy process, and a normal request's latency with 10,000 
 connections open, for the tap against direct and two baselines measured in the same run: nginx
 (the pass-through reference) and the obvious Starlette+httpx proxy.
 
-    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~7 minutes
-    .venv/bin/python benchmarks/tap_latency_cpu.py --quick    # smoke run, ~2 minutes
+    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~8.5 minutes
+    .venv/bin/python benchmarks/tap_latency_cpu.py --quick    # smoke run, ~3 minutes
 
 Each server runs in its own process: a paced raw-asyncio SSE upstream shaped like vLLM (one
 ~230-byte chunk per step), the tap (uvloop), nginx (1 worker, proxy_buffering off, upstream
