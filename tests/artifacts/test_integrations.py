@@ -118,7 +118,7 @@ def test_the_production_stack_values_label_the_engine_and_route_through_the_tap(
     extra = model["vllmConfig"]["extraArgs"]
     assert json.loads(flag(extra, "--speculative-config"))["method"] == "ngram"
     assert flag(extra, "--per-request-spec-decode-metrics") == "summary"
-    assert "--enable-force-include-usage" in extra
+    assert "--enable-force-include-usage" not in extra  # the tap must not be combined with it
     assert int(flag(values["routerSpec"]["extraArgs"], "--k8s-port")) == tap_port()
 
 

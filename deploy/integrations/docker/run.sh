@@ -9,7 +9,7 @@ docker run -d --name vllm --gpus all \
   vllm/vllm-openai:v0.33.0 \
   --model meta-llama/Llama-3.1-8B-Instruct --port 8000 \
   --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}' \
-  --per-request-spec-decode-metrics summary --enable-force-include-usage
+  --per-request-spec-decode-metrics summary
 docker run -d --name specdec-exporter --network container:vllm \
   --read-only --cap-drop ALL --security-opt no-new-privileges \
   ghcr.io/vllm-specdec-exporter/vllm-specdec-exporter:0.1.0 \
