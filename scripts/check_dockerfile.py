@@ -131,7 +131,7 @@ SIDECAR_COMMANDS = ("run", "check", "calibrate")
 
 
 def check_commands(venv: Path) -> None:
-    """Each command answers --help, or exits 2 with one line saying its dev tools are left out."""
+    """Each command answers --help, or exits 69 with one line saying its dev tools are left out."""
     from specdec_exporter.cli import COMMANDS  # noqa: PLC0415  (the checkout's own command list)
 
     for name in COMMANDS:
@@ -146,7 +146,7 @@ def check_commands(venv: Path) -> None:
             continue
         assert name not in SIDECAR_COMMANDS, f"{name} fails in the image: {result.stderr}"
         lines = result.stderr.strip().splitlines()
-        assert result.returncode == 2 and len(lines) == 1 and "left out" in lines[0], (
+        assert result.returncode == 69 and len(lines) == 1 and "left out" in lines[0], (
             f"{name}: exit {result.returncode}, stderr {result.stderr!r}"
         )
         print(f"{name}: {lines[0]}")
