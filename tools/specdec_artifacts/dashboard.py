@@ -150,6 +150,26 @@ def _threshold(settings: Settings, scope: Scope) -> Query:
     )
 
 
+def _acceptance_panel(
+    title: str,
+    description: str,
+    series: Query,
+    settings: Settings,
+    scope: Scope,
+    *extra: Query,
+) -> Panel:
+    """An acceptance-rate panel (0..1) with the dashed threshold t (and ``extra`` lines)."""
+    return Panel(
+        title,
+        description,
+        (series, _threshold(settings, scope), *extra),
+        unit="percentunit",
+        min=0,
+        max=1,
+        dashed=REFERENCE_LINES,
+    )
+
+
 def acceptance_row(settings: Settings, scope: Scope) -> Row:
     per_model = _ratio(
         "model_name", "specdec_accepted_tokens_total", "specdec_draft_tokens_total", scope.engine
@@ -160,41 +180,31 @@ def acceptance_row(settings: Settings, scope: Scope) -> Row:
     return Row(
         "Acceptance",
         (
-            Panel(
+            _acceptance_panel(
                 "Acceptance rate per model",
                 "Accepted / proposed draft tokens, engines summed before dividing. Dashed: the "
                 "model's alert threshold t, and the break-even: the acceptance rate at which the "
                 "modelled speedup L / (1 + k·c) is 1 (k·c / mean draft length; c when every draft "
                 "is k tokens long). Below the break-even, speculation is a net loss by the model.",
-                (
-                    Query(per_model, "{{model_name}}"),
-                    _threshold(settings, scope),
-                    Query(break_even, "break-even {{model_name}}"),
-                ),
-                unit="percentunit",
-                min=0,
-                max=1,
-                dashed=REFERENCE_LINES,
+                Query(per_model, "{{model_name}}"),
+                settings,
+                scope,
+                Query(break_even, "break-even {{model_name}}"),
             ),
-            Panel(
+            _acceptance_panel(
                 "Acceptance rate per engine",
                 "Per data-parallel engine: one engine far from the others points at that rank.",
-                (
-                    Query(
-                        _ratio(
-                            "model_name, engine",
-                            "specdec_accepted_tokens_total",
-                            "specdec_draft_tokens_total",
-                            scope.engine,
-                        ),
-                        "{{model_name}} engine {{engine}}",
+                Query(
+                    _ratio(
+                        "model_name, engine",
+                        "specdec_accepted_tokens_total",
+                        "specdec_draft_tokens_total",
+                        scope.engine,
                     ),
-                    _threshold(settings, scope),
+                    "{{model_name}} engine {{engine}}",
                 ),
-                unit="percentunit",
-                min=0,
-                max=1,
-                dashed=REFERENCE_LINES,
+                settings,
+                scope,
             ),
             Panel(
                 "Mean acceptance length",
@@ -288,26 +298,21 @@ def temperature_row(settings: Settings, scope: Scope) -> Row:
     return Row(
         "By temperature bucket (request tap)",
         (
-            Panel(
+            _acceptance_panel(
                 "Acceptance rate by temperature bucket",
                 "From the tap's per-request counters. Acceptance falls as temperature rises. "
                 "Dashed: the model's threshold t.",
-                (
-                    Query(
-                        _ratio(
-                            "model_name, temperature_bucket",
-                            "specdec_request_accepted_tokens_total",
-                            "specdec_request_draft_tokens_total",
-                            scope.bucket,
-                        ),
-                        "{{model_name}} {{temperature_bucket}}",
+                Query(
+                    _ratio(
+                        "model_name, temperature_bucket",
+                        "specdec_request_accepted_tokens_total",
+                        "specdec_request_draft_tokens_total",
+                        scope.bucket,
                     ),
-                    _threshold(settings, scope),
+                    "{{model_name}} {{temperature_bucket}}",
                 ),
-                unit="percentunit",
-                min=0,
-                max=1,
-                dashed=REFERENCE_LINES,
+                settings,
+                scope,
             ),
             Panel(
                 "Per-request acceptance (heatmap)",
