@@ -115,3 +115,32 @@ def test_splitter_holds_only_the_incomplete_tail() -> None:
     assert splitter.split(b"data: 1\n\ndata: 2") == b"data: 1\n\n"
     assert splitter.split(b"\n\n") == b"data: 2\n\n"
     assert splitter.rest() == b""
+
+
+EXTRA_BLANK_LINE = [  # an extra blank line before the usage chunk; SSE reads it as nothing
+    [b"data: {}\n\n\n" + sse_events(WITH_USAGE)[-2]],
+    [b"data: {}\n\n\n", sse_events(WITH_USAGE)[-2]],
+    [b"data: {}\n\n", b"\n" + sse_events(WITH_USAGE)[-2]],
+]
+"""Found by fuzz/fuzz_sse.py: the watcher saw the usage chunk only when the stream was cut
+right after the blank line, because an event was read with the extra newline in front."""
+
+
+@pytest.mark.parametrize("pieces", EXTRA_BLANK_LINE)
+def test_watcher_reads_an_event_after_an_extra_blank_line_however_it_is_cut(
+    pieces: list[bytes],
+) -> None:
+    watcher = UsageWatcher(LIMIT)
+    for piece in pieces:
+        watcher.feed(piece)
+    assert watcher.final_chunk is not None
+
+
+@pytest.mark.parametrize("pieces", EXTRA_BLANK_LINE)
+def test_undo_after_an_extra_blank_line_drops_the_usage_event_and_keeps_the_newline(
+    pieces: list[bytes],
+) -> None:
+    undoer = IncludeUsageUndo(LIMIT)
+    out = b"".join(undoer.feed(piece) for piece in pieces) + undoer.finish()
+    assert out == b"data: {}\n\n\n"
+    assert undoer.final_chunk is not None

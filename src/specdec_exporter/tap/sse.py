@@ -55,8 +55,16 @@ def iter_events(block: bytes) -> list[bytes]:
     return [*events, parts[-1]] if parts[-1] else events
 
 
+def blank_lines(event: bytes) -> int:
+    """How many bytes of blank lines lead the event. SSE reads them as nothing; they appear
+    when a stream has ``\n\n\n``, and whether they lead this event or trail the one before
+    depends on where the stream was cut, so readers skip them and rewriters keep them."""
+    return len(event) - len(event.lstrip(b"\n"))
+
+
 def final_usage_chunk(event: bytes) -> dict[str, Any] | None:
     """The parsed chunk if the event is the final usage chunk (``"choices": []``), else None."""
+    event = event[blank_lines(event) :]
     if not event.startswith(DATA_PREFIX):
         return None
     try:
@@ -149,6 +157,7 @@ class IncludeUsageUndo:
             if chunk is not None and self.final_chunk is None:
                 self.final_chunk = chunk
                 out.append(self._release(raw_member(event, FINGERPRINT_KEY)))
+                out.append(event[: blank_lines(event)])
             elif self._held or FINISH_MARK in event:
                 self._held.append(event)
             else:
