@@ -72,6 +72,7 @@ class Scenario:
 def serve_tap(port: int, upstream_port: int) -> None:
     from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
     from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
+    from specdec_exporter.sidecar.serve import freeze_startup_heap  # noqa: PLC0415
     from specdec_exporter.tap.proxy import run_tap  # noqa: PLC0415
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 
@@ -80,6 +81,7 @@ def serve_tap(port: int, upstream_port: int) -> None:
         vllm_url=f"http://127.0.0.1:{upstream_port}", proxy_listen=f"127.0.0.1:{port}"
     )
     stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
+    freeze_startup_heap()  # as serve() does
     asyncio.run(run_tap(settings, stats, lambda: frozenset({"bench"})))
 
 

@@ -257,12 +257,15 @@ class ResponseSide:
 
     def _inspect(self, data: bytes) -> bytes:
         """Watch the body for per-request metrics; in rewrite mode, return the bytes to pass on."""
-        if self._undo is not None:
-            data = self._undo.feed(data)
-            self._note_final_chunk(self._undo.final_chunk)
-        elif self._watcher is not None:
-            self._watcher.feed(data)
-            self._note_final_chunk(self._watcher.final_chunk)
+        undo, watcher = self._undo, self._watcher
+        if undo is not None:
+            data = undo.feed(data)
+            if undo.final_chunk is not None:
+                self._note_final_chunk()
+        elif watcher is not None:
+            watcher.feed(data)
+            if watcher.final_chunk is not None:
+                self._note_final_chunk()
         elif self._tail is not None:
             self._keep_tail(data)
         return data
@@ -273,8 +276,8 @@ class ResponseSide:
         self._watcher = None
         self._tail = None
 
-    def _note_final_chunk(self, chunk: object) -> None:
-        if chunk is not None and self._final_chunk_at is None:
+    def _note_final_chunk(self) -> None:
+        if self._final_chunk_at is None:
             self._final_chunk_at = time.monotonic()
 
     def _keep_tail(self, data: bytes) -> None:

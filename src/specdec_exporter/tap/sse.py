@@ -19,31 +19,32 @@ DATA_PREFIX = b"data: "
 class EventSplitter:
     """Cuts a byte stream at SSE event ends, holding back only an incomplete last event."""
 
-    __slots__ = ("_pending", "limit", "overflowed")
+    __slots__ = ("limit", "overflowed", "pending")
 
     def __init__(self, limit: int) -> None:
-        self._pending = b""
+        self.pending = b""
+        """The incomplete last event, held until its blank line."""
         self.limit = limit
         self.overflowed = False
 
     def split(self, piece: bytes) -> bytes:
         """The complete events now available (possibly empty); the rest is held."""
-        data = self._pending + piece if self._pending else piece
+        data = self.pending + piece if self.pending else piece
         end = data.rfind(EVENT_END)
         if end < 0:
             self._hold(data)
             return b""
         end += len(EVENT_END)
-        self._pending = data[end:]
+        self.pending = data[end:]
         return data if end == len(data) else data[:end]
 
     def _hold(self, data: bytes) -> None:
         if len(data) > self.limit:
             self.overflowed = True
-        self._pending = data
+        self.pending = data
 
     def rest(self) -> bytes:
-        rest, self._pending = self._pending, b""
+        rest, self.pending = self.pending, b""
         return rest
 
 
@@ -106,9 +107,12 @@ class UsageWatcher:
         self.final_chunk: dict[str, Any] | None = None
 
     def feed(self, piece: bytes) -> None:
-        if self.splitter.overflowed:
+        splitter = self.splitter
+        if splitter.overflowed:
             return
-        block = self.splitter.split(piece)
+        if USAGE_MARK not in piece and not splitter.pending and piece.endswith(EVENT_END):
+            return  # the common chunk: whole events (split would pass it as is), no usage
+        block = splitter.split(piece)
         if USAGE_MARK in block:
             for event in iter_events(block):
                 chunk = final_usage_chunk(event) if USAGE_MARK in event else None
@@ -138,6 +142,14 @@ class IncludeUsageUndo:
         """The bytes to forward for this piece (possibly empty)."""
         if self.passthrough:
             return piece
+        if (
+            not self._held
+            and FINISH_MARK not in piece
+            and USAGE_MARK not in piece
+            and not self.splitter.pending
+            and piece.endswith(EVENT_END)
+        ):
+            return piece  # the common chunk: whole events (split would pass it), none to change
         block = self.splitter.split(piece)
         if self.splitter.overflowed:  # not SSE as vLLM writes it: give up, forward everything
             self.passthrough = True
