@@ -4,9 +4,13 @@ model built back from the parsed flags: each default, check and help text is wri
 from __future__ import annotations
 
 import argparse
-from typing import Any, TypeVar
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     CliSettingsSource,
@@ -18,6 +22,7 @@ from pydantic_settings import (
 from specdec_exporter.sidecar.config import ConfigError
 
 S = TypeVar("S", bound=BaseSettings)
+M = TypeVar("M")
 
 _CLI_STYLE: dict[str, Any] = {
     "cli_kebab_case": True,  # field scrape_timeout is flag --scrape-timeout
@@ -27,8 +32,50 @@ _CLI_STYLE: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class Metavar:
+    """Field metadata: what ``--help`` shows for the flag's value (``--prompts FILE``) instead of
+    the field's type, for a type that would hide the value's format."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class FromEnv:
+    """Field metadata: the environment variable the field falls back to when its flag is absent
+    (``--api-key``, else ``$OPENAI_API_KEY``). ``--help`` names it; empty counts as unset."""
+
+    variable: str
+
+
+def field_marker(field: FieldInfo, kind: type[M]) -> M | None:
+    """The first ``kind`` among the field's metadata, looking inside ``Annotated`` union members
+    too (``Annotated[int, ...] | None``)."""
+    candidates = list(field.metadata)
+    for member in get_args(field.annotation):
+        if get_origin(member) is Annotated:
+            candidates += member.__metadata__
+    return next((item for item in candidates if isinstance(item, kind)), None)
+
+
+class _MarkedEnvironment(PydanticBaseSettingsSource):
+    """The variables that FromEnv names, for their fields alone."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        marker = field_marker(field, FromEnv)
+        value = os.environ.get(marker.variable) if marker else None
+        return value or None, field.alias or field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found = (
+            self.get_field_value(f, name) for name, f in self.settings_cls.model_fields.items()
+        )
+        return {key: value for value, key, _ in found if value is not None}
+
+
 class FlagsOnly(BaseSettings):
-    """Base of command settings read from flags alone: no environment variable is consulted."""
+    """Base of command settings read from flags alone: no environment variable is consulted but
+    those a field names with FromEnv."""
 
     model_config = SettingsConfigDict(extra="forbid", frozen=True)
 
@@ -41,19 +88,48 @@ class FlagsOnly(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)
+        return (init_settings, _MarkedEnvironment(settings_cls))
+
+
+def _flag_adder(
+    model: type[BaseSettings], group: argparse._ArgumentGroup | None
+) -> Callable[..., argparse.Action]:
+    """pydantic-settings' add_argument, with each field's Metavar and FromEnv applied."""
+    fields = {field.alias or name: field for name, field in model.model_fields.items()}
+
+    def add_argument(
+        parser: argparse.ArgumentParser, *names: str, **options: Any
+    ) -> argparse.Action:
+        field = fields.get(options.get("dest", ""))
+        if field is not None:
+            metavar = field_marker(field, Metavar)
+            if metavar is not None and "metavar" in options:
+                options["metavar"] = metavar.text
+            variable = field_marker(field, FromEnv)
+            if variable is not None:
+                options["help"] = f"{options.get('help', '')} [env: {variable.variable}]".strip()
+        return (group or parser).add_argument(*names, **options)
+
+    return add_argument
 
 
 def _cli_source(
-    model: type[BaseSettings], parser: argparse.ArgumentParser | None = None
+    model: type[BaseSettings],
+    parser: argparse.ArgumentParser | None = None,
+    group: argparse._ArgumentGroup | None = None,
 ) -> CliSettingsSource[Any]:
-    return CliSettingsSource(model, root_parser=parser, **_CLI_STYLE)
+    return CliSettingsSource(
+        model, root_parser=parser, add_argument_method=_flag_adder(model, group), **_CLI_STYLE
+    )
 
 
-def add_settings_flags(parser: argparse.ArgumentParser, model: type[BaseSettings]) -> None:
+def add_settings_flags(
+    parser: argparse.ArgumentParser, model: type[BaseSettings], title: str | None = None
+) -> None:
     """One flag per field of ``model``: kebab-case name, help from its description, default and
-    environment variable. Values stay text until the model validates them."""
-    _cli_source(model, parser)
+    environment variable; under a heading of their own with ``title``. Values stay text until the
+    model validates them."""
+    _cli_source(model, parser, parser.add_argument_group(title) if title else None)
 
 
 def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
@@ -65,6 +141,21 @@ def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
         raise ConfigError(describe_validation_error(exc)) from None
     except SettingsError as exc:
         raise ConfigError(f"invalid setting: {exc}") from None
+
+
+def flag_of(model: type[BaseModel], field: str) -> str:
+    """The flag of one of ``model``'s fields: ``--`` and its name (or alias) in kebab case."""
+    return "--" + (model.model_fields[field].alias or field).replace("_", "-")
+
+
+def refuse_together(settings: BaseModel, *fields: str) -> None:
+    """Flags that exclude each other: ValueError naming two of ``fields`` that were both given.
+    For a settings model's ``model_validator(mode="after")``."""
+    given = [
+        flag_of(type(settings), field) for field in fields if field in settings.model_fields_set
+    ]
+    if len(given) > 1:
+        raise ValueError(f"{given[1]} is not allowed with {given[0]}")
 
 
 def describe_validation_error(exc: ValidationError) -> str:

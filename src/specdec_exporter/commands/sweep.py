@@ -4,140 +4,94 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TextIO
+from typing import Annotated, Self, TextIO
 
-from specdec_exporter.commands.load import API_KEY_ENV, read_prompts
+from pydantic import AfterValidator, Field, model_validator
+
+from specdec_exporter.commands.flags import (
+    Metavar,
+    add_settings_flags,
+    refuse_together,
+    settings_from_args,
+)
+from specdec_exporter.commands.load import ClientFlags, Count
 from specdec_exporter.devtools.load.mix import temperature_label
 from specdec_exporter.devtools.load.runner import ModelLookupError
 from specdec_exporter.devtools.sweep.config import (
     DEFAULT_TEMPERATURES_TEXT,
-    SOURCE_CHOICES,
+    SourceChoice,
     SweepConfig,
-    TemperatureListError,
     parse_temperatures,
 )
 from specdec_exporter.devtools.sweep.report import render_sweep, sweep_csv, sweep_json
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.sidecar.config import HttpUrl
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 EXIT_OK, EXIT_FAILED = 0, 1
 PROG = "specdec-exporter sweep"
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+def _check_temperatures(text: str) -> str:
+    parse_temperatures(text)
+    return text
 
 
-def _temperatures(text: str) -> tuple[float | None, ...]:
-    try:
-        return parse_temperatures(text)
-    except TemperatureListError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+class SweepSettings(ClientFlags):
+    """sweep's flags."""
+
+    metrics_url: Annotated[HttpUrl | None, Metavar("URL")] = Field(
+        None, description="base URL whose /metrics has vLLM's counters; unset: --url"
+    )
+    temperatures: Annotated[str, AfterValidator(_check_temperatures), Metavar("LIST")] = Field(
+        DEFAULT_TEMPERATURES_TEXT,
+        description="comma-separated temperatures, run in this order; 'default' omits the key",
+    )
+    requests: Count = Field(20, description="requests per temperature")
+    concurrency: Count = Field(4, description="requests in flight at once")
+    stream: bool = Field(
+        False, description="stream every request (with include_usage); needed for TTFT/TPOT"
+    )
+    seed: int | None = Field(
+        None,
+        description="seed of the prompt choice, the same for every temperature; unset: random, "
+        "printed",
+    )
+    source: SourceChoice = Field(
+        "auto",
+        description="where acceptance comes from; auto: per-request if every successful "
+        "request of the first phase carried metrics, else counters",
+    )
+    csv: bool = Field(False, description="print CSV, one line per temperature")
+
+    @model_validator(mode="after")
+    def _one_format(self) -> Self:
+        refuse_together(self, "as_json", "csv")
+        return self
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--url",
-        default="http://127.0.0.1:8000",
-        help="base URL of the OpenAI-compatible server, vLLM or the sidecar's "
-        "request tap (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--metrics-url",
-        metavar="URL",
-        help="base URL whose /metrics has vLLM's counters (default: --url)",
-    )
-    parser.add_argument("--model", help="model name (default: first id from GET /v1/models)")
-    parser.add_argument(
-        "--api-key",
-        metavar="KEY",
-        help=f"sent as a Bearer token (default: ${API_KEY_ENV}); never printed",
-    )
-    parser.add_argument(
-        "--temperatures",
-        type=_temperatures,
-        default=DEFAULT_TEMPERATURES_TEXT,
-        metavar="LIST",
-        help="comma-separated temperatures, run in this order; "
-        "'default' omits the key (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--requests",
-        type=_positive_int,
-        default=20,
-        metavar="N",
-        help="requests per temperature (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=_positive_int,
-        default=4,
-        metavar="N",
-        help="requests in flight at once (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-tokens",
-        type=_positive_int,
-        default=64,
-        metavar="N",
-        help="max_tokens of every request (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--stream",
-        action="store_true",
-        help="stream every request (with include_usage); needed for TTFT/TPOT",
-    )
-    parser.add_argument(
-        "--prompts",
-        type=Path,
-        metavar="FILE",
-        help="one prompt per line (default: built-in short prompts)",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        help="seed of the prompt choice, the same for every temperature (default: random, printed)",
-    )
-    parser.add_argument(
-        "--source",
-        choices=SOURCE_CHOICES,
-        default="auto",
-        help="where acceptance comes from; auto: per-request if every successful "
-        "request of the first phase carried metrics, else counters",
-    )
-    output = parser.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="print one JSON object")
-    output.add_argument("--csv", action="store_true", help="print CSV, one line per temperature")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_settings_flags(parser, SweepSettings)
 
 
-def build_config(args: argparse.Namespace) -> SweepConfig:
-    for flag, url in (("--url", args.url), ("--metrics-url", args.metrics_url)):
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{flag} must start with http:// or https://, got {url!r}")
+def build_config(settings: SweepSettings) -> SweepConfig:
     return SweepConfig(
-        url=args.url,
-        metrics_url=args.metrics_url,
-        model=args.model,
-        temperatures=args.temperatures,
-        requests=args.requests,
-        concurrency=args.concurrency,
-        max_tokens=args.max_tokens,
-        stream=args.stream,
-        prompts=read_prompts(args.prompts),
-        seed=random.randrange(1 << 31) if args.seed is None else args.seed,
-        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
-        source=args.source,
+        url=settings.url,
+        metrics_url=settings.metrics_url,
+        model=settings.model,
+        temperatures=parse_temperatures(settings.temperatures),
+        requests=settings.requests,
+        concurrency=settings.concurrency,
+        max_tokens=settings.max_tokens,
+        stream=settings.stream,
+        prompts=settings.read_prompts(),
+        seed=random.randrange(1 << 31) if settings.seed is None else settings.seed,
+        api_key=settings.bearer_token,
+        source=settings.source,
     )
 
 
@@ -170,22 +124,23 @@ async def sweep_with_progress(config: SweepConfig, line: SweepProgressLine | Non
     )
 
 
-def render(result: SweepResult, config: SweepConfig, args: argparse.Namespace) -> str:
-    if args.json:
+def render(result: SweepResult, config: SweepConfig, settings: SweepSettings) -> str:
+    if settings.as_json:
         return json.dumps(sweep_json(result, config), indent=2)
-    if args.csv:
+    if settings.csv:
         return sweep_csv(result).rstrip("\n")
     return render_sweep(result, config)
 
 
 def main(args: argparse.Namespace) -> int:
-    config = build_config(args)
-    show_progress = not args.quiet and sys.stderr.isatty()
+    settings = settings_from_args(SweepSettings, args)
+    config = build_config(settings)
+    show_progress = not settings.quiet and sys.stderr.isatty()
     line = SweepProgressLine(sys.stderr, config) if show_progress else None
     try:
         result = run_event_loop(sweep_with_progress(config, line))
     except (ModelLookupError, SweepError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(render(result, config, args))
+    print(render(result, config, settings))
     return EXIT_OK if all(row.succeeded for row in result.rows) else EXIT_FAILED

@@ -56,7 +56,7 @@ def test_vllm_flags_map_onto_the_config() -> None:
         0.5,
         9,
     )
-    assert not config.merge_chunks
+    assert not config.chunk_merging
     assert config.effective_draft_miss_rate == 0.0
 
 

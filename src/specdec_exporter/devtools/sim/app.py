@@ -564,7 +564,7 @@ class Generation:
             if any(output is None for output in batch):
                 return False
             outputs = [o for o in batch if o is not None]
-            if self.config.merge_chunks:
+            if self.config.chunk_merging:
                 outputs = merge_outputs(outputs)
             chunks = []
             for output in outputs:

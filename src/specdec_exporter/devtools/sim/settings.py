@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -14,6 +14,7 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     model_validator,
 )
+from pydantic_settings import CliToggleFlag
 
 from specdec_exporter.devtools.sim.steptime import StepTimeModel, step_time_model_for
 from specdec_exporter.sidecar.config import ConfigError
@@ -75,11 +76,92 @@ class SpeculativeConfig:
 
 def flag_of(field: str) -> str:
     """The command-line flag of a SimConfig field (``max_num_seqs`` -> ``--max-num-seqs``)."""
-    return "--no-chunk-merging" if field == "merge_chunks" else "--" + field.replace("_", "-")
+    return "--" + field.replace("_", "-")
 
 
-class SimConfig(BaseModel):
-    """Everything the simulator can be told; the CLI flags map one to one onto these fields.
+Port = Annotated[int, Field(ge=0, le=65535)]
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+
+
+class ServeOptions(BaseModel):
+    """What `vllm serve`'s own flags set; `simulate` takes them under the same names."""
+
+    host: str = Field(
+        default="127.0.0.1",
+        description="address to bind (vLLM's default is all interfaces; the simulator's is "
+        "loopback)",
+    )
+    port: Port = Field(default=0, description="port; 0 lets the OS choose")
+    served_model_name: str = Field(
+        default=DEFAULT_MODEL,
+        min_length=1,
+        description="model_name label, /v1/models, accepted model",
+    )
+    per_request_spec_decode_metrics: SpecMetricsMode = Field(
+        default="none", description="per-request speculative decoding metrics in each response"
+    )
+    enable_per_request_metrics: bool = Field(
+        default=False, description="also return timing metrics per request"
+    )
+    enable_force_include_usage: bool = Field(
+        default=False,
+        description="the usage chunk (and so the per-request metrics) on every stream",
+    )
+    data_parallel_size: int = Field(default=1, ge=1, description="engines, engine=0..N-1")
+    api_server_count: int | None = Field(
+        default=None,
+        ge=1,
+        description="> 1 renders /metrics multiprocess-style; unset: the DP size",
+    )
+    max_num_seqs: int = Field(default=256, ge=1, description="running batch limit per engine")
+    max_model_len: int = Field(default=8192, ge=16, description="prompt + max_tokens limit")
+
+
+class SimulatorOptions(BaseModel):
+    """The simulator's own knobs; `simulate` takes them as flags of the same names."""
+
+    seed: int = Field(default=0, description="same seed and same requests: same outputs and counts")
+    drafter_quality: float = Field(
+        default=DEFAULT_DRAFTER_QUALITY,
+        ge=0.0,
+        le=1.0,
+        description="drafter knob in 0..1, about the greedy acceptance rate",
+    )
+    draft_miss_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=f"share of steps with no draft; unset: {NGRAM_MISS_RATE} for "
+        f"{'/'.join(sorted(MODEL_FREE_METHODS))}, else 0",
+    )
+    metric_names: MetricNames = Field(
+        default="colon",
+        description="vllm: names, vllm_ names, or vllm_ samples under vllm: TYPE lines",
+    )
+    speed: float = Field(
+        default=1.0,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="time-scale factor: 10 runs engine steps ten times faster",
+    )
+    mean_output_tokens: int = Field(
+        default=200, ge=1, description="mean length at which a response stops by itself"
+    )
+    chunk_merging: CliToggleFlag[bool] = Field(
+        default=True,
+        description="like vLLM, merge the engine steps a slow client has not read into one SSE "
+        "chunk; --no-chunk-merging keeps one chunk per step",
+    )
+    modelled_clock: bool = Field(
+        default=False,
+        description="request timestamps (per-request timings, latency histograms) count "
+        "modelled step time, not wall time: figures the host's load cannot skew",
+    )
+
+
+class SimConfig(ServeOptions, SimulatorOptions):
+    """Everything the simulator can be told: what `vllm serve`'s flags set, the simulator's own
+    knobs, and what only Python sets.
 
     Each default and each range is written here once; a bad value raises ConfigError naming the
     flag, in one line.
@@ -87,29 +169,11 @@ class SimConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=0, ge=0, le=65535, description="0 lets the OS choose")
-    served_model_name: str = Field(default=DEFAULT_MODEL, min_length=1)
     speculative: SpeculativeConfig | None = None
-    per_request_spec_decode_metrics: SpecMetricsMode = "none"
-    enable_per_request_metrics: bool = False
-    enable_force_include_usage: bool = False
-    data_parallel_size: int = Field(default=1, ge=1)
-    api_server_count: int | None = Field(default=None, ge=1, description="default: the DP size")
-    default_temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    seed: int = 0
-    drafter_quality: float = Field(default=DEFAULT_DRAFTER_QUALITY, ge=0.0, le=1.0)
-    draft_miss_rate: float | None = Field(default=None, ge=0.0, le=1.0)
-    metric_names: MetricNames = "colon"
-    speed: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_model_len: int = Field(default=8192, ge=16)
-    mean_output_tokens: int = Field(default=200, ge=1)
-    merge_chunks: bool = True
+    default_temperature: Temperature = Field(
+        default=1.0, description="temperature of a request without one"
+    )
     step_time: StepTimeModel | None = None
-    modelled_clock: bool = False
-    """Request timestamps (per-request timing metrics, latency histograms) count modelled step
-    time, not wall time: server-side figures that the host's load cannot skew."""
 
     @model_validator(mode="wrap")
     @classmethod
@@ -225,7 +289,8 @@ def _parse_schedule(raw: Any) -> tuple[KRange, ...]:
 def parse_default_temperature(
     explicit: float | None, override_json: str | None, generation_config_json: str | None
 ) -> float:
-    """Resolve the default temperature like vLLM: override, then generation_config.json, then 1.0.
+    """Resolve the default temperature like vLLM: override, then generation_config.json, then
+    SimConfig's default (1.0).
 
     ``explicit`` (the simulator's ``--default-temperature``) wins over both.
     """
@@ -243,4 +308,4 @@ def parse_default_temperature(
             raise ConfigError(f"{source} is not valid JSON: {exc.msg}") from None
         if isinstance(values, dict) and isinstance(values.get("temperature"), int | float):
             return float(values["temperature"])
-    return 1.0
+    return float(default_of("default_temperature"))

@@ -1,0 +1,123 @@
+"""Flags generated from settings models: metavars, an environment fallback, flags that exclude
+each other, and every command's --help naming each field with its help text and default."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Annotated, Self
+
+import pytest
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings
+
+from specdec_exporter.cli import main
+from specdec_exporter.commands.check import CheckSettings
+from specdec_exporter.commands.demo import DemoSettings
+from specdec_exporter.commands.flags import (
+    FlagsOnly,
+    FromEnv,
+    Metavar,
+    add_settings_flags,
+    refuse_together,
+    settings_from_args,
+)
+from specdec_exporter.commands.load import LoadSettings
+from specdec_exporter.commands.simulate import ServeFlags, SimulatorFlags
+from specdec_exporter.commands.sweep import SweepSettings
+from specdec_exporter.sidecar.config import ConfigError, Settings, VllmTarget
+
+TOKEN = "sk-flag-test-1234"
+
+
+class Example(FlagsOnly):
+    token: Annotated[SecretStr | None, Metavar("KEY"), FromEnv("EXAMPLE_TOKEN")] = Field(
+        None, description="a secret"
+    )
+    count: Annotated[int | None, Metavar("N")] = Field(None, ge=1, description="how many")
+    seconds: float | None = Field(None, gt=0, description="how long")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Self:
+        refuse_together(self, "count", "seconds")
+        return self
+
+
+def parse(*argv: str) -> Example:
+    parser = argparse.ArgumentParser()
+    add_settings_flags(parser, Example)
+    return settings_from_args(Example, parser.parse_args(argv))
+
+
+def test_metavars_and_the_environment_variable_show_in_help() -> None:
+    parser = argparse.ArgumentParser()
+    add_settings_flags(parser, Example, "example flags")
+    text = parser.format_help()
+    assert "[--token KEY] [--count N] [--seconds float]" in text
+    assert "example flags:" in text
+    assert "a secret (default: None) [env: EXAMPLE_TOKEN]" in " ".join(text.split())
+
+
+def test_the_environment_fills_in_for_an_absent_flag_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse().token is None
+    monkeypatch.setenv("EXAMPLE_TOKEN", "")
+    assert parse().token is None
+    monkeypatch.setenv("EXAMPLE_TOKEN", TOKEN)
+    assert parse().token == SecretStr(TOKEN)
+    assert parse("--token", "given").token == SecretStr("given")
+    assert TOKEN not in repr(parse())
+
+
+def test_flags_that_exclude_each_other_are_refused_together_only() -> None:
+    assert (parse("--count", "2").count, parse("--seconds", "1").seconds) == (2, 1.0)
+    with pytest.raises(ConfigError) as refused:
+        parse("--count", "2", "--seconds", "1")
+    assert str(refused.value) == "invalid setting: --seconds is not allowed with --count"
+
+
+COMMAND_MODELS: list[tuple[str, tuple[type[BaseSettings], ...]]] = [
+    ("run", (Settings,)),
+    ("check", (VllmTarget, CheckSettings)),
+    ("demo", (DemoSettings,)),
+    ("simulate", (ServeFlags, SimulatorFlags)),
+    ("load", (LoadSettings,)),
+    ("sweep", (SweepSettings,)),
+]
+
+
+def help_entries(command: str, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """Each flag's entry of ``command --help``, on one line (a wide terminal keeps each
+    description on one line; a long flag puts it on the next)."""
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    entries: dict[str, str] = {}
+    flag = ""
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("  --"):
+            flag = line.split()[0]
+            entries[flag] = line.strip()
+        elif line.startswith("   ") and flag:
+            entries[flag] += " " + line.strip()
+        else:
+            flag = ""
+    return entries
+
+
+@pytest.mark.parametrize(("command", "models"), COMMAND_MODELS)
+def test_help_names_every_field_with_its_help_and_default(
+    command: str,
+    models: tuple[type[BaseSettings], ...],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
+    entries = help_entries(command, capsys)
+    fields = {name: field for model in models for name, field in model.model_fields.items()}
+    for name, field in fields.items():
+        switch_off = field.default is True
+        flag = ("--no-" if switch_off else "--") + (field.alias or name).replace("_", "-")
+        assert flag in entries, f"{command} --help lacks {flag}"
+        assert " ".join((field.description or "").split()) in entries[flag]
+        if not switch_off:
+            assert f"(default: {field.default})" in entries[flag]
+    assert len(entries) == len(fields)
