@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -12,10 +13,13 @@ from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.spec import SpecDecodeSummary
 from specdec_exporter.tap.stats import (
     ACCEPTANCE_RATE_BOUNDS,
+    TPOT_BOUNDS,
+    TTFT_BOUNDS,
     RequestRecord,
     RequestStats,
     acceptance_length_bounds,
 )
+from variants import V033
 
 MODEL = "tiny-llama"
 GREEDY_SPEC = SpecDecodeSummary(spec_steps=23, draft_tokens=92, accepted_tokens=73, spec_tokens=4)
@@ -180,3 +184,19 @@ def test_a_broken_k_callback_does_not_break_a_scrape() -> None:
     labels = {"model_name": MODEL, "temperature_bucket": "0"}
     assert value(registry, "specdec_request_acceptance_length_bucket", **labels, le="5.0") == 1
     assert generate_latest(registry)
+
+
+@pytest.mark.parametrize(
+    ("family", "bounds"),
+    [
+        ("time_to_first_token_seconds", TTFT_BOUNDS),
+        ("request_time_per_output_token_seconds", TPOT_BOUNDS),
+    ],
+)
+def test_ttft_and_tpot_buckets_are_vllms_own(family: str, bounds: tuple[float, ...]) -> None:
+    """The tap's per-bucket TTFT and TPOT histograms compare with vLLM's only on vLLM's edges:
+    read them from a real vLLM 0.33.0 capture."""
+    capture = (V033 / "spec_ngram_k4.t8.prom").read_text()
+    edges = re.findall(rf'^vllm:{family}_bucket{{[^}}]*le="([^"]+)"', capture, re.MULTILINE)
+    finite = [float(edge) for edge in dict.fromkeys(edges) if edge != "+Inf"]
+    assert tuple(finite) == bounds

@@ -65,7 +65,7 @@ TPOT_BOUNDS = (
     40.0,
     80.0,
 )
-"""vLLM's own ``vllm:time_per_output_token_seconds`` buckets."""
+"""vLLM's own ``vllm:request_time_per_output_token_seconds`` buckets (0.33)."""
 
 BUCKET_LABELS = ("model_name", "temperature_bucket")
 
