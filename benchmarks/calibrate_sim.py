@@ -13,39 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
-import threading
 from typing import Any
 
 import httpx
+from simulator_process import start_simulator
 
 K = 4
 SPEC_CONFIG = json.dumps({"method": "draft_model", "model": "draft", "num_speculative_tokens": K})
 SIM_FLAGS = ["--enable-per-request-metrics", "--mean-output-tokens", "100000"]
-
-
-def start_simulator(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    command = [
-        sys.executable,
-        "-m",
-        "specdec_exporter.cli",
-        "simulate",
-        "--port",
-        "0",
-        *SIM_FLAGS,
-        *extra,
-    ]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
-    match = re.search(r"at (http://\S+)", line)
-    if match is None:
-        process.kill()
-        raise SystemExit(f"simulator did not start: {line!r}")
-    return process, match.group(1)
 
 
 def step_totals(url: str) -> tuple[float, float]:
@@ -90,8 +67,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="requests per phase / concurrency")
     parser.add_argument("--tpot-source", default="client", choices=["client", "server"])
     args = parser.parse_args()
-    spec_process, spec = start_simulator(["--speculative-config", SPEC_CONFIG])
-    base_process, base = start_simulator([])
+    spec_process, spec = start_simulator([*SIM_FLAGS, "--speculative-config", SPEC_CONFIG])
+    base_process, base = start_simulator(SIM_FLAGS)
     print(
         "| concurrency | running spec / base | server-side c | fitted c (wall clock) "
         "| fitted / server-side | per-temperature fitted c |"

@@ -13,16 +13,19 @@ import argparse
 import asyncio
 import json
 import os
-import re
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 
 import httpx
+from simulator_process import start_simulator
 
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
+SPEC_FLAGS = [
+    "--speculative-config",
+    '{"method": "ngram", "num_speculative_tokens": 4}',
+    "--per-request-spec-decode-metrics",
+    "summary",
+]
 EVENT_END = b"\n\n"
 
 
@@ -32,31 +35,6 @@ class Totals:
     tokens: int = 0
     requests: int = 0
     errors: int = 0
-
-
-def start_simulator(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    command = [
-        sys.executable,
-        "-m",
-        "specdec_exporter.cli",
-        "simulate",
-        "--port",
-        "0",
-        "--speculative-config",
-        '{"method": "ngram", "num_speculative_tokens": 4}',
-        "--per-request-spec-decode-metrics",
-        "summary",
-        *extra,
-    ]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    line = process.stderr.readline().decode()
-    threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
-    match = re.search(r"at (http://\S+)", line)
-    if match is None:
-        process.kill()
-        raise SystemExit(f"simulator did not start: {line!r}")
-    return process, match.group(1)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -110,7 +88,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--speed", type=float, default=1.0, help="simulator --speed")
     args = parser.parse_args()
-    process, url = start_simulator(["--speed", str(args.speed)])
+    process, url = start_simulator([*SPEC_FLAGS, "--speed", str(args.speed)])
     try:
         server_cpu = cpu_seconds(process.pid)
         client_cpu = time.process_time()
