@@ -18,7 +18,8 @@ from specdec_exporter.commands.flags import (
     refuse_together,
     settings_from_args,
 )
-from specdec_exporter.commands.load import ClientFlags, Count
+from specdec_exporter.commands.load import ClientFlags
+from specdec_exporter.devtools.load.config import Count
 from specdec_exporter.devtools.load.mix import temperature_label
 from specdec_exporter.devtools.load.runner import ModelLookupError
 from specdec_exporter.devtools.sweep.config import (

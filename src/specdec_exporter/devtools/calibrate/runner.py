@@ -19,6 +19,7 @@ import httpx
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
 from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.devtools.load.config import BUILTIN_PROMPTS, LoadConfig
 from specdec_exporter.devtools.load.counters import (
     CounterReading,
     counters_settled,
@@ -29,8 +30,6 @@ from specdec_exporter.devtools.load.counters import (
 from specdec_exporter.devtools.load.mix import MixEntry, temperature_label
 from specdec_exporter.devtools.load.results import LoadResult, RequestResult
 from specdec_exporter.devtools.load.runner import (
-    BUILTIN_PROMPTS,
-    LoadConfig,
     ModelLookupError,
     build_client,
     fetch_model,

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specdec_exporter.devtools.load.config import BUILTIN_PROMPTS, LoadConfig
 from specdec_exporter.devtools.load.mix import DEFAULT_TOKEN, MixEntry, temperature_label
-from specdec_exporter.devtools.load.runner import BUILTIN_PROMPTS, LoadConfig
 
 Source = Literal["per-request", "counters"]
 SourceChoice = Literal["auto", "per-request", "counters"]
