@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
-from pydantic import AfterValidator, BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from specdec_exporter.commands.flags import (
     FlagsOnly,
@@ -25,6 +25,7 @@ from specdec_exporter.devtools.load.config import (
     ClientOptions,
     LoadConfig,
     LoadOptions,
+    MixText,
 )
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.report import render_summary, summary_json, summary_rows
@@ -34,11 +35,6 @@ from specdec_exporter.sidecar.config import ConfigError
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 EXIT_OK, EXIT_ALL_FAILED = 0, 1
-
-
-def _check_mix(text: str) -> str:
-    parse_mix(text)
-    return text
 
 
 class ClientFlags(FlagsOnly, ClientOptions):
@@ -84,7 +80,7 @@ class ClientFlags(FlagsOnly, ClientOptions):
 class LoadSettings(ClientFlags, LoadOptions):
     """load's flags: LoadOptions, the shared ClientFlags, and the temperature mix as text."""
 
-    temperatures: Annotated[str, AfterValidator(_check_mix), Metavar("MIX")] = Field(
+    temperatures: MixText = Field(
         DEFAULT_MIX_TEXT,
         description="temperature:weight list, a single temperature, or 'default' to omit the key",
     )

@@ -8,17 +8,17 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Self, TextIO
+from typing import Self, TextIO
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from specdec_exporter.commands.flags import (
-    Metavar,
     add_settings_flags,
     refuse_together,
     settings_from_args,
 )
 from specdec_exporter.commands.load import ClientFlags
+from specdec_exporter.devtools.load.config import TemperatureListText
 from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
 from specdec_exporter.devtools.load.runner import ModelLookupError
 from specdec_exporter.devtools.sweep.config import (
@@ -34,16 +34,11 @@ EXIT_OK, EXIT_FAILED = 0, 1
 PROG = "specdec-exporter sweep"
 
 
-def _check_temperatures(text: str) -> str:
-    parse_temperatures(text)
-    return text
-
-
 class SweepSettings(ClientFlags, SweepOptions):
     """sweep's flags: SweepOptions, the shared ClientFlags, the temperature list as text, and the
     seed and output format."""
 
-    temperatures: Annotated[str, AfterValidator(_check_temperatures), Metavar("LIST")] = Field(
+    temperatures: TemperatureListText = Field(
         DEFAULT_TEMPERATURES_TEXT,
         description="comma-separated temperatures, run in this order; 'default' omits the key",
     )

@@ -7,17 +7,34 @@ the same models, so a config built in Python is held to the flags' checks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import CliToggleFlag
 
 from specdec_exporter.commands.flags import Metavar, refuse_together
-from specdec_exporter.devtools.load.mix import MixEntry, parse_mix
+from specdec_exporter.devtools.load.mix import MixEntry, parse_mix, parse_temperatures
 from specdec_exporter.sidecar.config import HttpUrl
+
+
+def _parsed_by(parse: Callable[[str], object]) -> AfterValidator:
+    """Check a flag's text with ``parse``; the text itself is kept (what --help shows)."""
+
+    def check(text: str) -> str:
+        parse(text)
+        return text
+
+    return AfterValidator(check)
+
 
 Endpoint = Literal["chat", "completions"]
 Count = Annotated[int, Field(ge=1)]
+MixText = Annotated[str, _parsed_by(parse_mix), Metavar("MIX")]
+"""`load --temperatures`: a temperature mix, parsed by ``parse_mix``."""
+TemperatureListText = Annotated[str, _parsed_by(parse_temperatures), Metavar("LIST")]
+"""`sweep --temperatures` and `calibrate --temperatures`: a list, parsed by
+``parse_temperatures``."""
 
 DEFAULT_MIX_TEXT = "0:0.3,0.7:0.5,1.0:0.2"
 
