@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
 from specdec_exporter.cli import main
+from specdec_exporter.commands.calibrate import CalibrateSettings
 from specdec_exporter.commands.check import CheckSettings
 from specdec_exporter.commands.demo import DemoSettings
 from specdec_exporter.commands.flags import (
@@ -81,6 +82,7 @@ COMMAND_MODELS: list[tuple[str, tuple[type[BaseSettings], ...]]] = [
     ("simulate", (ServeFlags, SimulatorFlags)),
     ("load", (LoadSettings,)),
     ("sweep", (SweepSettings,)),
+    ("calibrate", (CalibrateSettings,)),
 ]
 
 
