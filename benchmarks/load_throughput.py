@@ -19,10 +19,11 @@ import sys
 import time
 from typing import Any
 
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.parse import StreamTally
 from specdec_exporter.devtools.load.results import LoadResult
-from specdec_exporter.devtools.load.runner import LoadConfig, run_load
+from specdec_exporter.devtools.load.runner import run_load
 from specdec_exporter.devtools.load.sse import SseDecoder
 
 CONTENT_CHUNK = (

@@ -3,6 +3,7 @@ refusals with one line each, and --write-config."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -19,9 +20,14 @@ from calibrate_support import SERVER_TIMED, calibrate, spec_config
 from specdec_exporter.cli import main
 from specdec_exporter.commands.calibrate import (
     CONFIG_BEGIN,
+    CalibrateSettings,
     WriteConfigError,
+    assumed_cost_ratio,
+    build_config,
+    configure,
     write_alerts_config,
 )
+from specdec_exporter.commands.flags import settings_from_args
 from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig
@@ -217,26 +223,122 @@ def test_refusals_are_one_line_and_exit_3(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--concurrency", "1,x"), "--concurrency"),
-        (("--concurrency", "0"), "--concurrency"),
-        (("--temperatures", "0,0"), "--temperatures"),
-        (("--draft-cost-ratio", "-1"), "draft_cost_ratio"),
-        (("--temperatures", "0:1,1:1"), "without weights"),
-        (("--base-url", "localhost:8000"), "--base-url must start with http"),
+        (
+            ("--concurrency", "1,x"),
+            "concurrency.1: Input should be a valid integer, unable to parse string as an "
+            "integer (got 'x')",
+        ),
+        (
+            ("--concurrency", "0"),
+            "concurrency.0: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (("--temperatures", "0,0"), "temperatures: temperature 0.0 given twice in '0,0'"),
+        (
+            ("--temperatures", "0:1,1:1"),
+            "temperatures: a list of temperatures, without weights: '0:1,1:1'",
+        ),
+        (
+            ("--draft-cost-ratio", "-1"),
+            "draft_cost_ratio: Input should be greater than or equal to 0 (got -1.0)",
+        ),
+        (
+            ("--base-url", "localhost:8000"),
+            "base_url: expected an http:// or https:// URL, got 'localhost:8000'",
+        ),
+        (
+            ("--spec-url", "localhost:8000"),
+            "spec_url.1: expected an http:// or https:// URL, got 'localhost:8000'",
+        ),
+        (("--max-tokens", "1"), "max_tokens: Input should be greater than or equal to 2 (got '1')"),
+        (("--warmup", "-1"), "warmup: Input should be greater than or equal to 0 (got '-1')"),
+        (("--sample-interval", "0"), "sample_interval: Input should be greater than 0 (got '0')"),
+        (
+            ("--settle-timeout", "-1"),
+            "settle_timeout: Input should be greater than or equal to 0 (got '-1')",
+        ),
+        (
+            ("--tpot-source", "wall"),
+            "tpot_source: Input should be 'client' or 'server' (got 'wall')",
+        ),
     ],
 )
-def test_bad_flags_exit_64(
+def test_bad_flags_exit_64_with_one_line(
     capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
 ) -> None:
     code, out, err = calibrate(
         capsys, "--spec-url", "http://127.0.0.1:9", "--base-url", "http://127.0.0.1:9", *args
     )
-    assert code == 64 and out == "" and message in err
+    assert (code, out) == (64, "")
+    assert err == f"specdec-exporter calibrate: invalid setting: {message}\n"
 
 
-def test_both_servers_are_needed(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = calibrate(capsys, "--spec-url", "http://127.0.0.1:9")
-    assert code == 64 and "--base-url" in err and err.count("\n") == 1
+@pytest.mark.parametrize("args", [(), ("--spec-url", "http://127.0.0.1:9")])
+def test_both_servers_are_needed(capsys: pytest.CaptureFixture[str], args: tuple[str, ...]) -> None:
+    code, _, err = calibrate(capsys, *args)
+    assert code == 64
+    assert err == (
+        "specdec-exporter calibrate: invalid setting: give --spec-url (a vLLM with speculation, "
+        "once per k) and --base-url (the same model without)\n"
+    )
+
+
+SERVERS = ("--spec-url", "http://127.0.0.1:9", "--base-url", "http://127.0.0.1:10")
+
+
+def settings(*argv: str) -> CalibrateSettings:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    return settings_from_args(CalibrateSettings, parser.parse_args(argv))
+
+
+def test_the_config_takes_the_flags_given_and_the_defaults_of_the_rest() -> None:
+    given = build_config(
+        settings(
+            "--spec-url",
+            "http://spec-a:8000/",
+            "--spec-url",
+            "http://spec-b:8000",
+            "--base-url",
+            "http://plain:8000",
+            "--concurrency",
+            "8,1,8",
+            "--temperatures",
+            "1.0,default",
+            "--max-tokens",
+            "16",
+            "--settle-timeout",
+            "2.5",
+        )
+    )
+    assert (given.spec_urls, given.base_url) == (
+        ("http://spec-a:8000", "http://spec-b:8000"),
+        "http://plain:8000",
+    )
+    assert (given.concurrencies, given.temperatures) == ((1, 8), (1.0, None))
+    assert (given.max_tokens, given.settle_timeout) == (16, 2.5)
+    default = build_config(settings(*SERVERS))
+    assert (default.concurrencies, default.temperatures, default.requests) == (
+        (1, 8, 32),
+        (0.0, 0.7, 1.0),
+        None,
+    )
+    assert (default.max_tokens, default.seed, default.warmup, default.tpot_source) == (
+        128,
+        0,
+        4,
+        "client",
+    )
+    assert (default.sample_interval, default.settle_timeout) == (0.25, 10.0)
+
+
+def test_the_assumed_c_is_the_one_run_and_check_would_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert assumed_cost_ratio(settings(*SERVERS)) == 0.1
+    assert assumed_cost_ratio(settings(*SERVERS, "--speculative-method", "ngram")) == 0.01
+    monkeypatch.setenv("SPECDEC_SPECULATIVE_METHOD", "eagle3")
+    assert assumed_cost_ratio(settings(*SERVERS)) == 0.05
+    monkeypatch.setenv("SPECDEC_DRAFT_COST_RATIO", "0.3")
+    assert assumed_cost_ratio(settings(*SERVERS)) == 0.3
+    assert assumed_cost_ratio(settings(*SERVERS, "--draft-cost-ratio", "0.2")) == 0.2
 
 
 def test_unreachable_server_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,8 @@ each other, and every command's --help naming each field with its help text and 
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 from typing import Annotated, Self
 
 import pytest
@@ -11,6 +13,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
 from specdec_exporter.cli import main
+from specdec_exporter.commands.calibrate import CalibrateSettings
 from specdec_exporter.commands.check import CheckSettings
 from specdec_exporter.commands.demo import DemoSettings
 from specdec_exporter.commands.flags import (
@@ -18,6 +21,7 @@ from specdec_exporter.commands.flags import (
     FromEnv,
     Metavar,
     add_settings_flags,
+    flag_of,
     refuse_together,
     settings_from_args,
 )
@@ -27,6 +31,7 @@ from specdec_exporter.commands.sweep import SweepSettings
 from specdec_exporter.sidecar.config import ConfigError, Settings, VllmTarget
 
 TOKEN = "sk-flag-test-1234"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 class Example(FlagsOnly):
@@ -81,6 +86,7 @@ COMMAND_MODELS: list[tuple[str, tuple[type[BaseSettings], ...]]] = [
     ("simulate", (ServeFlags, SimulatorFlags)),
     ("load", (LoadSettings,)),
     ("sweep", (SweepSettings,)),
+    ("calibrate", (CalibrateSettings,)),
 ]
 
 
@@ -121,3 +127,21 @@ def test_help_names_every_field_with_its_help_and_default(
         if not switch_off:
             assert f"(default: {field.default})" in entries[flag]
     assert len(entries) == len(fields)
+
+
+@pytest.mark.parametrize(
+    ("page", "model"), [("load.md", LoadSettings), ("sweep.md", SweepSettings)]
+)
+def test_the_pages_flag_table_shows_the_models_defaults(
+    page: str, model: type[BaseSettings]
+) -> None:
+    """Each default the page's table quotes as a value (not `$VARIABLE` or `--flag`), read by
+    the model, is its default."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(--[a-z-]+)[^`]*` \| `([^`$-][^`]*)` \|", text, re.M)
+    names = {flag_of(model, name): name for name in model.model_fields}
+    assert len(rows) >= 6
+    for flag, quoted in rows:
+        field = model.model_fields[names[flag]]
+        value = getattr(model.model_validate({field.alias or names[flag]: quoted}), names[flag])
+        assert value == field.default, f"{page}: {flag} {quoted}, model {field.default}"

@@ -17,8 +17,9 @@ from specdec_exporter.core.exposition import Snapshot
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.runner import LoadConfig, run_load
+from specdec_exporter.devtools.load.runner import run_load
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
 from specdec_exporter.sidecar.tap_counters import (

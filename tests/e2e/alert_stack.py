@@ -30,7 +30,8 @@ from required_tools import require
 from specdec_artifacts.alertmanager import DEFAULT_RECEIVER, Endpoints, standalone_config
 from specdec_artifacts.settings import CONFIG_PATH, REPO_ROOT, load, with_test_overrides
 
-from specdec_exporter.devtools.load.runner import LoadConfig, run_load
+from specdec_exporter.devtools.load.config import LoadConfig
+from specdec_exporter.devtools.load.runner import run_load
 
 FOR, WINDOW, GROUP_TIMING, SCRAPE = "3s", "10s", "1s", "1s"
 ROUTING_KEY = "e2e-routing-key"

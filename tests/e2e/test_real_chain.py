@@ -31,8 +31,8 @@ from promql_evaluation import dashboard_expressions, evaluate, rule_expressions
 from specdec_artifacts.settings import CONFIG_PATH
 
 from sidecar_process import address_of, sidecar
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.runner import LoadConfig
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
 

@@ -30,8 +30,8 @@ from alert_stack import (  # noqa: E402
 from monitoring_processes import wait_until  # noqa: E402
 
 from sidecar_process import address_of, sidecar  # noqa: E402
+from specdec_exporter.devtools.load.config import LoadConfig  # noqa: E402
 from specdec_exporter.devtools.load.mix import parse_mix  # noqa: E402
-from specdec_exporter.devtools.load.runner import LoadConfig  # noqa: E402
 
 pytestmark = pytest.mark.real_vllm
 TIMEOUT = 180.0

@@ -17,8 +17,9 @@ import pytest
 from pngdecode import count, decode
 
 from sidecar_process import address_of, sidecar
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.runner import LoadConfig, run_load
+from specdec_exporter.devtools.load.runner import run_load
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
 from specdec_exporter.sidecar.charts import BUCKET_COLOURS, MODEL_COLOUR
@@ -153,7 +154,6 @@ async def test_live_page_renders_charts_and_verdict_colours(tmp_path: Path) -> N
                 LoadConfig(
                     url=tap_url,
                     concurrency=4,
-                    requests=None,
                     duration=300,
                     mix=parse_mix(DEMO_MIX),
                     stream_share=0.5,

@@ -7,19 +7,29 @@ import json
 import sys
 import tomllib
 from pathlib import Path
+from typing import Annotated, Self
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, model_validator
 
-from specdec_exporter.commands.flags import describe_validation_error
+from specdec_exporter.commands.flags import (
+    FlagsOnly,
+    Metavar,
+    add_settings_flags,
+    describe_validation_error,
+    settings_from_args,
+)
 from specdec_exporter.core.calibration import Calibration, CalibrationError, build_calibration
-from specdec_exporter.devtools.calibrate import (
+from specdec_exporter.devtools.calibrate.runner import (
+    DEFAULT_TEMPERATURES_TEXT,
     CalibrateConfig,
     CalibrateError,
+    CalibrateOptions,
     CalibrationRun,
     run_calibration,
 )
-from specdec_exporter.devtools.load.mix import MixError, parse_mix, temperature_label
-from specdec_exporter.sidecar.config import ConfigError, VllmTarget
+from specdec_exporter.devtools.load.config import TemperatureListText
+from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
+from specdec_exporter.sidecar.config import ConfigError, HttpUrl, VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_NO_FIT = 1
@@ -28,151 +38,84 @@ CONFIG_BEGIN = "# >>> measured by `specdec-exporter calibrate --write-config`: r
 CONFIG_END = "# <<< calibrate"
 
 
+class CalibrateSettings(FlagsOnly, CalibrateOptions):
+    """calibrate's flags: CalibrateOptions, the servers, the temperature list as text, the c
+    to compare with, and the output."""
+
+    spec_url: Annotated[tuple[HttpUrl, ...], Metavar("URL")] = Field(
+        (),
+        description="a vLLM with --speculative-config; once per k to propose a per-batch-size "
+        "schedule",
+    )
+    base_url: Annotated[HttpUrl | None, Metavar("URL")] = Field(
+        None, description="a vLLM serving the same model without --speculative-config"
+    )
+    temperatures: TemperatureListText = Field(
+        DEFAULT_TEMPERATURES_TEXT,
+        description="comma-separated temperatures to measure; 'default' omits the key",
+    )
+    draft_cost_ratio: Annotated[float | None, Metavar("C")] = Field(
+        None,
+        description="c as run/check would assume it, for the modelled speedup column; unset: "
+        "$SPECDEC_DRAFT_COST_RATIO, else the method's default",
+    )
+    speculative_method: Annotated[str | None, Metavar("METHOD")] = Field(
+        None,
+        description="vLLM's speculative method, which picks c's default; unset: "
+        "$SPECDEC_SPECULATIVE_METHOD",
+    )
+    as_json: bool = Field(
+        False,
+        alias="json",
+        description="print one JSON object (the file run/check take as --calibration)",
+    )
+    write_config: Annotated[Path | None, Metavar("PATH")] = Field(
+        None, description="write the measured break-even per model into this alerts/config.toml"
+    )
+
+    @model_validator(mode="after")
+    def _both_servers(self) -> Self:
+        if not self.spec_url or self.base_url is None:
+            raise ValueError(
+                "give --spec-url (a vLLM with speculation, once per k) and --base-url "
+                "(the same model without)"
+            )
+        return self
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--spec-url",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="a vLLM with --speculative-config; once per k to propose a per-batch-size schedule",
-    )
-    parser.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="a vLLM serving the same model without --speculative-config",
-    )
-    parser.add_argument(
-        "--concurrency", default="1,8,32", help="client concurrencies to measure (default 1,8,32)"
-    )
-    parser.add_argument(
-        "--temperatures",
-        default="0,0.7,1.0",
-        help="temperatures to measure; 'default' omits the key (default 0,0.7,1.0)",
-    )
-    parser.add_argument(
-        "--requests",
-        type=int,
-        default=None,
-        help="requests per phase (default four rounds of the concurrency, >= 8)",
-    )
-    parser.add_argument("--max-tokens", type=int, default=128, help="per request (default 128)")
-    parser.add_argument("--seed", type=int, default=0, help="the load's seed (default 0)")
-    parser.add_argument("--model", help="model name to send (default: from /v1/models)")
-    parser.add_argument(
-        "--warmup", type=int, default=4, help="unmeasured requests per server first (default 4)"
-    )
-    parser.add_argument(
-        "--tpot-source",
-        choices=["client", "server"],
-        default="client",
-        help="client: as streamed to this client (default); server: vLLM's "
-        "metrics.mean_itl_ms (needs --enable-per-request-metrics)",
-    )
-    parser.add_argument(
-        "--sample-interval",
-        type=float,
-        default=0.25,
-        help="seconds between samples of num_requests_running (default 0.25)",
-    )
-    parser.add_argument(
-        "--settle-timeout",
-        type=float,
-        default=10.0,
-        help="seconds to wait for vLLM's counters after a phase (default 10)",
-    )
-    parser.add_argument(
-        "--draft-cost-ratio",
-        metavar="C",
-        help="the c run/check would assume, for the modelled speedup column "
-        "(as theirs: env SPECDEC_DRAFT_COST_RATIO; default by method)",
-    )
-    parser.add_argument(
-        "--speculative-method",
-        metavar="METHOD",
-        help="vLLM's speculative method, picks that c's default (env SPECDEC_SPECULATIVE_METHOD)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object (the file run/check take as --calibration)",
-    )
-    parser.add_argument(
-        "--write-config",
-        type=Path,
-        metavar="PATH",
-        help="write the measured break-even per model into this alerts/config.toml",
+    add_settings_flags(parser, CalibrateSettings)
+
+
+def build_config(settings: CalibrateSettings) -> CalibrateConfig:
+    assert settings.base_url is not None  # checked by CalibrateSettings
+    return CalibrateConfig(
+        **settings.model_dump(
+            include=set(CalibrateOptions.model_fields), exclude_unset=True, by_alias=True
+        ),
+        spec_urls=settings.spec_url,
+        base_url=settings.base_url,
+        temperatures=parse_temperatures(settings.temperatures),
     )
 
 
-def parse_concurrencies(text: str) -> tuple[int, ...]:
+def assumed_cost_ratio(settings: CalibrateSettings) -> float:
+    """The c run/check would use without a calibration, validated by their settings model (which
+    reads their SPECDEC_* variables for what is not given here)."""
+    given = settings.model_dump(
+        include={"draft_cost_ratio", "speculative_method"}, exclude_none=True
+    )
     try:
-        values = sorted({int(part) for part in text.split(",")})
-    except ValueError:
-        raise ConfigError(f"--concurrency: not a list of integers: {text!r}") from None
-    if not values or values[0] < 1:
-        raise ConfigError(f"--concurrency: every entry must be >= 1: {text!r}")
-    return tuple(values)
-
-
-def parse_temperatures(text: str) -> tuple[float | None, ...]:
-    """``0,0.7,1.0`` in the order given; ``default`` omits the key. No weights: every
-    temperature is a phase of its own."""
-    if ":" in text:
-        raise ConfigError(f"--temperatures: a list of temperatures, without weights: {text!r}")
-    try:
-        return tuple(entry.temperature for entry in parse_mix(text))
-    except MixError as exc:
-        raise ConfigError(f"--temperatures: {exc}") from None
-
-
-def build_config(args: argparse.Namespace) -> CalibrateConfig:
-    """The run's config; a bad flag raises ConfigError (one line, exit 64)."""
-    if not args.spec_url or args.base_url is None:
-        raise ConfigError(
-            "give --spec-url (a vLLM with speculation, once per k) and --base-url "
-            "(the same model without)"
-        )
-    for flag, url in (
-        *(("--spec-url", url) for url in args.spec_url),
-        ("--base-url", args.base_url),
-    ):
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{flag} must start with http:// or https://, got {url!r}")
-    try:
-        return CalibrateConfig(
-            spec_urls=tuple(args.spec_url),
-            base_url=args.base_url,
-            concurrencies=parse_concurrencies(args.concurrency),
-            temperatures=parse_temperatures(args.temperatures),
-            requests=args.requests,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
-            model=args.model,
-            tpot_source=args.tpot_source,
-            warmup=args.warmup,
-            sample_interval=args.sample_interval,
-            settle_timeout=args.settle_timeout,
-        )
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def assumed_cost_ratio(args: argparse.Namespace) -> float:
-    """The c run/check would use without a calibration, validated by their settings model."""
-    given = {
-        "draft_cost_ratio": args.draft_cost_ratio,
-        "speculative_method": args.speculative_method,
-    }
-    try:
-        target = VllmTarget(**{key: value for key, value in given.items() if value is not None})
+        target = VllmTarget(**given)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from None
     return target.draft_cost.ratio
 
 
 def main(args: argparse.Namespace) -> int:
-    assumed = assumed_cost_ratio(args)
-    config = build_config(args)
+    settings = settings_from_args(CalibrateSettings, args)
+    assumed = assumed_cost_ratio(settings)
+    config = build_config(settings)
 
     def say(line: str) -> None:
         print(f"calibrate: {line}", file=sys.stderr, flush=True)
@@ -189,9 +132,9 @@ def main(args: argparse.Namespace) -> int:
     except CalibrationError as exc:
         print(f"specdec-exporter calibrate: {exc}", file=sys.stderr)
         return EXIT_NO_FIT
-    print(calibration.model_dump_json(indent=2) if args.json else as_text(run, calibration))
-    if args.write_config is not None:
-        return _write(args.write_config, calibration)
+    print(calibration.model_dump_json(indent=2) if settings.as_json else as_text(run, calibration))
+    if settings.write_config is not None:
+        return _write(settings.write_config, calibration)
     return 0
 
 

@@ -24,8 +24,9 @@ from pydantic import Field
 
 from specdec_exporter.cli import EXIT_INTERRUPTED
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.runner import LoadConfig, Progress, run_load
+from specdec_exporter.devtools.load.runner import Progress, run_load
 from specdec_exporter.sidecar.config import HttpUrl
 from specdec_exporter.term import render_table, run_event_loop
 
@@ -169,7 +170,6 @@ async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar, simulated: b
     config = LoadConfig(
         url=target,
         concurrency=args.concurrency,
-        requests=None,
         duration=args.duration,
         mix=parse_mix(DEMO_MIX),
         stream_share=0.5,

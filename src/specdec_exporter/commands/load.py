@@ -8,60 +8,42 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Self, TextIO
+from typing import Annotated, Any, TextIO
 
-from pydantic import AfterValidator, Field, SecretStr, model_validator
-from pydantic_settings import CliToggleFlag
+from pydantic import BaseModel, Field, SecretStr
 
 from specdec_exporter.commands.flags import (
     FlagsOnly,
     FromEnv,
     Metavar,
     add_settings_flags,
-    refuse_together,
     settings_from_args,
+)
+from specdec_exporter.devtools.load.config import (
+    BUILTIN_PROMPTS,
+    DEFAULT_MIX_TEXT,
+    ClientOptions,
+    LoadConfig,
+    LoadOptions,
+    MixText,
 )
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.report import render_summary, summary_json, summary_rows
 from specdec_exporter.devtools.load.results import LoadResult
-from specdec_exporter.devtools.load.runner import (
-    BUILTIN_PROMPTS,
-    DEFAULT_MIX_TEXT,
-    Endpoint,
-    LoadConfig,
-    ModelLookupError,
-    Progress,
-    run_load,
-)
-from specdec_exporter.sidecar.config import ConfigError, HttpUrl
+from specdec_exporter.devtools.load.runner import ModelLookupError, Progress, run_load
+from specdec_exporter.sidecar.config import ConfigError
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 EXIT_OK, EXIT_ALL_FAILED = 0, 1
 
-Count = Annotated[int, Field(ge=1)]
 
+class ClientFlags(FlagsOnly, ClientOptions):
+    """The flags `load` and `sweep` share: where the requests go (ClientOptions), how they
+    authenticate, which prompts they send, and how the result is shown."""
 
-def _check_mix(text: str) -> str:
-    parse_mix(text)
-    return text
-
-
-class ClientFlags(FlagsOnly):
-    """The flags `load` and `sweep` share: where the requests go, how they authenticate, what
-    they ask for, and how the result is shown."""
-
-    url: Annotated[HttpUrl, Metavar("URL")] = Field(
-        "http://127.0.0.1:8000",
-        description="base URL of the OpenAI-compatible server: vLLM, the simulator or the "
-        "sidecar's request tap",
-    )
-    model: str | None = Field(
-        None, description="model name; unset: the first id from GET /v1/models"
-    )
     api_key: Annotated[SecretStr | None, Metavar("KEY"), FromEnv("OPENAI_API_KEY")] = Field(
         None, description="sent as a Bearer token; never printed"
     )
-    max_tokens: Count = Field(64, description="max_tokens of every request")
     prompts: Annotated[Path | None, Metavar("FILE")] = Field(
         None, description="one prompt per line; unset: built-in short prompts"
     )
@@ -89,39 +71,19 @@ class ClientFlags(FlagsOnly):
     def bearer_token(self) -> str | None:
         return (self.api_key.get_secret_value() or None) if self.api_key else None
 
+    def options(self, model: type[BaseModel]) -> dict[str, Any]:
+        """The flags given that are fields of ``model`` (the flags left out keep the defaults
+        the flag model and ``model`` share)."""
+        return self.model_dump(include=set(model.model_fields), exclude_unset=True)
 
-class LoadSettings(ClientFlags):
-    """load's flags."""
 
-    endpoint: Endpoint = Field("chat", description="/v1/chat/completions or /v1/completions")
-    timeout: float = Field(600.0, gt=0, description="timeout of one request, seconds")
-    concurrency: Count = Field(8, description="requests in flight at once")
-    requests: Count = Field(100, description="send this many requests, then stop")
-    duration: float | None = Field(
-        None,
-        gt=0,
-        description="instead of --requests: start requests for this many seconds; those in "
-        "flight then finish",
-    )
-    temperatures: Annotated[str, AfterValidator(_check_mix), Metavar("MIX")] = Field(
+class LoadSettings(ClientFlags, LoadOptions):
+    """load's flags: LoadOptions, the shared ClientFlags, and the temperature mix as text."""
+
+    temperatures: MixText = Field(
         DEFAULT_MIX_TEXT,
         description="temperature:weight list, a single temperature, or 'default' to omit the key",
     )
-    stream_share: float = Field(
-        0.0, ge=0.0, le=1.0, description="share 0..1 of requests sent with stream: true"
-    )
-    include_usage: CliToggleFlag[bool] = Field(
-        True,
-        description="ask streams for stream_options.include_usage; --no-include-usage does not",
-    )
-    seed: int | None = Field(
-        None, description="seed of the temperature, stream and prompt choices; unset: random"
-    )
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> Self:
-        refuse_together(self, "requests", "duration")
-        return self
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -130,20 +92,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def build_config(settings: LoadSettings) -> LoadConfig:
     return LoadConfig(
-        url=settings.url,
-        model=settings.model,
-        concurrency=settings.concurrency,
-        requests=None if settings.duration is not None else settings.requests,
-        duration=settings.duration,
+        **settings.options(LoadOptions),
         mix=parse_mix(settings.temperatures),
-        stream_share=settings.stream_share,
-        include_usage=settings.include_usage,
-        max_tokens=settings.max_tokens,
-        endpoint=settings.endpoint,
         prompts=settings.read_prompts(),
-        seed=settings.seed,
         api_key=settings.bearer_token,
-        timeout=settings.timeout,
     )
 
 
@@ -176,7 +128,7 @@ class ProgressLine(LiveLine):
                 duration,
                 suffix=f"seconds  requests {done}  errors {errors}  {rate}",
             )
-        return progress_bar(done, self._config.requests or 0, suffix=f"errors {errors}  {rate}")
+        return progress_bar(done, self._config.requests, suffix=f"errors {errors}  {rate}")
 
 
 async def run_with_progress(config: LoadConfig, line: ProgressLine | None) -> LoadResult:

@@ -8,63 +8,44 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from typing import Annotated, Self, TextIO
+from typing import Self, TextIO
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from specdec_exporter.commands.flags import (
-    Metavar,
     add_settings_flags,
     refuse_together,
     settings_from_args,
 )
-from specdec_exporter.commands.load import ClientFlags, Count
-from specdec_exporter.devtools.load.mix import temperature_label
+from specdec_exporter.commands.load import ClientFlags
+from specdec_exporter.devtools.load.config import TemperatureListText
+from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
 from specdec_exporter.devtools.load.runner import ModelLookupError
 from specdec_exporter.devtools.sweep.config import (
     DEFAULT_TEMPERATURES_TEXT,
-    SourceChoice,
     SweepConfig,
-    parse_temperatures,
+    SweepOptions,
 )
 from specdec_exporter.devtools.sweep.report import render_sweep, sweep_csv, sweep_json
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
-from specdec_exporter.sidecar.config import HttpUrl
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 EXIT_OK, EXIT_FAILED = 0, 1
 PROG = "specdec-exporter sweep"
 
 
-def _check_temperatures(text: str) -> str:
-    parse_temperatures(text)
-    return text
+class SweepSettings(ClientFlags, SweepOptions):
+    """sweep's flags: SweepOptions, the shared ClientFlags, the temperature list as text, and the
+    seed and output format."""
 
-
-class SweepSettings(ClientFlags):
-    """sweep's flags."""
-
-    metrics_url: Annotated[HttpUrl | None, Metavar("URL")] = Field(
-        None, description="base URL whose /metrics has vLLM's counters; unset: --url"
-    )
-    temperatures: Annotated[str, AfterValidator(_check_temperatures), Metavar("LIST")] = Field(
+    temperatures: TemperatureListText = Field(
         DEFAULT_TEMPERATURES_TEXT,
         description="comma-separated temperatures, run in this order; 'default' omits the key",
-    )
-    requests: Count = Field(20, description="requests per temperature")
-    concurrency: Count = Field(4, description="requests in flight at once")
-    stream: bool = Field(
-        False, description="stream every request (with include_usage); needed for TTFT/TPOT"
     )
     seed: int | None = Field(
         None,
         description="seed of the prompt choice, the same for every temperature; unset: random, "
         "printed",
-    )
-    source: SourceChoice = Field(
-        "auto",
-        description="where acceptance comes from; auto: per-request if every successful "
-        "request of the first phase carried metrics, else counters",
     )
     csv: bool = Field(False, description="print CSV, one line per temperature")
 
@@ -80,18 +61,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def build_config(settings: SweepSettings) -> SweepConfig:
     return SweepConfig(
-        url=settings.url,
-        metrics_url=settings.metrics_url,
-        model=settings.model,
+        **settings.options(SweepOptions),
         temperatures=parse_temperatures(settings.temperatures),
-        requests=settings.requests,
-        concurrency=settings.concurrency,
-        max_tokens=settings.max_tokens,
-        stream=settings.stream,
         prompts=settings.read_prompts(),
         seed=random.randrange(1 << 31) if settings.seed is None else settings.seed,
         api_key=settings.bearer_token,
-        source=settings.source,
     )
 
 

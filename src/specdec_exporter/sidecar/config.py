@@ -28,6 +28,8 @@ from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, C
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
 
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Cap on a /metrics body, bytes: of the sidecar's scrapes and of the sweep's."""
 DEFAULT_MAX_MODELS = 64
 """vLLM serves one model per server; a few more cover renames and a shared sidecar."""
 DEFAULT_MODEL_EXPIRY = 600.0
@@ -110,7 +112,9 @@ class VllmTarget(BaseSettings):
     scrape_timeout: float = Field(
         4.0, gt=0, le=600, description="total timeout of one scrape of vLLM, seconds"
     )
-    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="cap on a /metrics body, bytes")
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY_BYTES, gt=0, description="cap on a /metrics body, bytes"
+    )
     draft_cost_ratio: float | None = Field(
         None,
         ge=0,

@@ -17,8 +17,9 @@ from specdec_exporter.commands.load import (
     build_config,
     run_with_progress,
 )
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.runner import LoadConfig, Progress
+from specdec_exporter.devtools.load.runner import Progress
 
 SECRET = "sk-never-print-me-4242"
 
@@ -163,8 +164,8 @@ def test_bad_arguments_exit_64_with_one_line(
 
 def test_requests_bound_the_run_unless_a_duration_does() -> None:
     by_count, by_time = build_config(LoadSettings()), build_config(LoadSettings(duration=3))
-    assert (by_count.requests, by_count.duration) == (100, None)
-    assert (by_time.requests, by_time.duration) == (None, 3)
+    assert (by_count.request_limit, by_count.duration) == (100, None)
+    assert (by_time.request_limit, by_time.duration) == (None, 3)
 
 
 def test_bad_prompts_file_exits_64(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -245,7 +246,7 @@ def test_progress_line_redraws_at_most_five_times_a_second() -> None:
 
 def test_progress_line_in_duration_mode_counts_seconds() -> None:
     stream, clock = io.StringIO(), FakeClock()
-    line = ProgressLine(stream, LoadConfig(requests=None, duration=20, mix=parse_mix("0")), clock)
+    line = ProgressLine(stream, LoadConfig(duration=20, mix=parse_mix("0")), clock)
     clock.now += 5
     line.record(Progress(40, 2, 5.0))
     assert "]  5/20  seconds  requests 40  errors 2  8.0 req/s" in stream.getvalue()

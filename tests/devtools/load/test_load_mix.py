@@ -1,4 +1,4 @@
-"""The temperature mix parser, the proportional split and the seeded request planner."""
+"""The temperature mix and list parsers, the proportional split and the seeded request planner."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from specdec_exporter.devtools.load.mix import MixError, allocate, parse_mix
+from specdec_exporter.devtools.load.mix import MixError, allocate, parse_mix, parse_temperatures
 from specdec_exporter.devtools.load.plan import Planner, build_deck
 
 
@@ -52,6 +52,33 @@ def test_weights_left_out_split_evenly() -> None:
 def test_bad_mix_says_why(text: str, message: str) -> None:
     with pytest.raises(MixError, match=message.replace("(", r"\(")):
         parse_mix(text)
+
+
+def test_temperature_lists_keep_the_order_given() -> None:
+    assert parse_temperatures("0,0.4,0.8,1.0") == (0.0, 0.4, 0.8, 1.0)
+    assert parse_temperatures(" 1.0 , 0 ") == (1.0, 0.0)
+    assert parse_temperatures("0,default") == (0.0, None)
+    assert parse_temperatures("DEFAULT") == (None,)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty entry in temperature mix ''"),
+        ("0,,1", "empty entry in temperature mix '0,,1'"),
+        ("0,0.0", "temperature 0.0 given twice in '0,0.0'"),
+        ("default,default", "temperature default given twice in 'default,default'"),
+        ("-0.1", "temperature must be >= 0, got '-0.1'"),
+        ("nan", "temperature must be finite, got 'nan'"),
+        ("inf", "temperature must be finite, got 'inf'"),
+        ("0.7:2", "a list of temperatures, without weights: '0.7:2'"),
+        ("hot", "temperature is not a number: 'hot'"),
+    ],
+)
+def test_bad_temperature_lists_say_why(text: str, message: str) -> None:
+    with pytest.raises(MixError) as refused:
+        parse_temperatures(text)
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,12 @@ from typing import Any
 import httpx
 import pytest
 from load_fake_vllm import MODEL, FakeVllm, closed_port
+from pydantic import ValidationError
 
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.results import LoadResult, SpecDecoding
 from specdec_exporter.devtools.load.runner import (
-    LoadConfig,
     ModelLookupError,
     Progress,
     error_kind,
@@ -24,16 +25,17 @@ pytestmark = pytest.mark.anyio
 
 
 def config(url: str, **overrides: Any) -> LoadConfig:
+    """8 requests, unless a duration bounds the run instead."""
     settings: dict[str, Any] = {
         "url": url,
         "model": MODEL,
         "concurrency": 4,
-        "requests": 8,
         "mix": parse_mix("0"),
         "seed": 1,
     }
-    settings.update(overrides)
-    return LoadConfig(**settings)
+    if "duration" not in overrides:
+        settings["requests"] = 8
+    return LoadConfig(**settings | overrides)
 
 
 def spec_counts(spec: SpecDecoding | None) -> tuple[int, int, int] | None:
@@ -202,7 +204,7 @@ async def test_progress_after_every_request(url: str, fake: FakeVllm) -> None:
 
 
 async def test_duration_stops_starting_requests(url: str, fake: FakeVllm) -> None:
-    result = await run_load(config(url, requests=None, duration=0.3, concurrency=2))
+    result = await run_load(config(url, duration=0.3, concurrency=2))
     assert len(result.results) >= 2
     # a request starts only if the deadline had not passed a moment before (0.1 s of slack)
     assert all(r.started < 0.4 for r in result.results)
@@ -217,16 +219,31 @@ async def test_api_key_is_sent_as_bearer_and_kept_out_of_repr(url: str, fake: Fa
 
 
 @pytest.mark.parametrize(
-    "overrides",
+    ("overrides", "message"),
     [
-        {"requests": None},
-        {"duration": 5.0},
-        {"requests": 0},
-        {"concurrency": 0},
-        {"stream_share": 1.5},
-        {"prompts": ()},
+        (
+            {"requests": 8, "duration": 5.0},
+            "Value error, --duration is not allowed with --requests",
+        ),
+        ({"requests": 0}, "requests: Input should be greater than or equal to 1"),
+        ({"duration": 0.0}, "duration: Input should be greater than 0"),
+        ({"concurrency": 0}, "concurrency: Input should be greater than or equal to 1"),
+        ({"max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
+        ({"stream_share": 1.5}, "stream_share: Input should be less than or equal to 1"),
+        ({"mix": ()}, "mix: Tuple should have at least 1 item"),
+        ({"prompts": ()}, "prompts: Tuple should have at least 1 item"),
+        ({"url": "127.0.0.1:1"}, "url: Value error, expected an http:// or https:// URL"),
     ],
 )
-def test_config_rejects_nonsense(overrides: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match=r"must|exactly one"):
-        config("http://127.0.0.1:1", **overrides)
+def test_config_rejects_nonsense(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        LoadConfig(**overrides)
+    assert refused.value.error_count() == 1
+    error = refused.value.errors()[0]
+    where = "".join(f"{part}: " for part in error["loc"])
+    assert f"{where}{error['msg']}".startswith(message)
+
+
+def test_requests_bound_the_run_unless_a_duration_does() -> None:
+    assert (LoadConfig().request_limit, LoadConfig(requests=3).request_limit) == (100, 3)
+    assert LoadConfig(duration=2.5).request_limit is None

@@ -11,76 +11,96 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from statistics import fmean
+from typing import Annotated
 
 import httpx
+from pydantic import AfterValidator, ConfigDict, Field
 
+from specdec_exporter.commands.flags import Metavar
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
 from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.devtools.load.config import Count, LoadConfig, RequestContent
 from specdec_exporter.devtools.load.counters import (
     CounterReading,
+    CounterWatch,
+    Settling,
     counters_settled,
     expected_generation_tokens,
     model_totals,
     phase_delta,
 )
-from specdec_exporter.devtools.load.mix import MixEntry, temperature_label
+from specdec_exporter.devtools.load.mix import MixEntry, parse_temperatures, temperature_label
 from specdec_exporter.devtools.load.results import LoadResult, RequestResult
 from specdec_exporter.devtools.load.runner import (
-    BUILTIN_PROMPTS,
-    LoadConfig,
     ModelLookupError,
     build_client,
     fetch_model,
     run_load,
 )
+from specdec_exporter.sidecar.config import HttpUrl
 
 PhaseCallback = Callable[[str], None]
+DEFAULT_TEMPERATURES_TEXT = "0,0.7,1.0"
 
 
 class CalibrateError(RuntimeError):
     """The servers cannot be calibrated (unreachable, not the same model, spec on/off wrong)."""
 
 
-@dataclass(frozen=True)
-class CalibrateConfig:
+def _ascending(values: tuple[int, ...]) -> tuple[int, ...]:
+    """The concurrencies in ascending order, each once; at least one."""
+    if not values:
+        raise ValueError("no concurrency given")
+    return tuple(sorted(set(values)))
+
+
+Concurrencies = Annotated[tuple[Count, ...], AfterValidator(_ascending), Metavar("LIST")]
+
+
+class CalibrateOptions(Settling):
+    """The calibration's fields that `calibrate` takes as flags of the same names."""
+
+    concurrencies: Concurrencies = Field(
+        default=(1, 8, 32), alias="concurrency", description="client concurrencies to measure"
+    )
+    requests: Count | None = Field(
+        default=None,
+        description="requests per phase; unset: four rounds of the concurrency, at least 8",
+    )
+    max_tokens: int = Field(
+        default=128, ge=2, description="max_tokens of every request (TPOT needs two tokens)"
+    )
+    seed: int = Field(default=0, description="the load's seed: every server gets the same requests")
+    model: str | None = Field(
+        default=None, description="model name to send; unset: from each server's /v1/models"
+    )
+    warmup: int = Field(
+        default=4, ge=0, description="unmeasured requests sent to each server first"
+    )
+    tpot_source: TpotSource = Field(
+        default="client",
+        description="client: as streamed to this client; server: vLLM's metrics.mean_itl_ms "
+        "(needs --enable-per-request-metrics)",
+    )
+    sample_interval: float = Field(
+        default=0.25, gt=0, description="seconds between samples of num_requests_running"
+    )
+
+
+class CalibrateConfig(CalibrateOptions, RequestContent, CounterWatch):
     """Everything a calibration needs; one phase per (server, concurrency, temperature)."""
 
-    spec_urls: tuple[str, ...]
-    """One vLLM with speculative decoding per k (k is read from its per-position series)."""
-    base_url: str
-    concurrencies: tuple[int, ...] = (1, 8, 32)
-    temperatures: tuple[float | None, ...] = (0.0, 0.7, 1.0)
-    requests: int | None = None
-    """Requests per phase; None: four rounds of the concurrency, at least 8."""
-    max_tokens: int = 128
-    seed: int = 0
-    model: str | None = None
-    tpot_source: TpotSource = "client"
-    warmup: int = 4
-    """Unmeasured requests sent to each server first (compilation, caches)."""
-    prompts: tuple[str, ...] = BUILTIN_PROMPTS
-    sample_interval: float = 0.25
-    """Seconds between samples of vLLM's num_requests_running during a phase."""
-    settle_timeout: float = 10.0
-    settle_interval: float = 0.05
-    scrape_timeout: float = 10.0
-    request_timeout: float = 600.0
-    api_key: str | None = field(default=None, repr=False)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def __post_init__(self) -> None:
-        if not self.spec_urls:
-            raise ValueError("at least one spec server is needed")
-        if not self.concurrencies or min(self.concurrencies) < 1:
-            raise ValueError("concurrencies must be >= 1")
-        if not self.temperatures:
-            raise ValueError("at least one temperature is needed")
-        if (self.requests is not None and self.requests < 1) or self.max_tokens < 2:
-            raise ValueError("requests must be >= 1 and max_tokens >= 2 (TPOT needs 2 tokens)")
-        if self.warmup < 0 or self.sample_interval <= 0 or self.settle_interval <= 0:
-            raise ValueError("warmup must be >= 0, the intervals > 0")
+    spec_urls: tuple[HttpUrl, ...]
+    """One vLLM with speculative decoding per k (k is read from its per-position series)."""
+    base_url: HttpUrl
+    temperatures: tuple[float | None, ...] = Field(
+        default=parse_temperatures(DEFAULT_TEMPERATURES_TEXT), min_length=1
+    )
 
     def phase_requests(self, concurrency: int) -> int:
         return self.requests if self.requests is not None else max(8, 4 * concurrency)
@@ -102,7 +122,6 @@ class CalibrateConfig:
             prompts=self.prompts,
             seed=self.seed,
             api_key=self.api_key,
-            timeout=self.request_timeout,
         )
 
 

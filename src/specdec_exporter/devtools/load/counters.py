@@ -1,6 +1,5 @@
-"""vLLM's counters around a load phase: the reset-aware delta, and whether they have settled.
-
-Shared by `sweep` and `calibrate`; no I/O (callers scrape).
+"""vLLM's counters around a load phase: the reset-aware delta, whether they have settled, and
+how long to watch them. Shared by `sweep` and `calibrate`; no I/O (callers scrape).
 """
 
 from __future__ import annotations
@@ -9,10 +8,30 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import BaseModel, Field
+
 from specdec_exporter.core.acceptance import Totals, sum_totals, totals_delta
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.devtools.load.results import RequestResult
+
+
+class Settling(BaseModel):
+    """How long a phase's counters may take to count its last requests (`calibrate` takes it as
+    a flag)."""
+
+    settle_timeout: float = Field(
+        default=10.0, ge=0, description="seconds to wait for vLLM's counters after a phase"
+    )
+
+
+class CounterWatch(Settling):
+    """How `sweep` and `calibrate` watch vLLM's counters settle after a phase."""
+
+    settle_interval: float = Field(default=0.05, gt=0)
+    """Seconds between the scrapes that watch the counters settle."""
+    scrape_timeout: float = Field(default=10.0, gt=0)
+    """Timeout of one scrape of a server's /metrics, seconds."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The temperature mix: parse ``0:0.3,0.7:0.5,default:0.2`` and split a request count by weight."""
+"""The temperature mix: parse ``0:0.3,0.7:0.5,default:0.2`` and split a request count by weight;
+and the temperature list of `sweep` and `calibrate` (``0,0.7,default``: a phase each)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,18 @@ def parse_mix(text: str) -> tuple[MixEntry, ...]:
         MixEntry(temperature, weight / total)
         for temperature, weight in zip(temperatures, weights, strict=True)
     )
+
+
+def parse_temperatures(text: str) -> tuple[float | None, ...]:
+    """``0,0.4,0.8,1.0`` -> (0.0, 0.4, 0.8, 1.0), in the order given: a mix without weights.
+
+    Each entry is a number >= 0 or ``default`` (None: the ``temperature`` key is omitted, so
+    the server's default applies). Duplicates and weights (``0.7:2``) are rejected: every
+    temperature is a phase of its own.
+    """
+    if ":" in text:
+        raise MixError(f"a list of temperatures, without weights: {text!r}")
+    return tuple(entry.temperature for entry in parse_mix(text))
 
 
 def _split_entry(part: str) -> tuple[float | None, float | None]:

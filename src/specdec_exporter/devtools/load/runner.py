@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
-from specdec_exporter.devtools.load.mix import MixEntry, parse_mix
+from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.parse import (
     MalformedResponseError,
     ServerStreamError,
@@ -34,68 +34,10 @@ from specdec_exporter.devtools.load.results import (
 )
 from specdec_exporter.devtools.load.sse import SseDecoder
 
-Endpoint = Literal["chat", "completions"]
-
 ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
 }
-
-DEFAULT_MIX_TEXT = "0:0.3,0.7:0.5,1.0:0.2"
-
-BUILTIN_PROMPTS = (
-    "Write a Python function that checks whether a string is a palindrome.",
-    "Explain in three sentences what a hash map is.",
-    "List five prime numbers and say why each is prime.",
-    "def fibonacci(n):",
-    "Summarise the plot of Romeo and Juliet in two sentences.",
-    "Translate 'good morning, how are you?' into French and German.",
-    "Write a SQL query that counts orders per customer.",
-    "What is the difference between TCP and UDP?",
-)
-
-
-@dataclass(frozen=True)
-class LoadConfig:
-    """Everything a run needs. Exactly one of ``requests`` and ``duration`` bounds the run."""
-
-    url: str = "http://127.0.0.1:8000"
-    model: str | None = None
-    """None: use the first id that GET /v1/models returns."""
-    concurrency: int = 8
-    requests: int | None = 100
-    duration: float | None = None
-    """Seconds after which no new request starts; requests in flight still finish."""
-    mix: tuple[MixEntry, ...] = parse_mix(DEFAULT_MIX_TEXT)
-    stream_share: float = 0.0
-    include_usage: bool = True
-    max_tokens: int = 64
-    endpoint: Endpoint = "chat"
-    prompts: tuple[str, ...] = BUILTIN_PROMPTS
-    seed: int | None = None
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float = 600.0
-    connect_timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        if (self.requests is None) == (self.duration is None):
-            raise ValueError("give exactly one of requests and duration")
-        if self.requests is not None and self.requests < 1:
-            raise ValueError("requests must be >= 1")
-        if self.duration is not None and not self.duration > 0:
-            raise ValueError("duration must be > 0")
-        if self.concurrency < 1 or self.max_tokens < 1:
-            raise ValueError("concurrency and max_tokens must be >= 1")
-        if not 0.0 <= self.stream_share <= 1.0:
-            raise ValueError("stream_share must be within 0..1")
-        if not self.mix or not self.prompts:
-            raise ValueError("the mix and the prompts must not be empty")
-
-    @property
-    def base_url(self) -> str:
-        """The server root: a trailing ``/v1`` is accepted and dropped."""
-        url = self.url.rstrip("/")
-        return url.removesuffix("/v1")
 
 
 @dataclass(frozen=True)
@@ -192,7 +134,8 @@ class _Run:
         self._model = model
         self._on_progress = on_progress
         self._path = ENDPOINT_PATHS[config.endpoint]
-        deck_size = config.requests if config.requests is not None else DURATION_DECK_SIZE
+        self._limit = config.request_limit
+        deck_size = DURATION_DECK_SIZE if self._limit is None else self._limit
         self._planner = Planner(
             config.mix, config.stream_share, config.prompts, deck_size=deck_size, seed=config.seed
         )
@@ -206,8 +149,8 @@ class _Run:
         if self._config.duration is not None:
             self._deadline = self._start + self._config.duration
         workers = self._config.concurrency
-        if self._config.requests is not None:
-            workers = min(workers, self._config.requests)
+        if self._limit is not None:
+            workers = min(workers, self._limit)
         async with asyncio.TaskGroup() as group:
             for _ in range(workers):
                 group.create_task(self._work())
@@ -215,7 +158,7 @@ class _Run:
         return LoadResult(self._model, self._config.endpoint, elapsed, tuple(self._results))
 
     def _next_plan(self) -> PlannedRequest | None:
-        if self._config.requests is not None and self._planner.issued >= self._config.requests:
+        if self._limit is not None and self._planner.issued >= self._limit:
             return None
         if self._deadline is not None and time.perf_counter() >= self._deadline:
             return None
