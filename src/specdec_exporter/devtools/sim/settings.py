@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic_settings import CliToggleFlag
 
+from specdec_exporter.commands.flags import flag_of
 from specdec_exporter.devtools.sim.steptime import StepTimeModel, step_time_model_for
 from specdec_exporter.sidecar.config import ConfigError
 
@@ -72,11 +73,6 @@ class SpeculativeConfig:
             if entry.lo <= batch_size <= entry.hi:
                 return entry.k
         return self.num_speculative_tokens
-
-
-def flag_of(field: str) -> str:
-    """The command-line flag of a SimConfig field (``max_num_seqs`` -> ``--max-num-seqs``)."""
-    return "--" + field.replace("_", "-")
 
 
 Port = Annotated[int, Field(ge=0, le=65535)]
@@ -224,7 +220,7 @@ def describe_errors(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False):
         field = str(error["loc"][0]) if error["loc"] else ""
-        where = flag_of(field) if field in SimConfig.model_fields else field or "config"
+        where = flag_of(SimConfig, field) if field in SimConfig.model_fields else field or "config"
         parts.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
     return "; ".join(parts)
 
