@@ -372,6 +372,62 @@ HOP_BY_HOP = frozenset(
 )
 
 
+class _PipeUpstream(asyncio.Protocol):
+    def __init__(self, client: asyncio.Transport) -> None:
+        self.client = client
+
+    def data_received(self, data: bytes) -> None:
+        self.client.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.close()
+
+
+class _PipeClient(asyncio.Protocol):
+    """One client connection piped to its own upstream connection, both ways, bytes untouched."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.upstream: asyncio.Transport | None = None
+        self.early: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        upstream, _ = await loop.create_connection(
+            lambda: _PipeUpstream(self.transport), "127.0.0.1", self.upstream_port
+        )
+        self.upstream = upstream
+        for data in self.early:
+            upstream.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        if self.upstream is None:
+            self.early.append(data)
+        else:
+            self.upstream.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upstream is not None:
+            self.upstream.close()
+
+
+def serve_pipe(port: int, upstream_port: int) -> None:
+    """The floor of any proxy in Python on uvloop: a TCP pipe that parses nothing (each client
+    connection gets its own upstream connection, the keep-alive reuse the tap's pool gives)."""
+    install_uvloop()
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _PipeClient(upstream_port), "127.0.0.1", port)
+        await server.serve_forever()
+
+    asyncio.run(serve())
+
+
 def serve_starlette(port: int, upstream_port: int) -> None:
     """The obvious stack: Starlette ``StreamingResponse`` over httpx ``aiter_raw`` under
     uvicorn (uvloop, httptools). Pure pass-through: it inspects nothing, the tap does."""

@@ -1,15 +1,16 @@
 """Tap cost on loopback: added time to first token (P50/P99 at 1, 64 and 256 streams), CPU per
 streamed chunk of the proxy process, and a normal request's latency with 10,000 idle keep-alive
-connections open, for the tap against direct and two baselines measured in the same run: nginx
-(the pass-through reference) and the obvious Starlette+httpx proxy.
+connections open, for the tap against direct and three baselines measured in the same run: nginx
+(the pass-through reference), the obvious Starlette+httpx proxy, and a uvloop TCP pipe that parses
+nothing (the floor of any proxy written in Python).
 
-    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~8.5 minutes
+    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~9 minutes
     .venv/bin/python benchmarks/tap_latency_cpu.py --quick    # smoke run, ~3 minutes
 
 Each server runs in its own process: a paced raw-asyncio SSE upstream shaped like vLLM (one
 ~230-byte chunk per step), the tap (uvloop), nginx (1 worker, proxy_buffering off, upstream
 keepalive; `apt-get install nginx`), Starlette `StreamingResponse` over httpx `aiter_raw` under
-uvicorn (uvloop, httptools). The load client is another process, and so is the holder of the idle
+uvicorn (uvloop, httptools), the pipe (uvloop). The load client is another process, and so is the holder of the idle
 connections. CPU comes from /proc/<pid>/stat; the proxy is pinned alone on the last core.
 """
 
@@ -41,6 +42,7 @@ from tap_common import (
     raise_fd_limit,
     rss_bytes,
     run_load,
+    serve_pipe,
     serve_starlette,
     serve_upstream,
     spawn,
@@ -54,7 +56,7 @@ KINDS = {
     "passthrough": chat_request(stream=True, include_usage=True),
     "json": chat_request(stream=False),
 }
-TARGETS = ("direct", "tap", "nginx", "starlette")
+TARGETS = ("direct", "tap", "nginx", "pipe", "starlette")
 IDLE_TARGETS = ("tap", "nginx")
 """uvicorn (under Starlette) closes idle connections after its keep-alive timeout like the others
 (75 s here), but it is the slow baseline; the idle comparison is the tap against nginx."""
@@ -152,7 +154,7 @@ def scenarios(quick: bool) -> list[Scenario]:
     for target in TARGETS:  # Starlette last: its saturated 256-stream run must not precede others
         rows.append(Scenario(target, 1, one, "rewrite"))
         rows.append(Scenario(target, 64, many, "rewrite"))
-        if target in ("tap", "nginx"):
+        if target in ("tap", "nginx", "pipe"):
             rows.append(Scenario(target, 64, many, "passthrough"))
         rows.append(Scenario(target, 256, most, "rewrite"))
     return rows
@@ -215,6 +217,7 @@ def orchestrate(
     if load_cpus:
         os.sched_setaffinity(0, load_cpus)  # inherited by the load client processes
     upstream_port, tap_port, starlette_port = free_port(), free_port(), free_port()
+    pipe_port = free_port()
     upstream = spawn(
         SCRIPT,
         "upstream",
@@ -244,15 +247,25 @@ def orchestrate(
         str(upstream_port),
         cpus=proxy_cpus,
     )
+    pipe = spawn(
+        SCRIPT,
+        "pipe",
+        "--port",
+        str(pipe_port),
+        "--upstream-port",
+        str(upstream_port),
+        cpus=proxy_cpus,
+    )
     nginx = None
     try:
-        for port in (upstream_port, tap_port, starlette_port):
+        for port in (upstream_port, tap_port, starlette_port, pipe_port):
             wait_for_port(port)
         nginx = Nginx(upstream_port, proxy_cpus)
         targets = {
             "direct": (upstream_port, [upstream.pid]),
             "tap": (tap_port, [tap.pid]),
             "nginx": (nginx.port, nginx.pids()),
+            "pipe": (pipe_port, [pipe.pid]),
             "starlette": (starlette_port, [starlette.pid]),
         }
         results = []
@@ -294,6 +307,7 @@ def orchestrate(
         if nginx is not None:
             nginx.stop()
         stop(starlette)
+        stop(pipe)
         stop(tap)
         stop(upstream)
         print(f"load average at end: {os.getloadavg()}", flush=True)
@@ -402,6 +416,11 @@ def print_goals(results: list[dict[str, object]], idle: list[dict[str, object]])
             row("nginx", 64, kind)["cpu_us_per_chunk"]
         )
         print(f"tap CPU per chunk / nginx, 64 streams, {kind}: {ratio:.2f}x (goal <= 1.5x)")
+    for target in ("tap", "nginx"):
+        ratio = number(row(target, 64)["cpu_us_per_chunk"]) / number(
+            row("pipe", 64)["cpu_us_per_chunk"]
+        )
+        print(f"{target} CPU per chunk / a Python pipe (the floor), 64 streams: {ratio:.2f}x")
     for streams in (64, 256):
         ratio = number(row("starlette", streams)["cpu_us_per_chunk"]) / number(
             row("tap", streams)["cpu_us_per_chunk"]
@@ -434,7 +453,7 @@ def main() -> None:
         "role",
         nargs="?",
         default="run",
-        choices=["run", "upstream", "tap", "starlette", "load", "idle"],
+        choices=["run", "upstream", "tap", "pipe", "starlette", "load", "idle"],
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--port", type=int)
@@ -468,6 +487,8 @@ def main() -> None:
         asyncio.run(serve_upstream(args.port, args.chunks, args.interval_ms / 1000))
     elif args.role == "tap":
         serve_tap(args.port, args.upstream_port)
+    elif args.role == "pipe":
+        serve_pipe(args.port, args.upstream_port)
     elif args.role == "starlette":
         serve_starlette(args.port, args.upstream_port)
     elif args.role == "idle":
