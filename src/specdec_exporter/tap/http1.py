@@ -135,8 +135,12 @@ def _framing_headers(headers: Headers) -> Headers:
     return [(key, value) for key, value in headers if key.lower() in FRAMING]
 
 
+CHUNK = b"%x\r\n%b\r\n"
+"""One chunk of a chunked body: ``CHUNK % (len(data), data)``."""
+
+
 def chunk(data: bytes) -> bytes:
-    return b"%x\r\n%b\r\n" % (len(data), data)
+    return CHUNK % (len(data), data)
 
 
 def error_response(status: int, message: str, close: bool = True, head: bool = False) -> bytes:

@@ -101,7 +101,10 @@ class ResponseSide:
             self._head_read_done()
         elif self._framing is Framing.RAW and self.head_done:
             self._write_body(data)
-        self.flush()
+        out = self._out
+        if out:  # flush(), inline: once per read
+            self.client.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
         if self._response_done:
             self.owner.finish()
 
@@ -233,14 +236,26 @@ class ResponseSide:
         return Framing.RAW
 
     def on_body(self, data: bytes) -> None:
-        try:
-            data = self._inspect(data)
+        """Once per body piece (the hot path, kept to few calls): inspect it, then relay it."""
+        try:  # watch for per-request metrics; in rewrite mode, take the bytes to pass on
+            undo, watcher = self._undo, self._watcher
+            if undo is not None:
+                data = undo.feed(data)
+                if undo.final_chunk is not None:
+                    self._note_final_chunk()
+            elif watcher is not None:
+                watcher.feed(data)
+                if watcher.final_chunk is not None:
+                    self._note_final_chunk()
+            elif self._tail is not None:
+                self._keep_tail(data)
         except Exception:  # fail open: stop inspecting, keep passing bytes
             self.tap.warn("inspect-response", "inspecting a response failed; passed on as is")
             self._stop_inspecting()
-        if not data or self._framing is Framing.RAW:
+        framing = self._framing
+        if not data or framing is Framing.RAW:
             return
-        self._write_body(http1.chunk(data) if self._framing is Framing.CHUNKED else data)
+        self._write_body(http1.CHUNK % (len(data), data) if framing is Framing.CHUNKED else data)
 
     def on_message_complete(self) -> None:
         if self.tunnel_open:
@@ -254,21 +269,6 @@ class ResponseSide:
         self.complete_body()
 
     # inspection
-
-    def _inspect(self, data: bytes) -> bytes:
-        """Watch the body for per-request metrics; in rewrite mode, return the bytes to pass on."""
-        undo, watcher = self._undo, self._watcher
-        if undo is not None:
-            data = undo.feed(data)
-            if undo.final_chunk is not None:
-                self._note_final_chunk()
-        elif watcher is not None:
-            watcher.feed(data)
-            if watcher.final_chunk is not None:
-                self._note_final_chunk()
-        elif self._tail is not None:
-            self._keep_tail(data)
-        return data
 
     def _stop_inspecting(self) -> None:
         if self._undo is not None:
