@@ -10,8 +10,9 @@ nothing (the floor of any proxy written in Python).
 Each server runs in its own process: a paced raw-asyncio SSE upstream shaped like vLLM (one
 ~230-byte chunk per step), the tap (uvloop), nginx (1 worker, proxy_buffering off, upstream
 keepalive; `apt-get install nginx`), Starlette `StreamingResponse` over httpx `aiter_raw` under
-uvicorn (uvloop, httptools), the pipe (uvloop). The load client is another process, and so is the holder of the idle
-connections. CPU comes from /proc/<pid>/stat; the proxy is pinned alone on the last core.
+uvicorn (uvloop, httptools), the pipe (uvloop). The load client is another process, and so is
+the holder of the idle connections. CPU comes from /proc/<pid>/stat; the proxy is pinned alone
+on the last core.
 """
 
 from __future__ import annotations
