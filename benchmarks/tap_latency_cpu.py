@@ -22,11 +22,14 @@ import asyncio
 import json
 import os
 import select
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -149,8 +152,25 @@ def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]) ->
     return result
 
 
+GOAL_PAIRS = (
+    ("direct", "rewrite"),
+    ("tap", "rewrite"),
+    ("nginx", "rewrite"),
+    ("pipe", "rewrite"),
+    ("tap", "passthrough"),
+    ("nginx", "passthrough"),
+    ("pipe", "passthrough"),
+)
+"""The 64-stream scenarios the goals are read from; ``--rounds`` repeats them, interleaved."""
+
+
+def per_connection(quick: bool) -> tuple[int, int, int]:
+    """Requests per connection at 1, 64 and 256 streams."""
+    return (15, 6, 3) if quick else (60, 25, 8)
+
+
 def scenarios(quick: bool) -> list[Scenario]:
-    one, many, most = (15, 6, 3) if quick else (60, 25, 8)
+    one, many, most = per_connection(quick)
     rows = []
     for target in TARGETS:  # Starlette last: its saturated 256-stream run must not precede others
         rows.append(Scenario(target, 1, one, "rewrite"))
@@ -207,7 +227,14 @@ def with_idle_connections(
 
 
 def orchestrate(
-    quick: bool, chunks: int, interval_ms: float, *, stagger: bool, pin: bool, idle: int
+    quick: bool,
+    chunks: int,
+    interval_ms: float,
+    *,
+    stagger: bool,
+    pin: bool,
+    idle: int,
+    rounds: int = 1,
 ) -> None:
     print(f"load average at start: {os.getloadavg()}", flush=True)
     raise_fd_limit()  # inherited: the proxies hold the idle connections
@@ -280,6 +307,16 @@ def orchestrate(
             }
             results.append(row)
             print(json.dumps(row), flush=True)
+        goal_rounds = [results]
+        for number in range(2, rounds + 1):
+            goal_rounds.append([])
+            for target, kind in GOAL_PAIRS:
+                port, pids = targets[target]
+                scenario = Scenario(target, 64, per_connection(quick)[1], kind)
+                row = {"target": target, "streams": 64, "kind": kind, "round": number}
+                row.update(measure(scenario, port, pids, shape))
+                goal_rounds[-1].append(row)
+                print(json.dumps(row), flush=True)
         idle_results = []
         for target in IDLE_TARGETS if idle else ():
             port, pids = targets[target]
@@ -303,7 +340,7 @@ def orchestrate(
                 print(json.dumps(row), flush=True)
         print_table(results)
         print_idle_table(idle_results)
-        print_goals(results, idle_results)
+        print_goals(goal_rounds, idle_results)
     finally:
         if nginx is not None:
             nginx.stop()
@@ -400,38 +437,62 @@ def print_idle_table(results: list[dict[str, object]]) -> None:
     )  # type: ignore[arg-type]
 
 
-def print_goals(results: list[dict[str, object]], idle: list[dict[str, object]]) -> None:
-    """The issue's goals as ratios within this run."""
+def print_goals(rounds: list[list[dict[str, object]]], idle: list[dict[str, object]]) -> None:
+    """The issue's goals as ratios within this run: each 64-stream figure per round (the first
+    round is the full table), and their median."""
 
-    def row(target: str, streams: int, kind: str = "rewrite") -> dict[str, object]:
+    def row(rows: list[dict[str, object]], target: str, streams: int, kind: str) -> dict[str, Any]:
         return next(
-            r for r in results if (r["target"], r["streams"], r["kind"]) == (target, streams, kind)
+            r for r in rows if (r["target"], r["streams"], r["kind"]) == (target, streams, kind)
         )
 
     def number(value: object) -> float:
         return float(value)  # type: ignore[arg-type]
 
+    def cpu(rows: list[dict[str, object]], target: str, kind: str = "rewrite") -> float:
+        return float(row(rows, target, 64, kind)["cpu_us_per_chunk"])
+
+    def tap_over_nginx(kind: str) -> Callable[[list[dict[str, object]]], float]:
+        return lambda rows: cpu(rows, "tap", kind) / cpu(rows, "nginx", kind)
+
+    def over_pipe(target: str) -> Callable[[list[dict[str, object]]], float]:
+        return lambda rows: cpu(rows, target) / cpu(rows, "pipe")
+
+    def added_p99(kind: str) -> Callable[[list[dict[str, object]]], float]:
+        def figure(rows: list[dict[str, object]]) -> float:
+            through = row(rows, "tap", 64, kind)["ttft_p99_ms"]
+            return float(through) - float(row(rows, "direct", 64, "rewrite")["ttft_p99_ms"])
+
+        return figure
+
+    def report(label: str, figure: Callable[[list[dict[str, object]]], float], unit: str) -> None:
+        values = [figure(rows) for rows in rounds]
+        each = ", ".join(f"{value:.2f}" for value in values)
+        rounds_text = f" (rounds: {each})" if len(values) > 1 else ""
+        print(f"{label}: {statistics.median(values):.3f}{unit}{rounds_text}")
+
     print()
     for kind in ("rewrite", "passthrough"):
-        ratio = number(row("tap", 64, kind)["cpu_us_per_chunk"]) / number(
-            row("nginx", 64, kind)["cpu_us_per_chunk"]
+        report(
+            f"tap CPU per chunk / nginx, 64 streams, {kind} (goal <= 1.5x)",
+            tap_over_nginx(kind),
+            "x",
         )
-        print(f"tap CPU per chunk / nginx, 64 streams, {kind}: {ratio:.2f}x (goal <= 1.5x)")
     for target in ("tap", "nginx"):
-        ratio = number(row(target, 64)["cpu_us_per_chunk"]) / number(
-            row("pipe", 64)["cpu_us_per_chunk"]
+        report(
+            f"{target} CPU per chunk / a Python pipe (the floor), 64 streams",
+            over_pipe(target),
+            "x",
         )
-        print(f"{target} CPU per chunk / a Python pipe (the floor), 64 streams: {ratio:.2f}x")
+    full = rounds[0]
     for streams in (64, 256):
-        ratio = number(row("starlette", streams)["cpu_us_per_chunk"]) / number(
-            row("tap", streams)["cpu_us_per_chunk"]
+        ratio = float(row(full, "starlette", streams, "rewrite")["cpu_us_per_chunk"]) / float(
+            row(full, "tap", streams, "rewrite")["cpu_us_per_chunk"]
         )
         print(f"Starlette+httpx CPU per chunk / tap, {streams} streams: {ratio:.2f}x")
     for kind in ("rewrite", "passthrough"):
-        added = number(row("tap", 64, kind)["ttft_p99_ms"]) - number(
-            row("direct", 64)["ttft_p99_ms"]
-        )
-        print(f"tap added P99 TTFT, 64 streams, {kind}: {added:.3f} ms (goal < 1 ms, idle machine)")
+        label = f"tap added P99 TTFT, 64 streams, {kind} (goal < 1 ms, idle machine)"
+        report(label, added_p99(kind), " ms")
     for target in sorted({str(r["target"]) for r in idle}):
         for kind in ("rewrite", "json"):
             pair = {r["idle"]: r for r in idle if (r["target"], r["kind"]) == (target, kind)}
@@ -457,6 +518,13 @@ def main() -> None:
         choices=["run", "upstream", "tap", "pipe", "starlette", "load", "idle"],
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the 64-stream goal scenarios, interleaved, this many times in all; the "
+        "goals are then medians (each round ~100 s)",
+    )
     parser.add_argument("--port", type=int)
     parser.add_argument("--upstream-port", type=int)
     parser.add_argument("--chunks", type=int, default=50, help="content chunks per stream")
@@ -509,6 +577,7 @@ def main() -> None:
             stagger=args.stagger,
             pin=args.pin,
             idle=args.connections,
+            rounds=args.rounds,
         )
 
 
