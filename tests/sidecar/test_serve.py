@@ -146,7 +146,7 @@ async def test_a_tap_that_fails_while_draining_is_a_failure() -> None:
 
 
 def test_start_up_objects_are_frozen_out_of_the_collectors_reach() -> None:
-    """Else every full collection walks the app's ~57,000 start-up objects: a ~20 ms pause of
+    """Else every full collection walks the app's ~56,000 start-up objects: a 20-30 ms pause of
     every stream the tap passes (sidecar/serve.freeze_startup_heap)."""
     with sidecar_process(CLOSED_PORT_URL, "--proxy-listen", "127.0.0.1:0") as process:
         starting = process.wait_for_record(lambda record: record.get("msg") == "starting")

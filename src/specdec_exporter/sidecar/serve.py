@@ -134,10 +134,10 @@ async def serve(settings: Settings) -> int:
 
 
 def freeze_startup_heap() -> int:
-    """Put what start-up allocated (modules, the app, settings: some 57,000 objects) out of the
+    """Put what start-up allocated (modules, the app, settings: some 56,000 objects) out of the
     cyclic collector's reach, and return how many. A full collection then walks only what
-    serving allocated; without this it walks them all, a pause of about 20 ms (measured here)
-    for every stream the tap is passing. Garbage is collected first, so none is kept for good."""
+    serving allocated; without this it walks them all, a pause of 20-30 ms for every stream the
+    tap is passing (benchmarks/tap_gc_pauses.py). Garbage is collected first, so none is kept."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
