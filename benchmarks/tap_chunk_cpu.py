@@ -3,6 +3,7 @@ exchange fed vLLM-shaped SSE streams (one chunk per upstream read) through fake 
 
     .venv/bin/python benchmarks/tap_chunk_cpu.py                        # this checkout
     .venv/bin/python benchmarks/tap_chunk_cpu.py --baseline-src DIR     # and DIR, alternately
+    .venv/bin/python benchmarks/tap_chunk_cpu.py --chunks 1             # mostly per-request cost
 
 Each measurement runs in a child process. With ``--baseline-src`` (another checkout's src/,
 e.g. from ``git archive``) the two codes alternate and the ratio of medians is printed, so a
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"rewrite": False, "passthrough": True}
 """Client without include_usage (the tap rewrites the stream) / with it (bytes verbatim)."""
 CHUNKS = 50
+"""Content chunks per stream by default (the role chunk, finish, usage and [DONE] come on top)."""
 
 
 class FakeTransport:
@@ -66,16 +68,16 @@ class FakeTransport:
         pass
 
 
-def upstream_reads() -> list[bytes]:
+def upstream_reads(chunks: int) -> list[bytes]:
     """One stream as vLLM writes it: one event per chunk, one chunk per read."""
-    events = [ROLE_EVENT, *[CONTENT_EVENT] * (CHUNKS - 1), FINISH_EVENT, USAGE_EVENT, DONE_EVENT]
+    events = [ROLE_EVENT, *[CONTENT_EVENT] * (chunks - 1), FINISH_EVENT, USAGE_EVENT, DONE_EVENT]
     reads = [frame(event) for event in events]
     reads[0] = RESPONSE_HEAD + reads[0]
     reads[-1] += b"0\r\n\r\n"
     return reads
 
 
-def measure(kind: str, streams: int) -> dict[str, float]:
+def measure(kind: str, streams: int, chunks: int) -> dict[str, float]:
     from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
     from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
     from specdec_exporter.tap.proxy import ClientConnection, Tap  # noqa: PLC0415
@@ -97,7 +99,7 @@ def measure(kind: str, streams: int) -> dict[str, float]:
     client = ClientConnection(tap)
     transport = FakeTransport()
     client.connection_made(transport)  # type: ignore[arg-type]
-    request, reads = chat_request(stream=True, include_usage=KINDS[kind]), upstream_reads()
+    request, reads = chat_request(stream=True, include_usage=KINDS[kind]), upstream_reads(chunks)
 
     def one_stream() -> None:
         client.data_received(request)
@@ -117,15 +119,16 @@ def measure(kind: str, streams: int) -> dict[str, float]:
     return {"us_per_chunk": used / (streams * len(reads)) * 1e6}
 
 
-def run(src: Path, kind: str, streams: int) -> float:
+def run(src: Path, kind: str, streams: int, chunks: int) -> float:
     env = {**os.environ, "PYTHONPATH": str(src)}
     command = [sys.executable, __file__, "measure", "--kind", kind, "--streams", str(streams)]
+    command += ["--chunks", str(chunks)]
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     result: dict[str, float] = json.loads(output)
     return result["us_per_chunk"]
 
 
-def compare(baseline: Path | None, repeat: int, streams: int) -> None:
+def compare(baseline: Path | None, repeat: int, streams: int, chunks: int) -> None:
     codes = {"this checkout": ROOT / "src"}
     if baseline is not None:
         codes["baseline"] = baseline
@@ -133,12 +136,13 @@ def compare(baseline: Path | None, repeat: int, streams: int) -> None:
         runs: dict[str, list[float]] = {name: [] for name in codes}
         for _ in range(repeat):
             for name, src in codes.items():
-                runs[name].append(run(src, kind, streams))
+                runs[name].append(run(src, kind, streams, chunks))
         for name, values in runs.items():
             low, median, high = min(values), statistics.median(values), max(values)
             print(
                 f"{kind:12} {name:14} CPU per chunk: median {median:.2f} µs "
-                f"(min {low:.2f}, max {high:.2f}, {repeat} runs)"
+                f"(min {low:.2f}, max {high:.2f}, {repeat} runs); "
+                f"per stream of {chunks + 3} reads {median * (chunks + 3):.1f} µs"
             )
         if baseline is not None:
             ratio = statistics.median(runs["this checkout"]) / statistics.median(runs["baseline"])
@@ -154,11 +158,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=6)
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument("--kind", choices=sorted(KINDS), default="rewrite")
+    parser.add_argument("--chunks", type=int, default=CHUNKS, help="content chunks per stream")
     args = parser.parse_args()
     if args.role == "measure":
-        print(json.dumps(measure(args.kind, args.streams)))
+        print(json.dumps(measure(args.kind, args.streams, args.chunks)))
     else:
-        compare(args.baseline_src, args.repeat, args.streams)
+        compare(args.baseline_src, args.repeat, args.streams, args.chunks)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum
 
 from specdec_exporter.tap.contracts import ClientSide, TapContext
-from specdec_exporter.tap.http1 import Headers
+from specdec_exporter.tap.http1 import Fields
 from specdec_exporter.tap.request_side import RequestSide
 from specdec_exporter.tap.response_side import ResponseSide
 from specdec_exporter.tap.stats import RequestRecord
@@ -31,7 +31,7 @@ class Exchange:
         method: bytes,
         target: bytes,
         *,
-        headers: Headers,
+        fields: Fields,
         client_http10: bool,
         keep_alive: bool,
         upgrade: bool,
@@ -46,7 +46,7 @@ class Exchange:
             self,
             method,
             target,
-            headers=headers,
+            fields=fields,
             client_http10=client_http10,
             keep_alive=keep_alive,
             upgrade=upgrade,

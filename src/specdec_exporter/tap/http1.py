@@ -23,6 +23,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+REQUEST_FRAMING = FRAMING | {b"expect"}
+"""Request headers the tap never forwards: it frames the body itself and answers Expect."""
 CONTINUE_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
 HEAD_END = b"\r\n\r\n"
@@ -41,45 +43,59 @@ class Framing(Enum):
     """Bare body bytes, end marked by closing the connection (HTTP/1.0 clients, no length)."""
 
 
-def header_value(headers: Headers, name: bytes) -> bytes | None:
-    """The first value of a header (``name`` in lower case)."""
-    for key, value in headers:
-        if key.lower() == name:
-            return value
-    return None
+NO_TOKENS: frozenset[bytes] = frozenset()
 
 
-def header_tokens(headers: Headers, name: bytes) -> frozenset[bytes]:
-    """Comma-separated tokens of every ``name`` header, lower case (``Connection``, ``TE``)."""
-    tokens: set[bytes] = set()
-    for key, value in headers:
-        if key.lower() == name:
-            tokens.update(token.strip().lower() for token in value.split(b","))
-    return frozenset(token for token in tokens if token)
+class Fields:
+    """A head's header fields as received, each name lower-cased once for all its lookups."""
 
+    __slots__ = ("names", "pairs")
 
-def content_length(headers: Headers) -> int | None:
-    """The declared body length; None when absent or unusable."""
-    value = header_value(headers, b"content-length")
-    if value is None or not value.strip().isdigit():
-        return None
-    return int(value)
+    def __init__(self, pairs: Headers) -> None:
+        self.pairs = pairs
+        self.names = [name.lower() for name, _ in pairs]
 
+    def value(self, name: bytes) -> bytes | None:
+        """The first value of a header (``name`` in lower case)."""
+        names = self.names
+        return self.pairs[names.index(name)][1] if name in names else None
 
-def is_chunked(headers: Headers) -> bool:
-    return b"chunked" in header_tokens(headers, b"transfer-encoding")
+    def count(self, name: bytes) -> int:
+        return self.names.count(name)
 
+    def tokens(self, name: bytes) -> frozenset[bytes]:
+        """Comma-separated tokens of every ``name`` header, lower case (``Connection``, ``TE``)."""
+        if name not in self.names:
+            return NO_TOKENS
+        tokens: set[bytes] = set()
+        for lowered, (_, value) in zip(self.names, self.pairs, strict=True):
+            if lowered == name:
+                tokens.update(token.strip().lower() for token in value.split(b","))
+        tokens.discard(b"")
+        return frozenset(tokens)
 
-def end_to_end(headers: Headers, drop: frozenset[bytes] = frozenset()) -> Headers:
-    """Headers without hop-by-hop ones, those named in ``Connection``, and ``drop``."""
-    named = header_tokens(headers, b"connection")
-    return [
-        (key, value)
-        for key, value in headers
-        if (lowered := key.lower()) not in HOP_BY_HOP
-        and lowered not in named
-        and lowered not in drop
-    ]
+    def content_length(self) -> int | None:
+        """The declared body length; None when absent or unusable."""
+        value = self.value(b"content-length")
+        if value is None or not value.strip().isdigit():
+            return None
+        return int(value)
+
+    def chunked(self) -> bool:
+        return b"chunked" in self.tokens(b"transfer-encoding")
+
+    def without(self, drop: frozenset[bytes]) -> Headers:
+        """The fields whose names are not in ``drop``, in their order."""
+        return [pair for name, pair in zip(self.names, self.pairs, strict=True) if name not in drop]
+
+    def only(self, keep: frozenset[bytes]) -> Headers:
+        """The fields whose names are in ``keep``, in their order."""
+        return [pair for name, pair in zip(self.names, self.pairs, strict=True) if name in keep]
+
+    def end_to_end(self, drop: frozenset[bytes] = NO_TOKENS) -> Headers:
+        """The fields without hop-by-hop ones, those named in ``Connection``, and ``drop``."""
+        named = self.tokens(b"connection")
+        return self.without(HOP_BY_HOP | drop | named if named else HOP_BY_HOP | drop)
 
 
 def render(first_line: bytes, headers: Headers) -> bytes:
@@ -90,7 +106,7 @@ def render(first_line: bytes, headers: Headers) -> bytes:
 def request_head(
     method: bytes,
     target: bytes,
-    headers: Headers,
+    fields: Fields,
     body_length: int | None,
     *,
     chunked_body: bool = False,
@@ -103,11 +119,13 @@ def request_head(
     header names ``Host``), else ``default_host`` (a request without one, as HTTP/1.0 allows).
     """
     if upgrade:
-        kept = [(k, v) for k, v in headers if k.lower() not in FRAMING | {b"expect"}]
+        kept = fields.without(REQUEST_FRAMING)
+        host_kept = b"host" in fields.names
     else:
-        kept = end_to_end(headers, FRAMING | {b"expect"})
-    if header_value(kept, b"host") is None:
-        host = header_value(headers, b"host")
+        kept = fields.end_to_end(REQUEST_FRAMING)
+        host_kept = b"host" in fields.names and b"host" not in fields.tokens(b"connection")
+    if not host_kept:
+        host = fields.value(b"host")
         kept.insert(0, (b"Host", default_host if host is None else host))
     if body_length is not None:
         kept.append((b"Content-Length", b"%d" % body_length))
@@ -117,22 +135,17 @@ def request_head(
 
 
 def response_head(
-    status: int, reason: bytes, headers: Headers, framing: Framing, close: bool
+    status: int, reason: bytes, fields: Fields, framing: Framing, close: bool
 ) -> bytes:
     """The head sent to the client for a response relayed with ``framing``."""
+    kept = fields.end_to_end(FRAMING)
     if framing is Framing.RAW:
-        kept = end_to_end(headers, FRAMING) + _framing_headers(headers)
-    else:
-        kept = end_to_end(headers, FRAMING)
-        if framing is Framing.CHUNKED:
-            kept.append((b"Transfer-Encoding", b"chunked"))
+        kept += fields.only(FRAMING)  # vLLM's own framing: its bytes go on verbatim
+    elif framing is Framing.CHUNKED:
+        kept.append((b"Transfer-Encoding", b"chunked"))
     if close:
         kept.append((b"Connection", b"close"))
     return render(b"HTTP/1.1 %d " % status + reason, kept)
-
-
-def _framing_headers(headers: Headers) -> Headers:
-    return [(key, value) for key, value in headers if key.lower() in FRAMING]
 
 
 CHUNK = b"%x\r\n%b\r\n"

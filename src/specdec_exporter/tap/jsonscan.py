@@ -14,6 +14,9 @@ _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SCALAR = re.compile(rb"[^ \t\n\r,\]}]+")
 _NESTED = re.compile(rb'["{}\[\]]')
 
+raw_decode = json.JSONDecoder().raw_decode
+"""The JSON value at the start of a str and where it ends (one decoder for every call)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Member:

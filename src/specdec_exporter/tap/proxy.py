@@ -19,7 +19,7 @@ from specdec_exporter.sidecar.config import ConfigError, Settings
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.contracts import LiveExchange
 from specdec_exporter.tap.exchange import Exchange
-from specdec_exporter.tap.http1 import MAX_HEAD_BYTES, Headers
+from specdec_exporter.tap.http1 import MAX_HEAD_BYTES, Fields, Headers
 from specdec_exporter.tap.request import model_label
 from specdec_exporter.tap.stats import RequestRecord, RequestStats
 from specdec_exporter.tap.upstream import Origin, UpstreamPool
@@ -209,7 +209,8 @@ class ClientConnection(asyncio.Protocol):
             return
         parser = self.parser
         method = parser.get_method()
-        refusal = self._refusal(method)
+        fields = Fields(self._headers)
+        refusal = self._refusal(method, fields)
         if refusal is not None:
             self.reject(*refusal, method)
             return
@@ -218,14 +219,14 @@ class ClientConnection(asyncio.Protocol):
             self,
             method,
             self._url,
-            headers=self._headers,
+            fields=fields,
             client_http10=parser.get_http_version() == "1.0",
             keep_alive=parser.should_keep_alive(),
             upgrade=parser.should_upgrade(),
         )
         self.exchange.start()
 
-    def _refusal(self, method: bytes) -> tuple[int, str] | None:
+    def _refusal(self, method: bytes, fields: Fields) -> tuple[int, str] | None:
         """A request the tap answers itself and never forwards: HTTP/2 or 0.9, CONNECT (vLLM
         serves none; a tunnel would carry unparsed bytes), a transfer coding but chunked, and
         two Host headers (RFC 9112 section 3.2: a 400)."""
@@ -233,9 +234,9 @@ class ClientConnection(asyncio.Protocol):
             return 505, "the tap serves HTTP/1.0 and 1.1 only"
         if method == b"CONNECT":
             return 501, "the tap does not tunnel CONNECT"
-        if http1.header_tokens(self._headers, b"transfer-encoding") - {b"chunked"}:
+        if fields.tokens(b"transfer-encoding") - {b"chunked"}:
             return 501, "only the chunked transfer coding is supported"
-        if sum(name.lower() == b"host" for name, _ in self._headers) > 1:
+        if fields.count(b"host") > 1:
             return 400, "more than one Host header"
         return None
 

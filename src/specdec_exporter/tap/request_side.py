@@ -9,7 +9,7 @@ import time
 
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.contracts import ClientSide, Endings, TapContext
-from specdec_exporter.tap.http1 import Headers
+from specdec_exporter.tap.http1 import Fields
 from specdec_exporter.tap.request import RequestPlan, plan_request, uninspected_plan
 from specdec_exporter.tap.routes import is_inspected, upstream_target
 from specdec_exporter.tap.upstream import ResponseSink, UpstreamConnection
@@ -29,7 +29,7 @@ class RequestSide:
         method: bytes,
         target: bytes,
         *,
-        headers: Headers,
+        fields: Fields,
         client_http10: bool,
         keep_alive: bool,
         upgrade: bool,
@@ -41,7 +41,7 @@ class RequestSide:
         """The response side: what the upstream connection feeds (set by the exchange)."""
         self.method = method
         self.target = target
-        self.headers = headers
+        self.fields = fields
         self.client_http10 = client_http10
         self.client_keep_alive = keep_alive and not client_http10
         self.upgrade = upgrade
@@ -55,8 +55,8 @@ class RequestSide:
         self.request_bytes: bytes | None = None
         """A buffered request as sent upstream, kept for one retry until an answer begins."""
         self.upstream: UpstreamConnection | None = None
-        self._declared_length = http1.content_length(headers)
-        self._has_body = self._declared_length is not None or http1.is_chunked(headers)
+        self._declared_length = fields.content_length()
+        self._has_body = self._declared_length is not None or fields.chunked()
         self._body: list[bytes] = []
         self._body_size = 0
         self._streaming_body = False
@@ -73,7 +73,7 @@ class RequestSide:
     # the client's body
 
     def start(self) -> None:
-        if http1.header_value(self.headers, b"expect") == b"100-continue":
+        if self.fields.value(b"expect") == b"100-continue":
             self.client.write(http1.CONTINUE_RESPONSE)
         if self._declared_length is not None and self._declared_length > self.tap.inspect_limit:
             self._start_streaming_body()
@@ -110,7 +110,7 @@ class RequestSide:
         head = http1.request_head(
             self.method,
             self._upstream_target(),
-            self.headers,
+            self.fields,
             len(body) if self._has_body else None,
             upgrade=self.upgrade,
             default_host=self.tap.origin.authority,
@@ -131,7 +131,7 @@ class RequestSide:
         head = http1.request_head(
             self.method,
             self._upstream_target(),
-            self.headers,
+            self.fields,
             self._declared_length,
             chunked_body=chunked,
             default_host=self.tap.origin.authority,

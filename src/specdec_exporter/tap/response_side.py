@@ -14,7 +14,7 @@ import httptools
 from specdec_exporter.core.buckets import UNKNOWN_LABEL
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.contracts import ClientSide, Endings, TapContext
-from specdec_exporter.tap.http1 import MAX_HEAD_BYTES, Framing, Headers
+from specdec_exporter.tap.http1 import CHUNK, MAX_HEAD_BYTES, Fields, Framing, Headers
 from specdec_exporter.tap.request_side import RequestSide
 from specdec_exporter.tap.spec import (
     SpecDecodeSummary,
@@ -23,6 +23,10 @@ from specdec_exporter.tap.spec import (
     summary_from_response_tail,
 )
 from specdec_exporter.tap.sse import IncludeUsageUndo, UsageWatcher
+
+RAW, CHUNKED, UNTIL_CLOSE = Framing.RAW, Framing.CHUNKED, Framing.UNTIL_CLOSE
+"""As globals for the per-chunk path: a member lookup such as ``Framing.RAW`` goes through
+Python 3.11's ``EnumType.__getattr__`` hook, ten times the cost of a global."""
 
 Outcome = tuple[SpecDecodeSummary | None, float | None, float | None]
 """What a response showed: its per-request metrics, time to first token, time per output token."""
@@ -57,10 +61,11 @@ class ResponseSide:
         self._status = 0
         self._reason = b""
         self._response_headers: Headers = []
+        self._fields = Fields([])
         self._head_buffer = b""
         self._head_size = 0
         self._interim = False
-        self._framing = Framing.RAW
+        self._framing = RAW
         self._upstream_keep_alive = False
         self._out: list[bytes] = []
         self._response_done = False
@@ -90,17 +95,20 @@ class ResponseSide:
             if not self._response_done:
                 self.owner.fail(502, "vLLM sent an invalid HTTP response")
                 return
-            if not head_pending and self._framing is Framing.RAW:
+            if not head_pending and self._framing is RAW:
                 self._cut_surplus()  # its end is somewhere in this read: cannot be placed
                 return
             self._surplus = True  # bytes after the end of the response: dropped
-        if head_pending and not self.head_done and len(self._head_buffer) > MAX_HEAD_BYTES:
-            self.owner.fail(502, "vLLM sent a response head over 64 KiB")
-            return
-        if head_pending and self.head_done:
-            self._head_read_done()
-        elif self._framing is Framing.RAW and self.head_done:
-            self._write_body(data)
+        if head_pending:
+            if self.head_done:
+                self._head_read_done()
+            elif len(self._head_buffer) > MAX_HEAD_BYTES:
+                self.owner.fail(502, "vLLM sent a response head over 64 KiB")
+                return
+        elif self._framing is RAW:  # _write_body(), inline: vLLM's bytes verbatim
+            if self._first_body_at is None:
+                self._first_body_at = time.monotonic()
+            self._out.append(data)
         out = self._out
         if out:  # flush(), inline: once per read
             self.client.write(out[0] if len(out) == 1 else b"".join(out))
@@ -118,7 +126,7 @@ class ResponseSide:
         """The read that completed the response head: relay it and the body bytes it carried."""
         if self.tunnel_open:
             self._open_tunnel()
-        elif self._framing is Framing.RAW:
+        elif self._framing is RAW:
             body_start = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
             self._write_head()
             self._write_body(self._raw_body(self._head_buffer[body_start:]))
@@ -129,8 +137,8 @@ class ResponseSide:
         if self._no_body:
             self._surplus = self._surplus or bool(after_head)
             return b""
-        if not http1.is_chunked(self._response_headers):  # the end is at Content-Length
-            length = http1.content_length(self._response_headers) or 0
+        if not self._fields.chunked():  # the end is at Content-Length
+            length = self._fields.content_length() or 0
             if len(after_head) > length:  # also a stray CRLF, which the parser skips silently
                 self._surplus = True
                 return after_head[:length]
@@ -179,21 +187,21 @@ class ResponseSide:
         self.head_done = True
         request.decline_upgrade()  # a 101 aside, vLLM answered the request itself
         self._upstream_keep_alive = self.parser.should_keep_alive()
-        headers = self._response_headers
-        chunked = http1.is_chunked(headers)
+        fields = self._fields = Fields(self._response_headers)
+        chunked = fields.chunked()
         no_body = self._no_body = request.method == b"HEAD" or status in (204, 304)
-        self.until_close = not no_body and not chunked and http1.content_length(headers) is None
-        self._set_up_inspection(status, headers)
+        self.until_close = not no_body and not chunked and fields.content_length() is None
+        self._set_up_inspection(status, fields)
         self._framing = self._choose_framing(chunked, no_body)
         self.close_client = (
             not request.client_keep_alive
             or self.until_close
-            or self._framing is Framing.UNTIL_CLOSE
+            or self._framing is UNTIL_CLOSE
             or request.upgrade
             or not request.complete
             or self.client.refused
         )
-        if self._framing is not Framing.RAW:
+        if self._framing is not RAW:
             self._write_head()
         if no_body:
             self._response_done = True
@@ -211,13 +219,13 @@ class ResponseSide:
         self._out.append(self._head_buffer)
         self.request.open_tunnel()
 
-    def _set_up_inspection(self, status: int, headers: Headers) -> None:
+    def _set_up_inspection(self, status: int, fields: Fields) -> None:
         plan = self.request.plan
         if plan is None or plan.temperature_bucket == UNKNOWN_LABEL or status != 200:
             return
-        if http1.header_value(headers, b"content-encoding") not in (None, b"identity"):
+        if fields.value(b"content-encoding") not in (None, b"identity"):
             return
-        content_type = http1.header_value(headers, b"content-type") or b""
+        content_type = fields.value(b"content-type") or b""
         limit = self.tap.inspect_limit
         if content_type.startswith(b"text/event-stream"):
             if plan.undo_include_usage:
@@ -229,11 +237,11 @@ class ResponseSide:
 
     def _choose_framing(self, chunked: bool, no_body: bool) -> Framing:
         if no_body:
-            return Framing.RAW
+            return RAW
         http10 = self.request.client_http10
         if self._undo is not None or (chunked and http10) or self.until_close:
-            return Framing.UNTIL_CLOSE if http10 or self.until_close else Framing.CHUNKED
-        return Framing.RAW
+            return UNTIL_CLOSE if http10 or self.until_close else CHUNKED
+        return RAW
 
     def on_body(self, data: bytes) -> None:
         """Once per body piece (the hot path, kept to few calls): inspect it, then relay it."""
@@ -253,9 +261,11 @@ class ResponseSide:
             self.tap.warn("inspect-response", "inspecting a response failed; passed on as is")
             self._stop_inspecting()
         framing = self._framing
-        if not data or framing is Framing.RAW:
+        if not data or framing is RAW:
             return
-        self._write_body(http1.CHUNK % (len(data), data) if framing is Framing.CHUNKED else data)
+        if self._first_body_at is None:  # _write_body(), inline
+            self._first_body_at = time.monotonic()
+        self._out.append(CHUNK % (len(data), data) if framing is CHUNKED else data)
 
     def on_message_complete(self) -> None:
         if self.tunnel_open:
@@ -312,8 +322,8 @@ class ResponseSide:
         if self._undo is not None:
             rest = self._undo.finish()
             if rest:
-                self._write_body(http1.chunk(rest) if self._framing is Framing.CHUNKED else rest)
-        if self._framing is Framing.CHUNKED:
+                self._write_body(http1.chunk(rest) if self._framing is CHUNKED else rest)
+        if self._framing is CHUNKED:
             self._write_body(http1.LAST_CHUNK)
         self._response_done = True
 
@@ -325,7 +335,7 @@ class ResponseSide:
             http1.response_head(
                 self._status,
                 self._reason,
-                self._response_headers,
+                self._fields,
                 self._framing,
                 self.close_client,
             )

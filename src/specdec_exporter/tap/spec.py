@@ -15,6 +15,7 @@ from specdec_exporter.core.request_metrics import (
     parse_spec_decoding,
     summary_of,
 )
+from specdec_exporter.tap.jsonscan import raw_decode
 
 SPEC_KEY = f'"{names.RESPONSE_SPEC_DECODING}":'.encode()
 
@@ -39,7 +40,7 @@ def _decode_value_at(text: bytes, key: bytes) -> object:
         return None
     tail = text[at + len(key) :].decode("utf-8", errors="replace").lstrip()
     try:
-        value, _ = json.JSONDecoder().raw_decode(tail)
+        value, _ = raw_decode(tail)
     except json.JSONDecodeError:
         return None
     return value

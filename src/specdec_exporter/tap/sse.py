@@ -1,12 +1,18 @@
 """SSE stream inspection: finds vLLM's final usage chunk, and can undo an added ``include_usage``.
 
 Pure and incremental: feed body pieces as they arrive, get back the bytes to forward.
+
+Marks are looked for with ``bytes.find``, not ``in``: CPython 3.11's ``bytes.__contains__`` first
+tries its operand as an integer, so each ``mark in piece`` builds and drops a formatted TypeError
+(measured in the tap's profile on every chunk).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from specdec_exporter.tap.jsonscan import raw_decode
 
 EVENT_END = b"\n\n"
 USAGE_MARK = b'"usage":{'
@@ -85,7 +91,7 @@ def raw_member(event: bytes, key: bytes) -> bytes | None:
     after = start + len(key)
     try:
         text = event[after:].decode("utf-8")
-        value, end = json.JSONDecoder().raw_decode(text)
+        value, end = raw_decode(text)
     except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
     return None if value is None else key + text[:end].encode("utf-8")
@@ -110,12 +116,12 @@ class UsageWatcher:
         splitter = self.splitter
         if splitter.overflowed:
             return
-        if USAGE_MARK not in piece and not splitter.pending and piece.endswith(EVENT_END):
+        if piece.find(USAGE_MARK) < 0 and not splitter.pending and piece.endswith(EVENT_END):
             return  # the common chunk: whole events (split would pass it as is), no usage
         block = splitter.split(piece)
-        if USAGE_MARK in block:
+        if block.find(USAGE_MARK) >= 0:
             for event in iter_events(block):
-                chunk = final_usage_chunk(event) if USAGE_MARK in event else None
+                chunk = final_usage_chunk(event) if event.find(USAGE_MARK) >= 0 else None
                 if chunk is not None:
                     self.final_chunk = chunk
 
@@ -144,8 +150,8 @@ class IncludeUsageUndo:
             return piece
         if (
             not self._held
-            and FINISH_MARK not in piece
-            and USAGE_MARK not in piece
+            and piece.find(FINISH_MARK) < 0
+            and piece.find(USAGE_MARK) < 0
             and not self.splitter.pending
             and piece.endswith(EVENT_END)
         ):
@@ -154,7 +160,7 @@ class IncludeUsageUndo:
         if self.splitter.overflowed:  # not SSE as vLLM writes it: give up, forward everything
             self.passthrough = True
             return self._release(None) + block + self.splitter.rest()
-        if not self._held and FINISH_MARK not in block and USAGE_MARK not in block:
+        if not self._held and block.find(FINISH_MARK) < 0 and block.find(USAGE_MARK) < 0:
             return block
         return self._rewrite(block)
 
@@ -165,12 +171,12 @@ class IncludeUsageUndo:
     def _rewrite(self, block: bytes) -> bytes:
         out: list[bytes] = []
         for event in iter_events(block):
-            chunk = final_usage_chunk(event) if USAGE_MARK in event else None
+            chunk = final_usage_chunk(event) if event.find(USAGE_MARK) >= 0 else None
             if chunk is not None and self.final_chunk is None:
                 self.final_chunk = chunk
                 out.append(self._release(raw_member(event, FINGERPRINT_KEY)))
                 out.append(event[: blank_lines(event)])
-            elif self._held or FINISH_MARK in event:
+            elif self._held or event.find(FINISH_MARK) >= 0:
                 self._held.append(event)
             else:
                 out.append(event)
@@ -181,7 +187,7 @@ class IncludeUsageUndo:
         if fingerprint is not None:
             held = [
                 with_member(event, fingerprint)
-                if FINISH_MARK in event and FINGERPRINT_KEY not in event
+                if event.find(FINISH_MARK) >= 0 and event.find(FINGERPRINT_KEY) < 0
                 else event
                 for event in held
             ]
