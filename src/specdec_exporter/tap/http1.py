@@ -25,6 +25,7 @@ HOP_BY_HOP = frozenset(
 FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 REQUEST_FRAMING = FRAMING | {b"expect"}
 """Request headers the tap never forwards: it frames the body itself and answers Expect."""
+REQUEST_HOP_BY_HOP = HOP_BY_HOP | REQUEST_FRAMING
 CONTINUE_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
 HEAD_END = b"\r\n\r\n"
@@ -99,8 +100,7 @@ class Fields:
 
 
 def render(first_line: bytes, headers: Headers) -> bytes:
-    lines = [first_line, *(key + b": " + value for key, value in headers), b"", b""]
-    return b"\r\n".join(lines)
+    return b"\r\n".join([first_line, *[key + b": " + value for key, value in headers], b"", b""])
 
 
 def request_head(
@@ -118,13 +118,13 @@ def request_head(
     HTTP/1.1 requires ``Host``: always sent, the client's value (even when its ``Connection``
     header names ``Host``), else ``default_host`` (a request without one, as HTTP/1.0 allows).
     """
-    if upgrade:
-        kept = fields.without(REQUEST_FRAMING)
-        host_kept = b"host" in fields.names
+    if upgrade:  # Connection and Upgrade go on: vLLM answers the Upgrade
+        named, drop = NO_TOKENS, REQUEST_FRAMING
     else:
-        kept = fields.end_to_end(REQUEST_FRAMING)
-        host_kept = b"host" in fields.names and b"host" not in fields.tokens(b"connection")
-    if not host_kept:
+        named = fields.tokens(b"connection")
+        drop = REQUEST_HOP_BY_HOP | named if named else REQUEST_HOP_BY_HOP
+    kept = fields.without(drop)
+    if b"host" in named or b"host" not in fields.names:
         host = fields.value(b"host")
         kept.insert(0, (b"Host", default_host if host is None else host))
     if body_length is not None:

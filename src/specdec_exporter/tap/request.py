@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from specdec_exporter.core.buckets import (
     INVALID_LABEL,
@@ -24,9 +23,9 @@ OTHER_MODEL = "other"
 INCLUDE_USAGE_MEMBER = b'"stream_options":{"include_usage":true},'
 
 
-@dataclass(frozen=True, slots=True)
-class RequestPlan:
-    """The labels of a request, and the body to send upstream."""
+class RequestPlan(NamedTuple):
+    """The labels of a request, and the body to send upstream (one per request: a NamedTuple,
+    cheaper to build than a frozen dataclass)."""
 
     model: str | None
     temperature_bucket: str

@@ -33,21 +33,22 @@ class Origin:
     port: int
     tls: bool
     path_prefix: bytes
-
-    @property
-    def authority(self) -> bytes:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}".encode()
+    authority: bytes
+    """``host:port`` as a Host header value (an IPv6 address in brackets)."""
 
     @classmethod
     def from_url(cls, url: str) -> Origin:
         parts = urlsplit(url)
         tls = parts.scheme == "https"
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if tls else 80)
+        bracketed = f"[{host}]" if ":" in host else host
         return cls(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or (443 if tls else 80),
+            host=host,
+            port=port,
             tls=tls,
             path_prefix=parts.path.rstrip("/").encode(),
+            authority=f"{bracketed}:{port}".encode(),
         )
 
 
