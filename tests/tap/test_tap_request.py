@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specdec_exporter.core.buckets import TemperatureBuckets
-from specdec_exporter.tap.jsonscan import object_members
+from specdec_exporter.tap.jsonscan import loads, object_members
 from specdec_exporter.tap.request import model_label, plan_request, uninspected_plan
 
 BUCKETS = TemperatureBuckets()
@@ -129,6 +131,47 @@ def test_object_members_finds_top_level_values_byte_exactly() -> None:
         ("d", b"-1.5e3"),
     ]
     assert object_members(b"[1]") is None and object_members(b'{"a":"open') is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1}',
+        ' \t\r\n{"a": [1, 2.5, "x\\u00e9"]} \n',
+        "[]",
+        "3",
+        '"s"',
+        "",
+        "   ",
+        '{"a": 1} x',
+        '{"a": 1}{"b": 2}',
+        '\ufeff{"a": 1}',
+        '{"a": NaN, "b": Infinity}',
+        '{"a": 1,}',
+        "\u00a0{}",
+        '{"a": 1}\u00a0',
+    ],
+)
+def test_loads_accepts_and_rejects_what_json_loads_does(text: str) -> None:
+    try:
+        expected: object = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            loads(text)
+        return
+    assert loads(text) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=' \t\n\r{}[]:,"\\0123456789.eE+-aeflnrstu\u00e9\ufeff', max_size=40))
+def test_loads_agrees_with_json_loads_on_any_text(text: str) -> None:
+    try:
+        expected: object = json.loads(text)
+    except (ValueError, RecursionError):
+        with pytest.raises((ValueError, RecursionError)):
+            loads(text)
+        return
+    assert loads(text) == expected
 
 
 def test_include_usage_insertion_keeps_every_other_byte() -> None:

@@ -5,7 +5,6 @@ Pure: bytes in, a ``RequestPlan`` out. Never raises on hostile input (fail open)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
@@ -15,7 +14,7 @@ from specdec_exporter.core.buckets import (
     TemperatureBuckets,
     effective_temperature,
 )
-from specdec_exporter.tap.jsonscan import object_members
+from specdec_exporter.tap.jsonscan import loads, object_members
 
 OTHER_MODEL = "other"
 """``model_name`` of requests naming a model the vLLM server does not serve (bounded labels)."""
@@ -67,7 +66,7 @@ def plan_request(
 
 def _json_object(body: bytes) -> dict[str, Any] | None:
     try:
-        document = json.loads(body.decode("utf-8"))
+        document = loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     return document if isinstance(document, dict) else None

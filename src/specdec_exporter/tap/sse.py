@@ -9,10 +9,9 @@ tries its operand as an integer, so each ``mark in piece`` builds and drops a fo
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from specdec_exporter.tap.jsonscan import raw_decode
+from specdec_exporter.tap.jsonscan import loads, raw_decode
 
 EVENT_END = b"\n\n"
 USAGE_MARK = b'"usage":{'
@@ -75,7 +74,7 @@ def final_usage_chunk(event: bytes) -> dict[str, Any] | None:
     if not event.startswith(DATA_PREFIX):
         return None
     try:
-        chunk = json.loads(event[len(DATA_PREFIX) :])
+        chunk = loads(event[len(DATA_PREFIX) :].decode("utf-8"))
     except ValueError:
         return None
     if isinstance(chunk, dict) and chunk.get("choices") == [] and "usage" in chunk:
