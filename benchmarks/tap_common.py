@@ -488,13 +488,19 @@ def serve_starlette(port: int, upstream_port: int) -> None:
 # ---------------------------------------------------------------- processes and /proc
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU of the given processes, from /proc/<pid>/stat."""
-    total = 0
+def cpu_times(pids: list[int]) -> tuple[float, float]:
+    """User and system CPU seconds of the given processes, from /proc/<pid>/stat."""
+    user = system = 0
     for pid in pids:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / CLOCK_TICKS
+        user += int(fields[11])  # utime (field 14)
+        system += int(fields[12])  # stime (field 15)
+    return user / CLOCK_TICKS, system / CLOCK_TICKS
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of the given processes."""
+    return sum(cpu_times(pids))
 
 
 def open_fds(pids: list[int]) -> int:
@@ -518,8 +524,13 @@ def wait_for_port(port: int, timeout: float = 15.0) -> None:
     raise RuntimeError(f"nothing listens on port {port}")
 
 
-def spawn(*args: str, cpus: set[int] | None = None) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, *args], stdin=subprocess.DEVNULL)
+def spawn(
+    *args: str, cpus: set[int] | None = None, src: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """A Python child process; ``src``: import specdec_exporter from that tree instead (another
+    checkout's src/, e.g. from ``git archive``, or a compiled copy)."""
+    env = None if src is None else {**os.environ, "PYTHONPATH": str(src)}
+    process = subprocess.Popen([sys.executable, *args], stdin=subprocess.DEVNULL, env=env)
     if cpus:
         os.sched_setaffinity(process.pid, cpus)
     return process

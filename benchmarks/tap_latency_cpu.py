@@ -6,6 +6,7 @@ nothing (the floor of any proxy written in Python).
 
     .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~9 minutes
     .venv/bin/python benchmarks/tap_latency_cpu.py --quick    # smoke run, ~3 minutes
+    .venv/bin/python benchmarks/tap_latency_cpu.py --tap-src DIR  # the tap from another src/
 
 Each server runs in its own process: a paced raw-asyncio SSE upstream shaped like vLLM (one
 ~230-byte chunk per step), the tap (uvloop), nginx (1 worker, proxy_buffering off, upstream
@@ -39,6 +40,7 @@ from tap_common import (
     chat_request,
     cpu_seconds,
     cpu_split,
+    cpu_times,
     free_port,
     install_uvloop,
     open_fds,
@@ -127,7 +129,7 @@ def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]) ->
         *shape,
     ]
     subprocess.run([sys.executable, SCRIPT, *warm], check=True, capture_output=True)
-    before = cpu_seconds(pids)
+    user_before, system_before = cpu_times(pids)
     args = [
         "load",
         "--port",
@@ -143,11 +145,13 @@ def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]) ->
     output = subprocess.run(
         [sys.executable, SCRIPT, *args], check=True, capture_output=True, text=True
     ).stdout
-    used = cpu_seconds(pids) - before
+    user_after, system_after = cpu_times(pids)
+    user, used = user_after - user_before, user_after + system_after - user_before - system_before
     result: dict[str, float] = json.loads(output)
     events = max(1, int(result["events"]))
     result["cpu_seconds"] = round(used, 3)
     result["cpu_us_per_chunk"] = round(used / events * 1e6, 2)
+    result["user_us_per_chunk"] = round(user / events * 1e6, 2)  # the proxy's own code
     result["chunks_per_second"] = round(events / result["seconds"], 1)
     return result
 
@@ -235,8 +239,11 @@ def orchestrate(
     pin: bool,
     idle: int,
     rounds: int = 1,
+    tap_src: Path | None = None,
 ) -> None:
     print(f"load average at start: {os.getloadavg()}", flush=True)
+    if tap_src is not None:
+        print(f"the tap runs the code in {tap_src}", flush=True)
     raise_fd_limit()  # inherited: the proxies hold the idle connections
     shape = ["--chunks", str(chunks), "--interval-ms", str(interval_ms)]
     if not stagger:
@@ -265,6 +272,7 @@ def orchestrate(
         "--upstream-port",
         str(upstream_port),
         cpus=proxy_cpus,
+        src=tap_src,
     )
     starlette = spawn(
         SCRIPT,
@@ -361,6 +369,7 @@ def print_table(results: list[dict[str, object]]) -> None:
         added50 = float(row["ttft_p50_ms"]) - float(base["ttft_p50_ms"])  # type: ignore[arg-type]
         added99 = float(row["ttft_p99_ms"]) - float(base["ttft_p99_ms"])  # type: ignore[arg-type]
         cpu = None if row["target"] == "direct" else row["cpu_us_per_chunk"]
+        user = None if row["target"] == "direct" else row.get("user_us_per_chunk")
         rows.append(
             [
                 row["target"],
@@ -374,6 +383,7 @@ def print_table(results: list[dict[str, object]]) -> None:
                 round(added99, 3),
                 row["chunks_per_second"],
                 cpu,
+                user,
             ]
         )
     print()
@@ -391,6 +401,7 @@ def print_table(results: list[dict[str, object]]) -> None:
                 "added p99",
                 "chunks/s",
                 "proxy cpu us/chunk",
+                "of it user",
             ],
             rows,
         )
@@ -525,6 +536,11 @@ def main() -> None:
         help="repeat the 64-stream goal scenarios, interleaved, this many times in all; the "
         "goals are then medians (each round ~100 s)",
     )
+    parser.add_argument(
+        "--tap-src",
+        type=Path,
+        help="run the tap from this src/ tree (another checkout, or a compiled copy)",
+    )
     parser.add_argument("--port", type=int)
     parser.add_argument("--upstream-port", type=int)
     parser.add_argument("--chunks", type=int, default=50, help="content chunks per stream")
@@ -578,6 +594,7 @@ def main() -> None:
             pin=args.pin,
             idle=args.connections,
             rounds=args.rounds,
+            tap_src=args.tap_src,
         )
 
 
