@@ -13,12 +13,17 @@ for arg in "$@"; do
   esac
 done
 
-# The real tools the tests drive (promtool, amtool, Prometheus, Alertmanager, Chromium): installed
-# from Debian's packages when missing and this runs as root, so a fresh machine skips no test.
+python="${PYTHON:-python3}"
+# The real tools the tests drive (promtool, amtool, Prometheus, Alertmanager, Chromium) and a C
+# compiler with Python's headers (the compiled tap's stage): installed from Debian's packages when
+# missing and this runs as root, so a fresh machine skips no test.
 apt_packages=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_packages+=(prometheus)
 command -v amtool >/dev/null || apt_packages+=(prometheus-alertmanager)
 command -v chromium >/dev/null || apt_packages+=(chromium)
+command -v cc >/dev/null || apt_packages+=(gcc libc6-dev)
+headers="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+[ -f "$headers/Python.h" ] || apt_packages+=(python3-dev)
 if [ "${#apt_packages[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   # Debian's packages would start their services on install; nothing here should hold ports.
@@ -29,7 +34,6 @@ if [ "${#apt_packages[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >
   pkill -x prometheus-alertmanager || true
 fi
 
-python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
@@ -45,6 +49,13 @@ if [ -f tools/generate.py ]; then
 fi
 stage "Dockerfile commands in fresh venvs"; .venv/bin/python scripts/check_dockerfile.py >/dev/null
 stage "fast tests"; .venv/bin/pytest -m "not real_vllm"
+stage "the tap compiled by mypyc: its tests"
+compiled="$(mktemp -d)"
+scripts/compile_tap.sh "$compiled"
+PYTHONPATH="$compiled/src" .venv/bin/python -c \
+  'import specdec_exporter.tap.proxy as m; assert m.__file__.endswith(".so"), m.__file__'
+PYTHONPATH="$compiled/src" .venv/bin/pytest -q -m "not real_vllm" tests/tap
+rm -rf "$compiled"
 stage "fuzz (atheris, at most 60 s a target)"; scripts/fuzz.sh
 
 if [ "$skip_real" = "1" ]; then
