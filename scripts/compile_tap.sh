@@ -6,7 +6,7 @@
 # same tests:
 #
 #   scripts/compile_tap.sh /tmp/compiled                       # ~30 s
-#   PYTHONPATH=/tmp/compiled/src .venv/bin/pytest tests/tap    # the tap's tests, compiled
+#   PYTHONPATH=/tmp/compiled/src .venv/bin/pytest -m 'not injects_faults' tests/tap
 #   .venv/bin/python benchmarks/tap_latency_cpu.py --tap-src /tmp/compiled/src
 set -euo pipefail
 cd "$(dirname "$0")/.."

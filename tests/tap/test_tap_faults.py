@@ -25,7 +25,6 @@ from tapfakes import (
     wait_until,
 )
 
-from specdec_exporter.tap import sse
 from specdec_exporter.tap.sse import UsageWatcher
 
 pytestmark = pytest.mark.anyio
@@ -222,13 +221,7 @@ def test_received_helper_parses_json() -> None:
     assert Received("POST", "/", {}, b'{"a": 1}').json() == {"a": 1}
 
 
-COMPILED = sse.__file__ is not None and not sse.__file__.endswith(".py")
-"""The tap as scripts/compile_tap.sh builds it: mypyc binds calls at build time, so a monkeypatched
-function is never reached and the fault injections below cannot run."""
-injects_faults = pytest.mark.skipif(COMPILED, reason="compiled tap: monkeypatching cannot reach it")
-
-
-@injects_faults
+@pytest.mark.injects_faults  # deselected for the compiled tap: its calls are bound at build time
 async def test_a_response_inspection_bug_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(self: UsageWatcher, piece: bytes) -> None:
         raise RuntimeError("bug")
@@ -249,7 +242,7 @@ async def test_a_response_inspection_bug_fails_open(monkeypatch: pytest.MonkeyPa
         assert requests_in(tap.stats, "0.7-1.0") == 1  # counted, not attributed
 
 
-@injects_faults
+@pytest.mark.injects_faults
 async def test_a_request_inspection_bug_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_: object) -> None:
         raise RuntimeError("bug")
