@@ -802,17 +802,19 @@ async def soak(
     # refusal closes them at once, and shows every socket the peer closed is released
     await control(sim_url, "/sim/fault", END_REFUSAL)
 
-    async def counted_all() -> bool:
-        exposition = await scrape(metrics_url)
-        return exposition.up == 1 and sum(exposition.requests.values()) >= ledger.inspected
+    end_fds, end = open_fds(pid), await scrape(metrics_url)
 
-    async def fds_back() -> bool:
-        return open_fds(pid) <= baseline.fds + FD_END_SLACK
+    async def settled() -> bool:
+        """One look at the end state: vLLM up again after the refusal, every inspected request
+        counted, the sockets released. Judged on the very scrape that is kept: with separate
+        waits the poller could see the refusal between them, and the end would be judged down."""
+        nonlocal end_fds, end
+        end_fds = open_fds(pid)  # before our scrape opens a connection
+        end = await scrape(metrics_url)
+        counted = sum(end.requests.values()) >= ledger.inspected
+        return end.up == 1 and counted and end_fds <= baseline.fds + FD_END_SLACK
 
-    await settle(counted_all)
-    await settle(fds_back)
-    end_fds = open_fds(pid)
-    end = await scrape(metrics_url)
+    await settle(settled)
     samples.append(
         Sample(
             ledger.sent,
