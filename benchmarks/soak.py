@@ -802,7 +802,7 @@ async def soak(
     # refusal closes them at once, and shows every socket the peer closed is released
     await control(sim_url, "/sim/fault", END_REFUSAL)
 
-    end_fds, end = open_fds(pid), await scrape(metrics_url)
+    end_fds, end = 0, Exposition(0, -1, {})  # what settled() last saw
 
     async def settled() -> bool:
         """One look at the end state: vLLM up again after the refusal, every inspected request

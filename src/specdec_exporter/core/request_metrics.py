@@ -19,7 +19,7 @@ class SpecDecodeSummary(NamedTuple):
     """One request's speculative-decoding totals, as vLLM reports them (summary mode).
 
     A NamedTuple, not a frozen dataclass: the tap builds one per request, and a frozen
-    dataclass's ``__init__`` costs 2-4 times as much (``object.__setattr__`` per field).
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``.
     """
 
     spec_steps: int

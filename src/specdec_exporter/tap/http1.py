@@ -26,6 +26,8 @@ FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 REQUEST_FRAMING = FRAMING | {b"expect"}
 """Request headers the tap never forwards: it frames the body itself and answers Expect."""
 REQUEST_HOP_BY_HOP = HOP_BY_HOP | REQUEST_FRAMING
+RESPONSE_HOP_BY_HOP = HOP_BY_HOP | FRAMING
+"""What the tap drops from each head before adding its own framing (plus what Connection names)."""
 CONTINUE_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
 HEAD_END = b"\r\n\r\n"
@@ -93,10 +95,14 @@ class Fields:
         """The fields whose names are in ``keep``, in their order."""
         return [pair for name, pair in zip(self.names, self.pairs, strict=True) if name in keep]
 
-    def end_to_end(self, drop: frozenset[bytes] = NO_TOKENS) -> Headers:
-        """The fields without hop-by-hop ones, those named in ``Connection``, and ``drop``."""
+    def dropped(self, base: frozenset[bytes]) -> frozenset[bytes]:
+        """``base`` and the fields this head's ``Connection`` names: what a proxy drops."""
         named = self.tokens(b"connection")
-        return self.without(HOP_BY_HOP | drop | named if named else HOP_BY_HOP | drop)
+        return base | named if named else base
+
+
+NO_FIELDS = Fields([])
+"""A head not read yet."""
 
 
 def render(first_line: bytes, headers: Headers) -> bytes:
@@ -118,13 +124,10 @@ def request_head(
     HTTP/1.1 requires ``Host``: always sent, the client's value (even when its ``Connection``
     header names ``Host``), else ``default_host`` (a request without one, as HTTP/1.0 allows).
     """
-    if upgrade:  # Connection and Upgrade go on: vLLM answers the Upgrade
-        named, drop = NO_TOKENS, REQUEST_FRAMING
-    else:
-        named = fields.tokens(b"connection")
-        drop = REQUEST_HOP_BY_HOP | named if named else REQUEST_HOP_BY_HOP
+    # with an Upgrade, Connection and Upgrade go on: vLLM answers the Upgrade
+    drop = REQUEST_FRAMING if upgrade else fields.dropped(REQUEST_HOP_BY_HOP)
     kept = fields.without(drop)
-    if b"host" in named or b"host" not in fields.names:
+    if b"host" in drop or b"host" not in fields.names:
         host = fields.value(b"host")
         kept.insert(0, (b"Host", default_host if host is None else host))
     if body_length is not None:
@@ -138,7 +141,7 @@ def response_head(
     status: int, reason: bytes, fields: Fields, framing: Framing, close: bool
 ) -> bytes:
     """The head sent to the client for a response relayed with ``framing``."""
-    kept = fields.end_to_end(FRAMING)
+    kept = fields.without(fields.dropped(RESPONSE_HOP_BY_HOP))
     if framing is Framing.RAW:
         kept += fields.only(FRAMING)  # vLLM's own framing: its bytes go on verbatim
     elif framing is Framing.CHUNKED:

@@ -1,6 +1,6 @@
-"""Where the members of a JSON object sit in its bytes, found without decoding the document.
-
-For byte-exact edits of request bodies (the ``include_usage`` insertion in ``request.py``).
+"""Where the members of a JSON object sit in its bytes, found without decoding the document
+(for byte-exact edits of request bodies: the ``include_usage`` insertion in ``request.py``), and
+the tap's JSON decoding, straight through json's C scanner.
 """
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-_SPACE = re.compile(rb"[ \t\n\r]*")
+JSON_SPACE = " \t\n\r"
+"""The four characters JSON allows between tokens."""
+_SPACE = re.compile(b"[%b]*" % JSON_SPACE.encode())
 _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_SCALAR = re.compile(rb"[^ \t\n\r,\]}]+")
+_SCALAR = re.compile(rb"[^%b,\]}]+" % JSON_SPACE.encode())
 _NESTED = re.compile(rb'["{}\[\]]')
 
 raw_decode = json.JSONDecoder().raw_decode
 """The JSON value at the start of a str and where it ends (one decoder for every call)."""
-JSON_SPACE = " \t\n\r"
 
 
 def loads(text: str) -> Any:

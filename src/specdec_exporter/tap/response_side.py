@@ -14,7 +14,14 @@ import httptools
 from specdec_exporter.core.buckets import UNKNOWN_LABEL
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.contracts import ClientSide, Endings, TapContext
-from specdec_exporter.tap.http1 import CHUNK, MAX_HEAD_BYTES, Fields, Framing, Headers
+from specdec_exporter.tap.http1 import (
+    CHUNK,
+    MAX_HEAD_BYTES,
+    NO_FIELDS,
+    Fields,
+    Framing,
+    Headers,
+)
 from specdec_exporter.tap.request_side import RequestSide
 from specdec_exporter.tap.spec import (
     SpecDecodeSummary,
@@ -61,7 +68,7 @@ class ResponseSide:
         self._status = 0
         self._reason = b""
         self._response_headers: Headers = []
-        self._fields = Fields([])
+        self._fields = NO_FIELDS
         self._head_buffer = b""
         self._head_size = 0
         self._interim = False
