@@ -7,16 +7,24 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# The tap is compiled to C extensions by mypyc (setup.py): a C compiler and libc's headers here;
+# the base image has Python's. The final stage gets only the built wheel.
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# The runtime lock's pins plus setuptools, wheel and mypy: mypyc checks the tap against the
+# packages it runs with.
 COPY requirements-build.lock ./
 RUN python -m pip install --no-cache-dir --require-hashes -r requirements-build.lock
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY src ./src
 # The image leaves out the dev tools the sidecar never runs: the vLLM simulator and the sweep
 # (`simulate`, `sweep` and the simulated `demo` say so in one line). The load generator stays:
 # `calibrate` drives it.
 RUN rm -r src/specdec_exporter/devtools/sim src/specdec_exporter/devtools/sweep \
-    && python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
+    && SPECDEC_COMPILE=1 python -m pip wheel --no-cache-dir --no-deps --no-build-isolation \
+       --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0

@@ -3,9 +3,11 @@
 Checks the Dockerfile's shape (multi-stage, numeric non-root USER, exec-form ENTRYPOINT, EXPOSE,
 OCI labels, dependencies installed from the lock with hashes before the code is copied), then
 replays each stage: COPY into a scratch root, each RUN with `python` bound to a fresh venv of that
-stage and absolute paths moved under the scratch root. Then, in the final stage's venv, every
-command answers --help or, where the image leaves its dev tools out, says so in one line; and the
-ENTRYPOINT + CMD runs until /healthz answers.
+stage and absolute paths moved under the scratch root. A RUN of apt-get is not replayed as written
+(it would empty this machine's package lists): the packages it installs must be installed here,
+and are installed when missing and this runs as root. Then, in the final stage's venv, the tap's
+modules are the compiled ones, every command answers --help or, where the image leaves its dev
+tools out, says so in one line; and the ENTRYPOINT + CMD runs until /healthz answers.
 Run: python scripts/check_dockerfile.py
 """
 
@@ -55,6 +57,37 @@ def check_shape(steps: list[tuple[str, str]]) -> None:
     assert copies[0].startswith("requirements.lock"), "code copied before the dependency layer"
 
 
+def apt_packages(command: str) -> list[str] | None:
+    """The packages an `apt-get install` RUN installs, or None for any other RUN."""
+    match = re.search(r"\bapt-get install ((?:[\w.+-]+ ?)+)", command)
+    if match is None:
+        return None
+    return [word for word in match.group(1).split() if not word.startswith("-")]
+
+
+def ensure_installed(packages: list[str]) -> None:
+    def missing() -> list[str]:
+        return [
+            name
+            for name in packages
+            if subprocess.run(
+                ["dpkg-query", "--show", "--showformat=${Status}", name],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            != "install ok installed"
+        ]
+
+    absent = missing()
+    if absent:
+        print(f"+ apt-get install {' '.join(absent)}", flush=True)
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "--yes", "-qq", *absent], check=True)
+        assert not missing(), f"apt-get did not install {missing()}"
+    print(f"apt packages installed: {' '.join(packages)}", flush=True)
+
+
 def run(command: str, venv: Path, scratch: Path, cwd: Path) -> None:
     moved = re.sub(r"(?<![\w.])/(wheels|src|deps)\b", lambda m: str(scratch / m.group(1)), command)
     moved = re.sub(r"\bpython\b", str(venv / "bin" / "python"), moved)
@@ -83,11 +116,30 @@ def replay(steps: list[tuple[str, str]], scratch: Path) -> Path:
                     shutil.copytree(path, destination, dirs_exist_ok=True)
                 else:
                     shutil.copy2(path, destination / path.name)
+        elif keyword == "RUN" and (packages := apt_packages(rest)) is not None:
+            ensure_installed(packages)
         elif keyword == "RUN":
             assert venv is not None
             run(rest, venv, scratch, workdir)
     assert venv is not None
     return venv
+
+
+def check_compiled(venv: Path) -> None:
+    """The image's tap is the one mypyc compiled (setup.py's list), not the Python source."""
+    sys.path.insert(0, str(ROOT))
+    from setup import COMPILED_TAP_MODULES  # noqa: PLC0415
+
+    probe = (
+        "import importlib, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    path = importlib.import_module(f'specdec_exporter.tap.{name}').__file__\n"
+        "    assert path.endswith('.so'), path\n"
+    )
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe, *COMPILED_TAP_MODULES], check=True, cwd="/"
+    )
+    print(f"compiled tap modules: {len(COMPILED_TAP_MODULES)}")
 
 
 def free_port() -> int:
@@ -157,6 +209,7 @@ def main() -> None:
     check_shape(steps)
     with tempfile.TemporaryDirectory(prefix="dockerfile-") as scratch:
         venv = replay(steps, Path(scratch))
+        check_compiled(venv)
         check_commands(venv)
         start_entrypoint(steps, venv)
     print("Dockerfile commands OK")

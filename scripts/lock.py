@@ -2,20 +2,24 @@
 
     python scripts/lock.py
 
-Resolves pyproject.toml's runtime dependencies (and, for the build stage, its build-system
-requirements) for the image's Python on linux x86_64 with uv, installed in a throwaway venv, wheels
-only, and checks that linux aarch64 resolves to the same pins (uv lists the hashes of every file of
-a pinned version, so one lock serves both). Needs PyPI.
+Resolves pyproject.toml's runtime dependencies for the image's Python on linux x86_64 with uv,
+installed in a throwaway venv, wheels only, and checks that linux aarch64 resolves to the same pins
+(uv lists the hashes of every file of a pinned version, so one lock serves both). The build stage's
+lock adds the build-system requirements and mypy (its mypyc compiles the tap, setup.py, and checks
+it against the runtime dependencies), constrained to the runtime lock's pins, so the tap is
+compiled against exactly the packages it runs with. Needs PyPI.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
 import tomllib
 import venv
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = "uv==0.13.9"
@@ -33,29 +37,43 @@ HEADER = (
 
 def main() -> int:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    build_requires = project["build-system"]["requires"]
+    build_requires = [*project["build-system"]["requires"], compiler(project)]
     with tempfile.TemporaryDirectory(prefix="lock-") as scratch:
         uv = install_uv(Path(scratch))
-        locks = {}
-        for path, sources, stdin in (
-            (RUNTIME_LOCK, ["pyproject.toml"], None),
-            (BUILD_LOCK, ["-"], "\n".join(build_requires)),
-        ):
-            by_platform = {p: compile_lock(uv, sources, p, stdin) for p in (AMD64, ARM64)}
-            if by_platform[AMD64] is None:
-                return 1
-            if by_platform[ARM64] != by_platform[AMD64]:
-                print(
-                    f"{path.name}: aarch64 has no wheel for some pin, or other pins; this lock "
-                    "is for x86_64 only",
-                    file=sys.stderr,
-                )
-            arm = " and aarch64" if by_platform[ARM64] == by_platform[AMD64] else ""
-            locks[path] = HEADER.format(python=PYTHON, arm=arm) + str(by_platform[AMD64])
-    for path, text in locks.items():
+        runtime_pins = Path(scratch) / "runtime.txt"
+        runtime = lock(uv, RUNTIME_LOCK, ["pyproject.toml"], None)
+        if runtime is None:
+            return 1
+        runtime_pins.write_text(runtime)
+        build_sources = ["pyproject.toml", "-", "--constraints", str(runtime_pins)]
+        build = lock(uv, BUILD_LOCK, build_sources, "\n".join(build_requires))
+        if build is None:
+            return 1
+    for path, text in ((RUNTIME_LOCK, runtime), (BUILD_LOCK, build)):
         path.write_text(text)
         print(f"wrote {path.name}")
     return 0
+
+
+def lock(uv: Path, path: Path, sources: list[str], stdin: str | None) -> str | None:
+    """The lock file's text (header and pins), or None when x86_64 cannot be resolved."""
+    by_platform = {p: compile_lock(uv, sources, p, stdin) for p in (AMD64, ARM64)}
+    if by_platform[AMD64] is None:
+        return None
+    if by_platform[ARM64] != by_platform[AMD64]:
+        print(
+            f"{path.name}: aarch64 has no wheel for some pin, or other pins; this lock "
+            "is for x86_64 only",
+            file=sys.stderr,
+        )
+    arm = " and aarch64" if by_platform[ARM64] == by_platform[AMD64] else ""
+    return HEADER.format(python=PYTHON, arm=arm) + by_platform[AMD64]
+
+
+def compiler(project: dict[str, Any]) -> str:
+    """The dev extra's mypy requirement: the build stage compiles the tap with that mypy's mypyc."""
+    dev: list[str] = project["project"]["optional-dependencies"]["dev"]
+    return next(req for req in dev if re.match(r"mypy\b(?!-)", req))
 
 
 def install_uv(scratch: Path) -> Path:

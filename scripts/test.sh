@@ -41,8 +41,8 @@ fi
 [ -d tools/crd-validate/node_modules ] || npm ci --prefix tools/crd-validate --no-audit --no-fund --silent
 
 stage() { printf '\n=== %s\n' "$*"; }
-stage "ruff"; .venv/bin/ruff check src tests benchmarks scripts tools fuzz
-stage "ruff format"; .venv/bin/ruff format --check src tests benchmarks scripts tools fuzz
+stage "ruff"; .venv/bin/ruff check src tests benchmarks scripts tools fuzz setup.py
+stage "ruff format"; .venv/bin/ruff format --check src tests benchmarks scripts tools fuzz setup.py
 stage "mypy --strict"; .venv/bin/mypy && .venv/bin/mypy --strict tools
 if [ -f tools/generate.py ]; then
   stage "generated files are current"; .venv/bin/python tools/generate.py --check

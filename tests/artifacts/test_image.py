@@ -3,6 +3,7 @@ leaves out, every sidecar command works and the others say so in one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -96,3 +97,30 @@ def test_the_lock_satisfies_pyproject(tmp_path: Path) -> None:
     pip("install", "-q", "--require-hashes", "-r", str(ROOT / "requirements.lock"))
     pip("install", "-q", "--no-deps", "--no-build-isolation", str(ROOT))
     assert pip("check").strip() == "No broken requirements found."
+
+
+def compiled_tap_modules() -> tuple[str, ...]:
+    spec = importlib.util.spec_from_file_location("setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not as __main__: the list, without building
+    names: tuple[str, ...] = module.COMPILED_TAP_MODULES
+    return names
+
+
+def test_the_image_compiles_every_module_of_the_tap_but_its_protocols() -> None:
+    """A new tap module is compiled in the image (setup.py) unless left out here on purpose."""
+    modules = {path.stem for path in (PACKAGE / "tap").glob("*.py")}
+    assert set(compiled_tap_modules()) == modules - {"__init__", "contracts"}
+    assert "SPECDEC_COMPILE=1 python -m pip wheel" in (ROOT / "Dockerfile").read_text()
+
+
+def pins(lock: Path) -> dict[str, str]:
+    return dict(re.findall(r"^([\w.-]+)==(\S+) \\$", lock.read_text(encoding="utf-8"), re.M))
+
+
+def test_the_tap_is_compiled_against_the_packages_it_runs_with() -> None:
+    """The build stage's lock holds the runtime lock's pins exactly, plus the compiler."""
+    runtime, build = pins(ROOT / "requirements.lock"), pins(ROOT / "requirements-build.lock")
+    assert runtime and {name: build.get(name) for name in runtime} == runtime
+    assert {"mypy", "setuptools", "wheel"} <= build.keys()
