@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,19 @@ _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SCALAR = re.compile(rb"[^%b,\]}]+" % JSON_SPACE.encode())
 _NESTED = re.compile(rb'["{}\[\]]')
 
-raw_decode = json.JSONDecoder().raw_decode
-"""The JSON value at the start of a str and where it ends (one decoder for every call)."""
+_scan_once: Callable[[str, int], tuple[Any, int]] = getattr(  # noqa: B009  (not in typeshed)
+    json.JSONDecoder(), "scan_once"
+)
+"""json's C scanner (one for every call): what ``JSONDecoder.raw_decode`` calls."""
+
+
+def raw_decode(text: str, start: int = 0) -> tuple[Any, int]:
+    """The JSON value at ``start`` of a str and where it ends: ``JSONDecoder.raw_decode``
+    without its Python frame (the same values and errors)."""
+    try:
+        return _scan_once(text, start)
+    except StopIteration as stop:
+        raise json.JSONDecodeError("Expecting value", text, stop.value) from None
 
 
 def loads(text: str) -> Any:

@@ -210,8 +210,9 @@ class ClientConnection(asyncio.Protocol):
             return
         parser = self.parser
         method = parser.get_method()
+        version = parser.get_http_version()  # formats a str: read once
         fields = Fields(self._headers)
-        refusal = self._refusal(method, fields)
+        refusal = self._refusal(method, version, fields)
         if refusal is not None:
             self.reject(*refusal, method)
             return
@@ -221,17 +222,17 @@ class ClientConnection(asyncio.Protocol):
             method,
             self._url,
             fields=fields,
-            client_http10=parser.get_http_version() == "1.0",
+            client_http10=version == "1.0",
             keep_alive=parser.should_keep_alive(),
             upgrade=parser.should_upgrade(),
         )
         self.exchange.start()
 
-    def _refusal(self, method: bytes, fields: Fields) -> tuple[int, str] | None:
+    def _refusal(self, method: bytes, version: str, fields: Fields) -> tuple[int, str] | None:
         """A request the tap answers itself and never forwards: HTTP/2 or 0.9, CONNECT (vLLM
         serves none; a tunnel would carry unparsed bytes), a transfer coding but chunked, and
         two Host headers (RFC 9112 section 3.2: a 400)."""
-        if self.parser.get_http_version() not in VERSIONS:
+        if version not in VERSIONS:
             return 505, "the tap serves HTTP/1.0 and 1.1 only"
         if method == b"CONNECT":
             return 501, "the tap does not tunnel CONNECT"
