@@ -39,6 +39,11 @@ Outcome = tuple[SpecDecodeSummary | None, float | None, float | None]
 """What a response showed: its per-request metrics, time to first token, time per output token."""
 
 
+SPENT_PARSER = httptools.HttpResponseParser(None)
+"""What an ended response side holds instead of its parser, whose callbacks point back at it (a
+reference cycle). Never fed: the upstream connection lets go of the side first."""
+
+
 class SurplusResponseError(Exception):
     """vLLM sent bytes past the end of the response: raised to stop the response parser."""
 
@@ -159,6 +164,10 @@ class ResponseSide:
         """Surplus in a later read of a verbatim body: the client connection is cut."""
         self.tap.warn("surplus", "vLLM sent bytes past the end of a response; connection cut")
         self.owner.cut()
+
+    def drop_parser(self) -> None:
+        """The exchange is over: the parser, whose callbacks are this side's methods, goes."""
+        self.parser = SPENT_PARSER
 
     def forget_head(self) -> None:
         """The connection closed before any answer: the request goes again, on a new one."""
