@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -120,3 +121,15 @@ async def test_failed_and_abandoned_exchanges_are_freed_at_once() -> None:
         assert raw.startswith(b"HTTP/1.1 502")
         await wait_until(lambda: recorded(tap) == 3)
         assert live_parts() == 0
+
+
+async def test_an_exchange_whose_upstream_is_unreachable_is_freed_at_once() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with collector_off():
+        async with running_tap(upstream_url=f"http://127.0.0.1:{port}") as tap:
+            raw = await raw_exchange(tap.address, post_request(CHAT, body(stream=True)))
+            assert raw.startswith(b"HTTP/1.1 502")
+            await wait_until(lambda: recorded(tap) == 1)
+            assert live_parts() == 0

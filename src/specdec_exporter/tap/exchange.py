@@ -3,9 +3,8 @@ and ends the exchange (recorded once, the upstream connection recycled or aborte
 
 An ended exchange leaves no reference cycle behind (``Exchange._let_go``): its sides stop pointing
 at it and at each other, and the response parser's callbacks go with the parser. So each request's
-objects are freed by reference counting when its last byte is written, not by a later garbage
-collection, and the next request reuses their memory while it is still in the CPU's caches
-(BENCHMARKS.md, "Session 5": 0.89x the tap's CPU per chunk).
+objects are freed by reference counting when it ends, not at some later garbage collection, which
+also no longer has live exchanges to walk (BENCHMARKS.md, "Session 5").
 """
 
 from __future__ import annotations

@@ -170,6 +170,9 @@ class RequestSide:
         try:
             connection = await self.tap.pool.connect()
         except (OSError, TimeoutError) as exc:
+            # asyncio's future keeps the exception: without its traceback, whose frames hold
+            # this side, the side is freed when the exchange ends (no cycle left to collect)
+            exc.__traceback__ = None
             origin = self.tap.origin
             self.tap.warn(
                 "connect",
