@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # vllm-specdec-exporter: the sidecar image. Every RUN command below is run in fresh virtual
-# environments by scripts/check_dockerfile.py in CI (no Docker engine there).
+# environments by scripts/check_dockerfile.py in CI (no Docker engine there); for the apt-get
+# one it checks that the packages it names are installed there.
 # Reproducible: every dependency is pinned with its hashes in requirements.lock (build stage:
 # requirements-build.lock), both written by `python scripts/lock.py`; the project itself is
 # installed --no-deps. A release also pins the base image by digest, see docs/deploy.md.
