@@ -77,8 +77,10 @@ FAULTS: tuple[tuple[str, dict[str, object]], ...] = (
     ("/sim/fault", {"kind": "slow", "seconds": 1.0, "delay": 0.6}),
     ("/sim/fault", {"kind": "refuse", "seconds": 0.2}),  # new connections refused: 502s
 )
-FAULT_DELAY = 0.2
-"""Seconds into a batch of requests at which a fault starts (a batch takes about a second)."""
+FAULT_AFTER = SAMPLE_EVERY // 5
+"""Requests of a batch sent before its fault starts: counted, not timed, so that most of the batch
+is still to run and the fault hits live streams however fast the machine runs the batch (a fixed
+delay let a restart land after a quick batch had ended, with no stream to cut)."""
 END_REFUSAL: dict[str, object] = {"kind": "refuse", "seconds": 0.1}
 BUCKETS = TemperatureBuckets()
 
@@ -736,9 +738,17 @@ async def settle(condition: Callable[[], Awaitable[bool]], timeout: float = SETT
         await asyncio.sleep(0.05)
 
 
-async def control(sim_url: str, path: str, document: dict[str, object], delay: float = 0.0) -> None:
-    """POST to the simulator's control API after ``delay``; retried while it refuses connections."""
-    await asyncio.sleep(delay)
+async def control_after(
+    ledger: Ledger, sent: int, sim_url: str, path: str, document: dict[str, object]
+) -> None:
+    """``control`` once ``sent`` requests have gone out."""
+    while ledger.sent < sent:
+        await asyncio.sleep(0.005)
+    await control(sim_url, path, document)
+
+
+async def control(sim_url: str, path: str, document: dict[str, object]) -> None:
+    """POST to the simulator's control API; retried while it refuses connections."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while True:
         try:
@@ -781,14 +791,15 @@ async def soak(
     next_fault = fault_every // 2 if fault_every else requests + 1
     while ledger.sent < requests and time.monotonic() - started < max_seconds:
         fault = None
-        if ledger.sent >= next_fault:  # injected once the batch runs, so it hits live streams
-            path, document = FAULTS[faults % len(FAULTS)]
-            fault = asyncio.create_task(control(sim_url, path, document, FAULT_DELAY))
-            faults += 1
-            next_fault += fault_every
         batch = collections.deque(
             next(plans) for _ in range(min(SAMPLE_EVERY, requests - ledger.sent))
         )
+        if ledger.sent >= next_fault:  # injected once the batch runs, so it hits live streams
+            path, document = FAULTS[faults % len(FAULTS)]
+            at = ledger.sent + min(FAULT_AFTER, len(batch) // 2)  # reached within this batch
+            fault = asyncio.create_task(control_after(ledger, at, sim_url, path, document))
+            faults += 1
+            next_fault += fault_every
         await run_batch(clients, batch, ledger)
         if fault is not None:
             await fault
