@@ -9,7 +9,7 @@ Loopback only. The simulator (`specdec-exporter simulate --speed 20`) and the si
 processes; this process is the clients. Traffic is a fixed mix, shuffled in decks of 100 so every
 kind occurs in every 100 requests: streams with and without include_usage, non-streaming chat and
 completions, several temperatures, client aborts mid-stream, 404s, 400s, n=2, bodies over the
-inspection cap, GET /v1/models; and every --fault-every requests, a moment into a batch, a fault:
+inspection cap, GET /v1/models; and every --fault-every requests, a fifth into a batch, a fault:
 a /sim/fault on /metrics (500, garbage, truncated, html, slow), vLLM refusing connections (502s),
 or a vLLM restart (streams in flight end early, non-streaming requests get a 500, counters reset).
 Every 1,000 requests the clients pause and the sidecar is sampled: VmRSS, /proc/PID/fd count, the
