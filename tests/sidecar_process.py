@@ -17,6 +17,10 @@ SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
 Record = dict[str, object]
 
 
+FAST_SCRAPING = {"--interval": "0.2", "--scrape-timeout": "0.5", "--log-interval": "0"}
+"""The tests' defaults (a test's own flag replaces one): quick polls against a quick vLLM."""
+
+
 class SidecarProcess:
     """A running `specdec-exporter run` and the JSON log lines it has written so far."""
 
@@ -29,12 +33,12 @@ class SidecarProcess:
                 vllm_url,
                 "--listen",
                 "127.0.0.1:0",
-                "--interval",
-                "0.2",
-                "--scrape-timeout",
-                "0.5",
-                "--log-interval",
-                "0",
+                *(
+                    part
+                    for flag, value in FAST_SCRAPING.items()
+                    if flag not in extra
+                    for part in (flag, value)
+                ),
                 *extra,
             ],
             stderr=subprocess.PIPE,

@@ -56,7 +56,13 @@ def traffic(url: str, temperature: str) -> BackgroundLoad:
 def alert_chain(real_vllm: Any, tmp_path: Path) -> Iterator[tuple[str, Stack]]:
     """The tap's URL, and the stack alerting on the sidecar in front of the real vLLM."""
     with (
-        sidecar(real_vllm.url, "--proxy-listen", "127.0.0.1:0") as (sidecar_url, records),
+        # The sidecar's default scrape timeout: on these two cores, busy with hot traffic, real
+        # vLLM answered /metrics in over 0.5 s for minutes once, and the chain rightly paged
+        # VLLMUnreachable instead of AcceptanceLow.
+        sidecar(real_vllm.url, "--proxy-listen", "127.0.0.1:0", "--scrape-timeout", "4") as (
+            sidecar_url,
+            records,
+        ),
         running_stack(tmp_path, [sidecar_url.removeprefix("http://")]) as stack,
     ):
         yield "http://" + address_of(records, "tap"), stack
