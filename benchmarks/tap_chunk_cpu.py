@@ -84,18 +84,12 @@ def measure(kind: str, streams: int, chunks: int) -> dict[str, float]:
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
     from specdec_exporter.tap.upstream import UpstreamConnection  # noqa: PLC0415
 
-    class Pool:
-        last: UpstreamConnection | None = None
-
-        def take_idle(self) -> UpstreamConnection:
-            self.last = UpstreamConnection(lambda _: None)
-            self.last.connection_made(FakeTransport())  # type: ignore[arg-type]
-            return self.last
-
     settings = Settings(vllm_url="http://vllm:8000", proxy_listen="127.0.0.1:0")
     stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
     tap = Tap(settings, stats, lambda: frozenset({"bench"}))
-    pool = tap.pool = Pool()  # type: ignore[assignment]
+    upstream = UpstreamConnection(tap.pool.release)  # the tap's own pool: works compiled too
+    upstream.connection_made(FakeTransport())  # type: ignore[arg-type]
+    tap.pool.release(upstream)  # idle: every stream takes it and gives it back (keep-alive)
     client = ClientConnection(tap)
     transport = FakeTransport()
     client.connection_made(transport)  # type: ignore[arg-type]
@@ -103,8 +97,6 @@ def measure(kind: str, streams: int, chunks: int) -> dict[str, float]:
 
     def one_stream() -> None:
         client.data_received(request)
-        upstream = pool.last
-        assert upstream is not None
         for data in reads:
             upstream.data_received(data)
 
@@ -116,6 +108,7 @@ def measure(kind: str, streams: int, chunks: int) -> dict[str, float]:
     used = time.process_time() - start
     attributed = sum(row.attributed for row in stats.bucket_summary())
     assert attributed == streams + streams // 10 and not transport.closing, "a stream failed"
+    assert not upstream.closed, "the upstream connection was not kept alive"
     return {"us_per_chunk": used / (streams * len(reads)) * 1e6}
 
 
