@@ -85,6 +85,8 @@ class Reply:
     """Write nothing at all until the client goes."""
     drop: bool = False
     """Close the connection without answering."""
+    pace: float = 0.0
+    """Seconds between pieces (a slow but steady stream)."""
 
 
 def json_reply(document: Any, status: int = 200) -> Reply:
@@ -190,7 +192,7 @@ class FakeUpstream:
                 return False
             writer.write(b"%x\r\n%b\r\n" % (len(piece), piece) if reply.chunked else piece)
             await writer.drain()
-            await asyncio.sleep(0)
+            await asyncio.sleep(reply.pace)
         if reply.hold_open:
             await self._wait_for_disconnect(reader)
             return False

@@ -102,6 +102,31 @@ async def test_upstream_silence_times_out_with_504() -> None:
         await asyncio.wait_for(tap.upstream.disconnected.wait(), 5)
 
 
+async def test_a_slow_but_steady_stream_outlives_the_timeout() -> None:
+    """The timeout is for silence, not for a stream's length: vLLM's reads are counted, and each
+    sweep that sees the count move restarts the clock."""
+    stream = fixture_stream("chat_T0p8_stream_0.sse")
+    reply = sse_reply(stream, pace=0.02)
+    assert len(reply.pieces) * reply.pace > 4 * 0.15  # longer than the timeout, several times
+    async with running_tap(lambda _: reply, proxy_timeout=0.15) as tap:
+        raw = await raw_exchange(tap.address, post_request(CHAT, STREAM_BODY))
+        head, body = split_response(raw)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert body.endswith(b"0\r\n\r\n")  # the whole stream, its last chunk included
+        assert tap.upstream.disconnects == 0
+
+
+async def test_a_stream_that_goes_silent_is_cut() -> None:
+    stream = fixture_stream("chat_T0p8_stream_0.sse")
+    reply = sse_reply(stream, hold_open=True)
+    async with running_tap(lambda _: reply, proxy_timeout=0.15) as tap:
+        raw = await raw_exchange(tap.address, post_request(CHAT, STREAM_BODY))  # until closed
+        head, body = split_response(raw)
+        assert head.startswith(b"HTTP/1.1 200")
+        assert not body.endswith(b"0\r\n\r\n")  # cut: no last chunk
+        await asyncio.wait_for(tap.upstream.disconnected.wait(), 5)
+
+
 async def test_invalid_json_passes_through_counted_invalid() -> None:
     error = {
         "error": {"message": "bad json", "type": "BadRequestError", "param": None, "code": 400}
