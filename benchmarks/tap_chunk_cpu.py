@@ -4,6 +4,7 @@ exchange fed vLLM-shaped SSE streams (one chunk per upstream read) through fake 
     .venv/bin/python benchmarks/tap_chunk_cpu.py                        # this checkout
     .venv/bin/python benchmarks/tap_chunk_cpu.py --baseline-src DIR     # and DIR, alternately
     .venv/bin/python benchmarks/tap_chunk_cpu.py --chunks 1             # mostly per-request cost
+    .venv/bin/python benchmarks/tap_chunk_cpu.py --src A/src --baseline-src B/src  # two other trees
 
 Each measurement runs in a child process. With ``--baseline-src`` (another checkout's src/,
 e.g. from ``git archive``) the two codes alternate and the ratio of medians is printed, so a
@@ -121,15 +122,16 @@ def run(src: Path, kind: str, streams: int, chunks: int) -> float:
     return result["us_per_chunk"]
 
 
-def compare(baseline: Path | None, repeat: int, streams: int, chunks: int) -> None:
-    codes = {"this checkout": ROOT / "src"}
+def compare(src: Path, baseline: Path | None, repeat: int, streams: int, chunks: int) -> None:
+    measured = "this checkout" if src == ROOT / "src" else str(src)
+    codes = {measured: src}
     if baseline is not None:
         codes["baseline"] = baseline
     for kind in KINDS:
         runs: dict[str, list[float]] = {name: [] for name in codes}
         for _ in range(repeat):
-            for name, src in codes.items():
-                runs[name].append(run(src, kind, streams, chunks))
+            for name, tree in codes.items():
+                runs[name].append(run(tree, kind, streams, chunks))
         for name, values in runs.items():
             low, median, high = min(values), statistics.median(values), max(values)
             print(
@@ -138,8 +140,8 @@ def compare(baseline: Path | None, repeat: int, streams: int, chunks: int) -> No
                 f"per stream of {chunks + 3} reads {median * (chunks + 3):.1f} µs"
             )
         if baseline is not None:
-            ratio = statistics.median(runs["this checkout"]) / statistics.median(runs["baseline"])
-            print(f"{kind:12} this checkout / baseline: {ratio:.3f}")
+            ratio = statistics.median(runs[measured]) / statistics.median(runs["baseline"])
+            print(f"{kind:12} {measured} / baseline: {ratio:.3f}")
 
 
 def main() -> None:
@@ -147,6 +149,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("role", nargs="?", default="run", choices=["run", "measure"])
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the code measured")
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--repeat", type=int, default=6)
     parser.add_argument("--streams", type=int, default=2000)
@@ -156,7 +159,7 @@ def main() -> None:
     if args.role == "measure":
         print(json.dumps(measure(args.kind, args.streams, args.chunks)))
     else:
-        compare(args.baseline_src, args.repeat, args.streams, args.chunks)
+        compare(args.src, args.baseline_src, args.repeat, args.streams, args.chunks)
 
 
 if __name__ == "__main__":
