@@ -30,8 +30,9 @@ class ClientSide(Protocol):
 class LiveExchange(Protocol):
     """What the tap's sweep needs of an exchange in flight."""
 
-    @property
-    def last_activity(self) -> float: ...
+    def idle_for(self, now: float) -> float:
+        """Seconds since the exchange's last byte, as far as the sweep at ``now`` can tell."""
+        ...
 
     def timed_out(self) -> None: ...
 

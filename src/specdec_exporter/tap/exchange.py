@@ -82,6 +82,8 @@ class Exchange:
         )
         self.response = ResponseSide(tap, client, self, self.request)
         self.request.sink = self.response
+        self._reads_seen = 0
+        self._progress_at = self.request.last_activity
 
     # what the client connection sees
 
@@ -128,10 +130,16 @@ class Exchange:
     def upstream(self) -> UpstreamConnection | None:
         return self.request.upstream
 
-    @property
-    def last_activity(self) -> float:
-        """The last byte from the client or from vLLM (the sweep times out stalled exchanges)."""
-        return max(self.request.last_activity, self.response.last_activity)
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last byte from the client or from vLLM, for the sweep that times
+        out stalled exchanges. vLLM's reads are counted rather than timed (a clock read a chunk
+        cost the hot path), so the sweep that sees their count move dates them: a stall is
+        found between one timeout and one timeout plus two sweeps after its last byte."""
+        reads = self.response.reads
+        if reads != self._reads_seen:
+            self._reads_seen = reads
+            self._progress_at = now
+        return now - max(self.request.last_activity, self._progress_at)
 
     @property
     def stage(self) -> Stage:

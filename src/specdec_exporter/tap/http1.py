@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 from http import HTTPStatus
+from typing import Final
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -151,12 +152,19 @@ def response_head(
     return render(b"HTTP/1.1 %d " % status + reason, kept)
 
 
-CHUNK = b"%x\r\n%b\r\n"
-"""One chunk of a chunked body: ``CHUNK % (len(data), data)``."""
+CRLF: Final = b"\r\n"
+CHUNK_SIZE_LINES: Final = tuple(b"%x\r\n" % size for size in range(4096))
+"""The size lines of chunks up to 4 KiB, made once: vLLM's chunks are a few hundred bytes, and
+formatting one a chunk was a measurable part of the rewrite's per-chunk path."""
+
+
+def chunk_size_line(size: int) -> bytes:
+    """``<size in hex>\r\n``, the line that opens a chunk of a chunked body."""
+    return CHUNK_SIZE_LINES[size] if size < 4096 else b"%x\r\n" % size
 
 
 def chunk(data: bytes) -> bytes:
-    return CHUNK % (len(data), data)
+    return chunk_size_line(len(data)) + data + CRLF
 
 
 def error_response(status: int, message: str, close: bool = True, head: bool = False) -> bytes:

@@ -90,7 +90,7 @@ class Tap:
         """Time out stalled exchanges and idle client connections."""
         now = time.monotonic()
         for exchange in list(self.exchanges):
-            if now - exchange.last_activity > self.timeout:
+            if exchange.idle_for(now) > self.timeout:
                 exchange.timed_out()
         for client in list(self.clients):
             if client.exchange is None and now - client.idle_since > CLIENT_IDLE_TIMEOUT:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Final
 
 import httptools
 
@@ -15,12 +16,13 @@ from specdec_exporter.core.buckets import UNKNOWN_LABEL
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.contracts import ClientSide, Endings, TapContext
 from specdec_exporter.tap.http1 import (
-    CHUNK,
+    CRLF,
     MAX_HEAD_BYTES,
     NO_FIELDS,
     Fields,
     Framing,
     Headers,
+    chunk_size_line,
 )
 from specdec_exporter.tap.request_side import RequestSide
 from specdec_exporter.tap.spec import (
@@ -30,10 +32,14 @@ from specdec_exporter.tap.spec import (
     summary_from_response_tail,
 )
 from specdec_exporter.tap.sse import IncludeUsageUndo, UsageWatcher
+from specdec_exporter.tap.upstream import ResponseSink
 
-RAW, CHUNKED, UNTIL_CLOSE = Framing.RAW, Framing.CHUNKED, Framing.UNTIL_CLOSE
-"""As globals for the per-chunk path: a member lookup such as ``Framing.RAW`` goes through
-Python 3.11's ``EnumType.__getattr__`` hook, ten times the cost of a global."""
+RAW: Final = Framing.RAW
+CHUNKED: Final = Framing.CHUNKED
+UNTIL_CLOSE: Final = Framing.UNTIL_CLOSE
+"""As ``Final`` globals for the per-chunk path: a member lookup such as ``Framing.RAW`` goes through
+Python 3.11's ``EnumType.__getattr__`` hook, ten times the cost of a global, and compiled, a
+``Final`` global is a C static rather than a module-dict lookup."""
 
 Outcome = tuple[SpecDecodeSummary | None, float | None, float | None]
 """What a response showed: its per-request metrics, time to first token, time per output token."""
@@ -48,7 +54,7 @@ class SurplusResponseError(Exception):
     """vLLM sent bytes past the end of the response: raised to stop the response parser."""
 
 
-class ResponseSide:
+class ResponseSide(ResponseSink):
     """vLLM's answer to ``request``; the response parser's callbacks are its methods."""
 
     def __init__(
@@ -59,7 +65,8 @@ class ResponseSide:
         self.owner = owner
         self.request = request
         self.parser = httptools.HttpResponseParser(self)
-        self.last_activity = time.monotonic()
+        self.reads = 0
+        """vLLM's reads so far: counted, not timed (the sweep dates them; no clock read a chunk)."""
         self.tunnel_open = False
         """vLLM answered 101: its bytes go to the client as they come."""
         self.head_done = False
@@ -92,7 +99,7 @@ class ResponseSide:
     # fed by the upstream connection (upstream.ResponseSink)
 
     def feed_response(self, data: bytes) -> None:
-        self.last_activity = time.monotonic()
+        self.reads += 1
         if self.tunnel_open:
             self.client.write(data)
             return
@@ -281,7 +288,13 @@ class ResponseSide:
             return
         if self._first_body_at is None:  # _write_body(), inline
             self._first_body_at = time.monotonic()
-        self._out.append(CHUNK % (len(data), data) if framing is CHUNKED else data)
+        out = self._out
+        if framing is CHUNKED:  # three pieces, joined once by the flush: no formatting a chunk
+            out.append(chunk_size_line(len(data)))
+            out.append(data)
+            out.append(CRLF)
+        else:
+            out.append(data)
 
     def on_message_complete(self) -> None:
         if self.tunnel_open:

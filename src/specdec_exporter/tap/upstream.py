@@ -7,7 +7,6 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 from urllib.parse import urlsplit
 
 IDLE_EXPIRY = 4.0
@@ -15,14 +14,22 @@ IDLE_EXPIRY = 4.0
 MAX_IDLE = 256
 
 
-class ResponseSink(Protocol):
-    """What an upstream connection feeds: the exchange that owns it for one request."""
+class ResponseSink:
+    """What an upstream connection feeds: the response side of the exchange using it.
 
-    def feed_response(self, data: bytes) -> None: ...
+    A base class (``response_side.ResponseSide`` extends it), not a Protocol: compiled by
+    mypyc, ``feed_response`` on a Protocol is a generic Python method call (a lookup by name,
+    then argument parsing) once per chunk; on a class it is a direct C call.
+    """
 
-    def upstream_lost(self) -> None: ...
+    def feed_response(self, data: bytes) -> None:
+        raise NotImplementedError
 
-    def upstream_paused(self, paused: bool) -> None: ...
+    def upstream_lost(self) -> None:
+        raise NotImplementedError
+
+    def upstream_paused(self, paused: bool) -> None:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)
