@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 from tap_common import cpu_split, free_port, spawn, stop, wait_for_port
-from tap_latency_cpu import SCRIPT, Scenario, measure, per_connection
+from tap_latency_cpu import SCRIPT, Scenario, measure, per_connection, spawn_proxy
 
 STREAMS = 64
 SHAPE = ("--chunks", "50", "--interval-ms", "10")
@@ -42,16 +42,7 @@ def main() -> None:
     taps: list[tuple[int, subprocess.Popen[bytes]]] = []
     for source in args.sources:
         port = free_port()
-        tap = spawn(
-            SCRIPT,
-            "tap",
-            "--port",
-            str(port),
-            "--upstream-port",
-            str(upstream_port),
-            cpus=proxy_cpus,
-            src=source,
-        )
+        tap = spawn_proxy("tap", port, upstream_port, proxy_cpus, source)
         processes.append(tap)
         taps.append((port, tap))
     rounds: list[list[dict[str, float]]] = [[], []]

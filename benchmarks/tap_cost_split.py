@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from tap_common import Nginx, cpu_split, free_port, spawn, stop, wait_for_port
-from tap_latency_cpu import SCRIPT, Scenario, measure
+from tap_latency_cpu import SCRIPT, Scenario, measure, spawn_proxy
 
 STREAMS = 64
 PER_CONNECTION = 25
@@ -34,16 +34,7 @@ def per_request(
     shape = ["--chunks", str(chunks), "--interval-ms", "10"]
     upstream_port, tap_port = free_port(), free_port()
     processes = [spawn(SCRIPT, "upstream", "--port", str(upstream_port), *shape, cpus=load_cpus)]
-    tap = spawn(
-        SCRIPT,
-        "tap",
-        "--port",
-        str(tap_port),
-        "--upstream-port",
-        str(upstream_port),
-        cpus=proxy_cpus,
-        src=tap_src,
-    )
+    tap = spawn_proxy("tap", tap_port, upstream_port, proxy_cpus, tap_src)
     processes.append(tap)
     results: dict[str, list[tuple[float, float]]] = {"tap": [], "nginx": []}
     nginx: Nginx | None = None

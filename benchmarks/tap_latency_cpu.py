@@ -77,6 +77,19 @@ class Scenario:
     kind: str
 
 
+def spawn_proxy(
+    role: str,
+    port: int,
+    upstream_port: int,
+    cpus: set[int] | None,
+    src: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """One proxy of this script (``tap``, ``starlette`` or ``pipe``) in its own process."""
+    return spawn(
+        SCRIPT, role, "--port", str(port), "--upstream-port", str(upstream_port), cpus=cpus, src=src
+    )
+
+
 def serve_tap(port: int, upstream_port: int) -> None:
     from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
     from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
@@ -264,34 +277,9 @@ def orchestrate(
         str(interval_ms),
         cpus=load_cpus,
     )
-    tap = spawn(
-        SCRIPT,
-        "tap",
-        "--port",
-        str(tap_port),
-        "--upstream-port",
-        str(upstream_port),
-        cpus=proxy_cpus,
-        src=tap_src,
-    )
-    starlette = spawn(
-        SCRIPT,
-        "starlette",
-        "--port",
-        str(starlette_port),
-        "--upstream-port",
-        str(upstream_port),
-        cpus=proxy_cpus,
-    )
-    pipe = spawn(
-        SCRIPT,
-        "pipe",
-        "--port",
-        str(pipe_port),
-        "--upstream-port",
-        str(upstream_port),
-        cpus=proxy_cpus,
-    )
+    tap = spawn_proxy("tap", tap_port, upstream_port, proxy_cpus, tap_src)
+    starlette = spawn_proxy("starlette", starlette_port, upstream_port, proxy_cpus)
+    pipe = spawn_proxy("pipe", pipe_port, upstream_port, proxy_cpus)
     nginx = None
     try:
         for port in (upstream_port, tap_port, starlette_port, pipe_port):
