@@ -55,6 +55,10 @@ class Tap:
         self.origin = Origin.from_url(settings.vllm_url)
         self.pool = UpstreamPool(self.origin, min(CONNECT_TIMEOUT, settings.proxy_timeout))
         self.clients: set[ClientConnection] = set()
+        self.idle_clients: dict[ClientConnection, None] = {}
+        """Client connections without an exchange, longest idle first (a dict keeps insertion
+        order, and a connection is put back at the end when its exchange ends): the sweep reads
+        only the expired ones at the front, not every connection each second."""
         self.exchanges: set[LiveExchange] = set()
         self._known_models = known_models
         self._models_seen: frozenset[str] | None = None
@@ -92,9 +96,14 @@ class Tap:
         for exchange in list(self.exchanges):
             if exchange.idle_for(now) > self.timeout:
                 exchange.timed_out()
-        for client in list(self.clients):
-            if client.exchange is None and now - client.idle_since > CLIENT_IDLE_TIMEOUT:
-                client.close()
+        expired = []
+        for client in self.idle_clients:
+            if now - client.idle_since <= CLIENT_IDLE_TIMEOUT:
+                break
+            expired.append(client)
+        for client in expired:
+            del self.idle_clients[client]
+            client.close()
 
     def shutdown(self) -> None:
         for client in list(self.clients):
@@ -122,6 +131,7 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.tap.clients.add(self)
+        self.tap.idle_clients[self] = None
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
@@ -175,6 +185,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.tap.clients.discard(self)
+        self.tap.idle_clients.pop(self, None)
         if self._linger is not None:
             self._linger.cancel()
         exchange, self.exchange = self.exchange, None
@@ -216,6 +227,7 @@ class ClientConnection(asyncio.Protocol):
         if refusal is not None:
             self.reject(*refusal, method)
             return
+        self.tap.idle_clients.pop(self, None)
         self.exchange = Exchange(
             self.tap,
             self,
@@ -262,6 +274,7 @@ class ClientConnection(asyncio.Protocol):
         if close or self.refused or self.tap.draining:
             self.close()
         elif self.transport is not None:
+            self.tap.idle_clients[self] = None  # at the end: the most recently idle
             self.transport.resume_reading()
 
     def reject(self, status: int, message: str, method: bytes) -> None:
