@@ -1,10 +1,13 @@
 """The sweep closes client connections idle past CLIENT_IDLE_TIMEOUT, reading only those.
 
-Driven without sockets: connections over a fake transport, their idle clocks set back by hand.
+Driven without sockets: connections over a mock transport, their idle clocks set back by hand.
 The tests that start an exchange run in an event loop but never yield to it, so the exchange's
 connect to vLLM never runs: it stays in flight."""
 
 from __future__ import annotations
+
+import asyncio
+from unittest.mock import Mock
 
 import pytest
 
@@ -19,40 +22,22 @@ REQUEST = (
 )
 
 
-class FakeTransport:
-    def __init__(self) -> None:
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    abort = close
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 def new_tap() -> Tap:
     settings = Settings(vllm_url="http://127.0.0.1:9", proxy_listen="127.0.0.1:0")
     stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: None)
     return Tap(settings, stats, frozenset)
 
 
-def connect(tap: Tap) -> tuple[ClientConnection, FakeTransport]:
-    client, transport = ClientConnection(tap), FakeTransport()
-    client.connection_made(transport)  # type: ignore[arg-type]
+def connect(tap: Tap) -> tuple[ClientConnection, Mock]:
+    """A client connection over a transport that is open and cannot half-close (so closing the
+    connection closes the transport)."""
+    transport = Mock(spec=asyncio.Transport)
+    transport.is_closing.return_value = False
+    transport.can_write_eof.return_value = False
+    for method in ("write", "close", "abort", "pause_reading", "resume_reading"):
+        getattr(transport, method).return_value = None  # the compiled tap checks returned types
+    client = ClientConnection(tap)
+    client.connection_made(transport)
     return client, transport
 
 
@@ -62,7 +47,7 @@ def test_only_connections_idle_past_the_timeout_close() -> None:
     for client, _ in connections[:2]:  # the two oldest: idle for longer than the timeout
         client.idle_since -= CLIENT_IDLE_TIMEOUT + 1
     tap.sweep()
-    assert [transport.closing for _, transport in connections] == [True, True, False]
+    assert [transport.close.called for _, transport in connections] == [True, True, False]
     assert list(tap.idle_clients) == [connections[2][0]]
 
 
@@ -74,7 +59,7 @@ async def test_a_connection_with_a_request_in_flight_is_not_idle() -> None:
     assert client.exchange is not None and client not in tap.idle_clients
     client.idle_since -= CLIENT_IDLE_TIMEOUT + 1
     tap.sweep()
-    assert not transport.closing
+    assert not transport.close.called
 
 
 @pytest.mark.anyio
