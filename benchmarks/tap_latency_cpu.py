@@ -204,9 +204,9 @@ the time of 60 one at a time, so their P99 is no longer the single slowest strea
 
 
 def idle_scenarios(target: str, quick: bool) -> list[Scenario]:
-    per_stream, documents = (3, 200) if quick else (60, 1000)
+    streams_each, documents = (3, 200) if quick else (60, 1000)
     return [
-        Scenario(target, IDLE_STREAM_CONCURRENCY, per_stream, "rewrite"),
+        Scenario(target, IDLE_STREAM_CONCURRENCY, streams_each, "rewrite"),
         Scenario(target, 1, documents, "json"),
     ]
 

@@ -32,9 +32,12 @@ from monitoring_processes import wait_until  # noqa: E402
 from sidecar_process import address_of, sidecar  # noqa: E402
 from specdec_exporter.devtools.load.config import LoadConfig  # noqa: E402
 from specdec_exporter.devtools.load.mix import parse_mix  # noqa: E402
+from specdec_exporter.sidecar.config import Settings  # noqa: E402
 
 pytestmark = pytest.mark.real_vllm
 TIMEOUT = 180.0
+DEFAULT_TIMEOUT = str(Settings.model_fields["scrape_timeout"].default)
+"""The sidecar's own scrape timeout, which the alert path runs with (see alert_chain)."""
 
 
 def traffic(url: str, temperature: str) -> BackgroundLoad:
@@ -56,13 +59,12 @@ def traffic(url: str, temperature: str) -> BackgroundLoad:
 def alert_chain(real_vllm: Any, tmp_path: Path) -> Iterator[tuple[str, Stack]]:
     """The tap's URL, and the stack alerting on the sidecar in front of the real vLLM."""
     with (
-        # The sidecar's default scrape timeout: on these two cores, busy with hot traffic, real
-        # vLLM answered /metrics in over 0.5 s for minutes once, and the chain rightly paged
-        # VLLMUnreachable instead of AcceptanceLow.
-        sidecar(real_vllm.url, "--proxy-listen", "127.0.0.1:0", "--scrape-timeout", "4") as (
-            sidecar_url,
-            records,
-        ),
+        # The sidecar's default scrape timeout, not the harness's quick one: on these two cores,
+        # busy with hot traffic, real vLLM answered /metrics in over 0.5 s for minutes once, and
+        # the chain rightly paged VLLMUnreachable instead of AcceptanceLow.
+        sidecar(
+            real_vllm.url, "--proxy-listen", "127.0.0.1:0", "--scrape-timeout", DEFAULT_TIMEOUT
+        ) as (sidecar_url, records),
         running_stack(tmp_path, [sidecar_url.removeprefix("http://")]) as stack,
     ):
         yield "http://" + address_of(records, "tap"), stack
