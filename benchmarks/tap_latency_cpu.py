@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tap_common import (
     HERE,
+    LoadResult,
     Nginx,
     chat_request,
     cpu_seconds,
@@ -108,10 +109,10 @@ def serve_tap(port: int, upstream_port: int) -> None:
 
 def load_once(
     port: int, concurrency: int, per_connection: int, kind: str, stagger: float
-) -> dict[str, float]:
+) -> dict[str, object]:
     install_uvloop()
     result = asyncio.run(run_load(port, concurrency, per_connection, KINDS[kind], stagger))
-    return result.summary()
+    return {**result.summary(), "ttft_ms": [round(ms, 3) for ms in result.ttft_ms]}
 
 
 def hold_idle(port: int, connections: int) -> None:
@@ -127,8 +128,15 @@ def hold_idle(port: int, connections: int) -> None:
     asyncio.run(hold())
 
 
-def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]) -> dict[str, float]:
-    """Run the load in its own process; the target's CPU is read around it."""
+def measure(
+    scenario: Scenario,
+    port: int,
+    pids: list[int],
+    shape: list[str],
+    samples: list[float] | None = None,
+) -> dict[str, float]:
+    """Run the load in its own process; the target's CPU is read around it. Each request's
+    latency is added to ``samples`` when given (the pooled idle comparison)."""
     warm = [
         "load",
         "--port",
@@ -160,7 +168,10 @@ def measure(scenario: Scenario, port: int, pids: list[int], shape: list[str]) ->
     ).stdout
     user_after, system_after = cpu_times(pids)
     user, used = user_after - user_before, user_after + system_after - user_before - system_before
-    result: dict[str, float] = json.loads(output)
+    result: dict[str, Any] = json.loads(output)
+    latencies = result.pop("ttft_ms")
+    if samples is not None:
+        samples.extend(latencies)
     events = max(1, int(result["events"]))
     result["cpu_seconds"] = round(used, 3)
     result["cpu_us_per_chunk"] = round(used / events * 1e6, 2)
@@ -199,16 +210,81 @@ def scenarios(quick: bool) -> list[Scenario]:
 
 
 IDLE_STREAM_CONCURRENCY = 4
-"""Streams measured at once beside the idle connections: four light streams give 240 samples in
-the time of 60 one at a time, so their P99 is no longer the single slowest stream."""
+"""Streams measured at once beside the idle connections: four light streams give more samples
+in the same time than one at a time."""
+IDLE_ROUNDS = 3
+"""Rounds of the idle comparison, each measuring without and with the idle connections, in
+alternating order; the latencies are pooled per condition. A single pass measured "with" always
+after "without", and a 30 s window's P99 moves between 0.5 and 3 ms with nothing changed (the
+streams' TTFT has a few 2-5 ms stalls in most windows, for nginx as for the tap), so one pass
+read that drift as an effect of the idle connections."""
 
 
 def idle_scenarios(target: str, quick: bool) -> list[Scenario]:
-    streams_each, documents = (3, 200) if quick else (60, 1000)
+    streams_each, documents = (3, 200) if quick else (40, 400)
     return [
         Scenario(target, IDLE_STREAM_CONCURRENCY, streams_each, "rewrite"),
         Scenario(target, 1, documents, "json"),
     ]
+
+
+def idle_comparison(
+    target: str,
+    port: int,
+    pids: list[int],
+    count: int,
+    *,
+    quick: bool,
+    cpus: set[int] | None,
+    shape: list[str],
+) -> list[dict[str, object]]:
+    """The target's latency without and with ``count`` idle connections: ``IDLE_ROUNDS``
+    rounds in alternating order, one row per condition and request kind from the pooled
+    latencies (``p99 per round`` keeps each round's own figure)."""
+    work = idle_scenarios(target, quick)
+    pooled: dict[tuple[int, str], LoadResult] = {}
+    rounds_p99: dict[tuple[int, str], list[float]] = {}
+    at_rest: dict[int, dict[str, float]] = {}
+    for number in range(IDLE_ROUNDS):
+        for idle in (0, count) if number % 2 == 0 else (count, 0):
+            samples: list[list[float]] = [[] for _ in work]
+            if idle:
+                measured, at_rest[idle] = with_idle_connections(
+                    port, pids, idle, cpus=cpus, work=work, shape=shape, samples=samples
+                )
+            else:
+                measured = [
+                    measure(scenario, port, pids, shape, into)
+                    for scenario, into in zip(work, samples, strict=True)
+                ]
+                rss = sum(rss_bytes(pid) for pid in pids) / 2**20
+                at_rest[idle] = {"rss_mib": round(rss, 1)}
+            for scenario, result, latencies in zip(work, measured, samples, strict=True):
+                key = (idle, scenario.kind)
+                total = pooled.setdefault(key, LoadResult())
+                total.ttft_ms.extend(latencies)
+                total.requests += int(result["requests"])
+                total.errors += int(result["errors"])
+                rounds_p99.setdefault(key, []).append(result["ttft_p99_ms"])
+                row = {"target": target, "idle": idle, "round": number + 1, **result}
+                print(json.dumps(row), flush=True)
+    rows: list[dict[str, object]] = []
+    for (idle, kind), total in sorted(pooled.items(), key=lambda item: item[0][::-1]):
+        summary = total.summary()
+        rows.append(
+            {
+                "target": target,
+                "idle": idle,
+                "kind": kind,
+                "requests": total.requests,
+                "errors": total.errors,
+                "ttft_p50_ms": summary["ttft_p50_ms"],
+                "ttft_p99_ms": summary["ttft_p99_ms"],
+                "p99_per_round": " ".join(f"{ms:.2f}" for ms in rounds_p99[(idle, kind)]),
+                **at_rest[idle],
+            }
+        )
+    return rows
 
 
 def with_idle_connections(
@@ -219,6 +295,7 @@ def with_idle_connections(
     cpus: set[int] | None,
     work: list[Scenario],
     shape: list[str],
+    samples: list[list[float]],
 ) -> tuple[list[dict[str, float]], dict[str, float]]:
     """Open ``count`` idle connections in a holder process, measure ``work``, close them."""
     holder = subprocess.Popen(
@@ -242,7 +319,10 @@ def with_idle_connections(
             "rest_cpu_ms_per_s": round((cpu_seconds(pids) - rest_before) / 5.0 * 1e3, 2),
             "rss_mib": round(sum(rss_bytes(pid) for pid in pids) / 2**20, 1),
         }
-        results = [measure(scenario, port, pids, shape) for scenario in work]
+        results = [
+            measure(scenario, port, pids, shape, into)
+            for scenario, into in zip(work, samples, strict=True)
+        ]
         at_rest["fds_after"] = float(open_fds(pids))  # still held: the idle timeout is 75 s
         return results, at_rest
     finally:
@@ -324,24 +404,9 @@ def orchestrate(
         idle_results = []
         for target in IDLE_TARGETS if idle else ():
             port, pids = targets[target]
-            work = idle_scenarios(target, quick)
-            for scenario in work:
-                row = {
-                    "target": target,
-                    "idle": 0,
-                    "kind": scenario.kind,
-                    **measure(scenario, port, pids, shape),
-                    "rss_mib": round(sum(rss_bytes(pid) for pid in pids) / 2**20, 1),
-                }
-                idle_results.append(row)
-                print(json.dumps(row), flush=True)
-            loaded, at_rest = with_idle_connections(
-                port, pids, idle, cpus=load_cpus, work=work, shape=shape
+            idle_results += idle_comparison(
+                target, port, pids, idle, quick=quick, cpus=load_cpus, shape=shape
             )
-            for scenario, measured in zip(work, loaded, strict=True):
-                row = {"target": target, "idle": idle, "kind": scenario.kind, **measured, **at_rest}
-                idle_results.append(row)
-                print(json.dumps(row), flush=True)
         print_table(results)
         print_idle_table(idle_results)
         print_goals(goal_rounds, idle_results)
@@ -418,6 +483,7 @@ def print_idle_table(results: list[dict[str, object]]) -> None:
             row["errors"],
             row["ttft_p50_ms"],
             row["ttft_p99_ms"],
+            row["p99_per_round"],
             row.get("rest_cpu_ms_per_s"),
             row.get("rss_mib"),
             row.get("fds_after"),
@@ -435,6 +501,7 @@ def print_idle_table(results: list[dict[str, object]]) -> None:
                 "errors",
                 "latency p50 ms",
                 "latency p99 ms",
+                "p99 per round",
                 "cpu at rest ms/s",
                 "rss MiB",
                 "fds after",
