@@ -383,11 +383,28 @@ class _PipeUpstream(asyncio.Protocol):
         self.client.close()
 
 
+class _ParsingPipeUpstream(_PipeUpstream):
+    """The pipe's upstream side, also running every read through httptools' response parser
+    (callbacks that do nothing): the parsing floor under the tap's per-chunk path."""
+
+    def __init__(self, client: asyncio.Transport) -> None:
+        super().__init__(client)
+        self.parser = httptools.HttpResponseParser(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+        self.client.write(data)
+
+    def on_body(self, body: bytes) -> None:
+        pass
+
+
 class _PipeClient(asyncio.Protocol):
     """One client connection piped to its own upstream connection, both ways, bytes untouched."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, parse: bool = False) -> None:
         self.upstream_port = upstream_port
+        self.upstream_side = _ParsingPipeUpstream if parse else _PipeUpstream
         self.upstream: asyncio.Transport | None = None
         self.early: list[bytes] = []
 
@@ -398,7 +415,7 @@ class _PipeClient(asyncio.Protocol):
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         upstream, _ = await loop.create_connection(
-            lambda: _PipeUpstream(self.transport), "127.0.0.1", self.upstream_port
+            lambda: self.upstream_side(self.transport), "127.0.0.1", self.upstream_port
         )
         self.upstream = upstream
         for data in self.early:
@@ -415,14 +432,17 @@ class _PipeClient(asyncio.Protocol):
             self.upstream.close()
 
 
-def serve_pipe(port: int, upstream_port: int) -> None:
+def serve_pipe(port: int, upstream_port: int, parse: bool = False) -> None:
     """The floor of any proxy in Python on uvloop: a TCP pipe that parses nothing (each client
-    connection gets its own upstream connection, the keep-alive reuse the tap's pool gives)."""
+    connection gets its own upstream connection, the keep-alive reuse the tap's pool gives);
+    with ``parse``, it also runs each response read through httptools."""
     install_uvloop()
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _PipeClient(upstream_port), "127.0.0.1", port)
+        server = await loop.create_server(
+            lambda: _PipeClient(upstream_port, parse), "127.0.0.1", port
+        )
         await server.serve_forever()
 
     asyncio.run(serve())

@@ -4,7 +4,7 @@ connections open, for the tap against direct and three baselines measured in the
 (the pass-through reference), the obvious Starlette+httpx proxy, and a uvloop TCP pipe that parses
 nothing (the floor of any proxy written in Python).
 
-    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~9 minutes
+    .venv/bin/python benchmarks/tap_latency_cpu.py            # full run, ~12 minutes
     .venv/bin/python benchmarks/tap_latency_cpu.py --quick    # smoke run, ~3 minutes
     .venv/bin/python benchmarks/tap_latency_cpu.py --tap-src DIR  # the tap from another src/
 
@@ -85,7 +85,8 @@ def spawn_proxy(
     cpus: set[int] | None,
     src: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """One proxy of this script (``tap``, ``starlette`` or ``pipe``) in its own process."""
+    """One proxy of this script (``tap``, ``starlette``, ``pipe`` or ``parsing-pipe``) in its
+    own process."""
     return spawn(
         SCRIPT, role, "--port", str(port), "--upstream-port", str(upstream_port), cpus=cpus, src=src
     )
@@ -589,7 +590,7 @@ def main() -> None:
         "role",
         nargs="?",
         default="run",
-        choices=["run", "upstream", "tap", "pipe", "starlette", "load", "idle"],
+        choices=["run", "upstream", "tap", "pipe", "parsing-pipe", "starlette", "load", "idle"],
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
@@ -637,6 +638,8 @@ def main() -> None:
         serve_tap(args.port, args.upstream_port)
     elif args.role == "pipe":
         serve_pipe(args.port, args.upstream_port)
+    elif args.role == "parsing-pipe":
+        serve_pipe(args.port, args.upstream_port, parse=True)
     elif args.role == "starlette":
         serve_starlette(args.port, args.upstream_port)
     elif args.role == "idle":
