@@ -574,6 +574,14 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+def stop_all(processes: list[subprocess.Popen[bytes]], nginx: Nginx | None) -> None:
+    """A benchmark's teardown: nginx when it was started, then every child process."""
+    if nginx is not None:
+        nginx.stop()
+    for process in processes:
+        stop(process)
+
+
 NGINX_CONF = """
 worker_processes 1;
 daemon off;

@@ -18,7 +18,7 @@ import os
 import statistics
 from pathlib import Path
 
-from tap_common import Nginx, cpu_split, free_port, spawn, stop, wait_for_port
+from tap_common import Nginx, cpu_split, free_port, spawn, stop_all, wait_for_port
 from tap_latency_cpu import SCRIPT, Scenario, measure, spawn_proxy
 
 STREAMS = 64
@@ -60,10 +60,7 @@ def per_request(
                     flush=True,
                 )
     finally:
-        if nginx is not None:
-            nginx.stop()
-        for process in processes:
-            stop(process)
+        stop_all(processes, nginx)
     return results
 
 

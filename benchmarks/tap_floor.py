@@ -17,7 +17,7 @@ import os
 import statistics
 from pathlib import Path
 
-from tap_common import Nginx, cpu_split, free_port, spawn, stop, wait_for_port
+from tap_common import Nginx, cpu_split, free_port, spawn, stop_all, wait_for_port
 from tap_latency_cpu import SCRIPT, Scenario, measure, spawn_proxy
 
 STREAMS = 64
@@ -61,10 +61,7 @@ def main() -> None:
                     flush=True,
                 )
     finally:
-        if nginx is not None:
-            nginx.stop()
-        for process in processes:
-            stop(process)
+        stop_all(processes, nginx)
     pipe = statistics.median(cpu for cpu, _ in results["pipe"])
     for name, rows in results.items():
         cpu = statistics.median(value for value, _ in rows)
