@@ -216,7 +216,7 @@ in the same time than one at a time."""
 IDLE_ROUNDS = 3
 """Rounds of the idle comparison, each measuring without and with the idle connections, in
 alternating order; the latencies are pooled per condition. A single pass measured "with" always
-after "without", and a 30 s window's P99 moves between 0.5 and 3 ms with nothing changed (the
+after "without", and a 30 s window's P99 moves between 0.6 and 3.2 ms with nothing changed (the
 streams' TTFT has a few 2-5 ms stalls in most windows, for nginx as for the tap), so one pass
 read that drift as an effect of the idle connections."""
 
