@@ -15,11 +15,33 @@ VLLM_FALLBACK_TEMPERATURE = 1.0
 """What vLLM samples at when neither the request nor the model's generation config says."""
 
 DEFAULT_EDGES: tuple[float, ...] = (0.5, 0.7, 1.0)
+DEFAULT_BATCH_EDGES: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
+"""Upper bounds of the running-batch buckets: 1, 2-4, 5-8, 9-16, 17-32, 33-64, 65+ (ranges that
+fit vLLM's ``num_speculative_tokens_per_batch_size`` schedules)."""
+TEMPERATURE_BUCKETS_ENV = "SPECDEC_TEMPERATURE_BUCKETS"
+BATCH_BUCKETS_ENV = "SPECDEC_BATCH_BUCKETS"
+"""The environment variables that carry the edges, read by the sidecar's settings and, inside
+vLLM, by the engine probe: one value for both, set once by the deploy."""
 GREEDY_LABEL = "0"
 INVALID_LABEL = "invalid"
 """Temperature present but not a usable number (wrong type, NaN, inf, negative), or no JSON body."""
 UNKNOWN_LABEL = "unknown"
 """Body not inspected (larger than the inspection cap), so the temperature was never read."""
+
+
+def parse_edges(text: str) -> tuple[float, ...]:
+    """``"0.5, 0.7,1"`` -> ``(0.5, 0.7, 1.0)``; a part that is not a number is named."""
+    edges = []
+    for part in (piece.strip() for piece in text.split(",")):
+        if not part:
+            continue
+        try:
+            edges.append(float(part))
+        except ValueError:
+            raise ValueError(
+                f"bucket edges: {part!r} is not a number (expected e.g. 0.5,0.7,1.0)"
+            ) from None
+    return tuple(edges)
 
 
 def format_edge(edge: float) -> str:
@@ -58,6 +80,36 @@ class TemperatureBuckets:
 
     def __repr__(self) -> str:
         return f"TemperatureBuckets({self.edges!r})"
+
+
+class BatchBuckets:
+    """Bins a step's running-batch size: ``(1, 4, 8)`` -> ``1``, ``2-4``, ``5-8``, ``9+``.
+
+    Each edge is an inclusive upper bound; a size below 1 (never seen in a drafting step) falls in
+    the first bucket.
+    """
+
+    def __init__(self, edges: Sequence[float] = DEFAULT_BATCH_EDGES) -> None:
+        checked = tuple(int(edge) for edge in edges)
+        if not checked:
+            raise ValueError("batch bucket edges: at least one edge is needed")
+        if any(edge != float(given) for edge, given in zip(checked, edges, strict=True)):
+            raise ValueError(f"batch bucket edges must be whole numbers: {tuple(edges)}")
+        if checked[0] < 1 or any(low >= high for low, high in pairwise(checked)):
+            raise ValueError(f"batch bucket edges must be >= 1 and strictly increasing: {checked}")
+        self.edges = checked
+        lowers = [1, *(edge + 1 for edge in checked[:-1])]
+        ranges = [
+            str(high) if low == high else f"{low}-{high}"
+            for low, high in zip(lowers, checked, strict=True)
+        ]
+        self.labels: tuple[str, ...] = (*ranges, f"{checked[-1] + 1}+")
+
+    def label_for(self, running: int) -> str:
+        return self.labels[bisect_left(self.edges, running)]
+
+    def __repr__(self) -> str:
+        return f"BatchBuckets({self.edges!r})"
 
 
 def is_valid_temperature(value: object) -> bool:

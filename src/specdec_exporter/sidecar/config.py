@@ -20,6 +20,7 @@ from specdec_exporter.core.buckets import (
     DEFAULT_EDGES,
     TemperatureBuckets,
     is_valid_temperature,
+    parse_edges,
 )
 from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost, resolve_draft_cost
@@ -231,9 +232,7 @@ class Settings(VllmTarget):
     @field_validator("temperature_buckets", mode="before")
     @classmethod
     def _split_edges(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(float(part) for part in value.split(",") if part.strip())
-        return value
+        return parse_edges(value) if isinstance(value, str) else value
 
     @field_validator("temperature_buckets")
     @classmethod

@@ -1,0 +1,38 @@
+"""Every name of the engine probe's families on vLLM's /metrics: written by the probe, read by the
+sidecar. Standard library only (this module is copied into vLLM's process)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+PREFIX: Final = "specdec_probe_"
+
+# Labels.
+MODEL: Final = "model_name"
+TEMPERATURE_BUCKET: Final = "temperature_bucket"
+BATCH_BUCKET: Final = "batch_bucket"
+ENGINE: Final = "engine"
+POSITION: Final = "position"
+HOOK: Final = "hook"
+
+# Per (model_name, temperature_bucket), one sample per finished sequence (a request with n = 2 is
+# two). Counter names as prometheus_client takes them: the exposition adds ``_total``.
+SEQUENCES: Final = "specdec_probe_sequences"
+SPEC_SEQUENCES: Final = "specdec_probe_spec_sequences"
+DRAFTS: Final = "specdec_probe_drafts"
+DRAFT_TOKENS: Final = "specdec_probe_draft_tokens"
+ACCEPTED_TOKENS: Final = "specdec_probe_accepted_tokens"
+ACCEPTED_PER_POSITION: Final = "specdec_probe_accepted_tokens_per_position"
+ACCEPTANCE_RATE: Final = "specdec_probe_acceptance_rate"
+TTFT: Final = "specdec_probe_time_to_first_token_seconds"
+TPOT: Final = "specdec_probe_time_per_output_token_seconds"
+
+# Per (model_name, engine, batch_bucket), one sample per engine step with speculative figures.
+BATCH_STEPS: Final = "specdec_probe_batch_steps"
+BATCH_DRAFTS: Final = "specdec_probe_batch_drafts"
+BATCH_DRAFT_TOKENS: Final = "specdec_probe_batch_draft_tokens"
+BATCH_ACCEPTED_TOKENS: Final = "specdec_probe_batch_accepted_tokens"
+
+# Health.
+INFO: Final = "specdec_probe_info"
+ERRORS: Final = "specdec_probe_errors"
