@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
@@ -11,8 +13,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter import __version__
 from specdec_exporter.core.report import bucket_json
-from specdec_exporter.sidecar.page import Table, refresh_seconds, render_page
+from specdec_exporter.sidecar.explain import PageContext
+from specdec_exporter.sidecar.page import PageInputs, refresh_seconds, render_page
 from specdec_exporter.sidecar.poller import PollState
+from specdec_exporter.sidecar.sections import LoadLevel, Table, bucket_latencies
 from specdec_exporter.term import Cell
 
 Rows = tuple[Sequence[str], Sequence[Sequence[Cell]]]
@@ -28,8 +32,11 @@ def create_app(
     extra_tables: Sequence[tuple[str, LandingRows]] = (),
     *,
     refresh_every: float,
+    page: PageContext | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> FastAPI:
-    """``refresh_every``: the poll interval; the page reloads itself about that often."""
+    """``refresh_every``: the poll interval; the page reloads itself about that often. ``page``:
+    c, t and the links the page explains verdicts with; ``clock``: the page's "now"."""
     app = FastAPI(
         title="vllm-specdec-exporter",
         version=__version__,
@@ -61,29 +68,55 @@ def create_app(
             return PlainTextResponse("ready\n")
         return PlainTextResponse(f"not ready: {reason}\n", status_code=503)
 
+    def report_json(shown: Sequence[Table]) -> dict[str, Any]:
+        return {
+            "up": state.up,
+            "window_seconds": state.window_seconds,
+            "entries": [entry.as_json() for entry in state.report],
+            "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
+            "tables": [
+                {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
+                for title, headers, rows in shown
+            ],
+        }
+
     @app.get("/", response_class=HTMLResponse)
     def landing() -> HTMLResponse:
+        shown = tables()
+        inputs = page_inputs(report_json(shown), shown, registry)
         return HTMLResponse(
-            render_page(state, vllm_url, tables(), refresh=refresh_seconds(refresh_every))
+            render_page(
+                state,
+                vllm_url,
+                inputs,
+                refresh=refresh_seconds(refresh_every),
+                now=clock(),
+                context=page,
+            )
         )
 
     @app.get("/api/report")
     def report() -> JSONResponse:
         """The page's data as JSON (the demo's live table reads it)."""
-        return JSONResponse(
-            {
-                "up": state.up,
-                "window_seconds": state.window_seconds,
-                "entries": [entry.as_json() for entry in state.report],
-                "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
-                "tables": [
-                    {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
-                    for title, headers, rows in tables()
-                ],
-            }
-        )
+        return JSONResponse(report_json(tables()))
 
     return app
+
+
+def page_inputs(
+    report: Mapping[str, Any], tables: Sequence[Table], registry: CollectorRegistry
+) -> PageInputs:
+    """The page reads what /api/report says (the engine probe's ``temperature_split_source`` and
+    ``batch_buckets`` once the sidecar reads the probe) and the latency histograms from the
+    registry, whoever feeds them."""
+    levels = report.get("batch_buckets")
+    source = report.get("temperature_split_source")
+    return PageInputs(
+        tables,
+        bucket_latencies(registry.collect()),
+        source if isinstance(source, str) else None,
+        None if levels is None else [LoadLevel.from_json(item) for item in levels],
+    )
 
 
 REPORT_HEADERS = (

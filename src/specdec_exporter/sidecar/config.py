@@ -35,6 +35,11 @@ DEFAULT_MAX_MODELS = 64
 """vLLM serves one model per server; a few more cover renames and a shared sidecar."""
 DEFAULT_MODEL_EXPIRY = 600.0
 """Seconds of successful polls without a model before its per-model tap series go."""
+DEFAULT_RUNBOOK_URL = (
+    "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/docs/runbook.md"
+)
+"""The runbook the live page links each verdict to: `[links] runbook` of alerts/config.toml (a
+test keeps the two equal)."""
 GENERATION_CONFIG_FILE = "generation_config.json"
 """The file in a Hugging Face model folder whose ``temperature`` vLLM applies by default."""
 
@@ -207,6 +212,16 @@ class Settings(VllmTarget):
         gt=0,
         description="seconds of successful "
         "polls without a model before its per-model tap series go",
+    )
+    runbook_url: HttpUrl = Field(
+        DEFAULT_RUNBOOK_URL,
+        description="docs/runbook.md as your team reads it; the live page links each verdict "
+        "to its section",
+    )
+    grafana_dashboard_url: HttpUrl | None = Field(
+        None,
+        description="URL of the Grafana dashboard (…/d/vllm-specdec/…); the live page links each "
+        "model to it (default: no link)",
     )
 
     # The request tap.

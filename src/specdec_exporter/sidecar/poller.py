@@ -85,6 +85,14 @@ class PollState:
     invalid_series: dict[InvalidReason, int] = field(
         default_factory=lambda: dict.fromkeys(INVALID_REASONS, 0)
     )
+    last_poll_at: float | None = None
+    """Wall-clock time (Unix seconds) of the latest poll, whatever its outcome: the charts'
+    absolute time axis (the history's ages count back from it)."""
+    last_success_at: float | None = None
+    """Wall-clock time of the latest successful poll; None: none since the sidecar started."""
+    last_error: ScrapeError | None = None
+    """Why the latest poll failed (reason and detail); None after a successful one."""
+    failed_in_a_row: int = 0
 
 
 class ModelRoster:
@@ -143,6 +151,7 @@ class Poller:
         criteria: Criteria = DEFAULT_CRITERIA,
         tap_counts: TapCounts | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         max_models: int = DEFAULT_MAX_MODELS,
         model_expiry: float = DEFAULT_MODEL_EXPIRY,
     ) -> None:
@@ -154,11 +163,11 @@ class Poller:
         self._criteria = criteria
         self._tap_counts = tap_counts
         self._clock = clock
+        self._wall_clock = wall_clock
         self._timeline: Timeline[SeriesKey] = Timeline(window)
         self._tap_timeline: Timeline[BucketKey] = Timeline(window, counts_from_zero=True)
         self._limiter = RateLimiter(log_interval)
         self.first_poll_done = asyncio.Event()
-        self._failed_in_a_row = 0
 
     async def run(self) -> None:
         """Poll at a fixed rate until cancelled; a slow poll delays the next, never overlaps."""
@@ -180,15 +189,17 @@ class Poller:
             self._record(scrape.snapshot, scrape.duration)
         finally:
             self.state.attempts += 1
+            self.state.last_poll_at = self._wall_clock()
             self.first_poll_done.set()
 
     def _record(self, snapshot: Snapshot, duration: float) -> None:
         now = self._clock()
         state = self.state
         if not state.up and state.attempts:
-            log.info("vLLM scrape recovered", extra={"failed_polls": self._failed_in_a_row})
+            log.info("vLLM scrape recovered", extra={"failed_polls": state.failed_in_a_row})
             self._limiter.reset("scrape")
-        self._failed_in_a_row = 0
+        state.failed_in_a_row, state.last_error = 0, None
+        state.last_success_at = self._wall_clock()
         state.up, state.ever_up = True, True
         state.scrape_duration, state.snapshot = duration, snapshot
         for reason, count in self._roster.update(snapshot.models).items():
@@ -261,7 +272,8 @@ class Poller:
         state.buckets = {}
         state.history.record(self._clock(), {})
         state.failures[failure.reason] += 1
-        self._failed_in_a_row += 1
+        state.failed_in_a_row += 1
+        state.last_error = failure
         emit, suppressed = self._limiter.allow("scrape")
         if emit:
             log.warning(

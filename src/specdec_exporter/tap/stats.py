@@ -69,6 +69,9 @@ TPOT_BOUNDS = (
 """vLLM's own ``vllm:request_time_per_output_token_seconds`` buckets (0.33)."""
 
 BUCKET_LABELS = ("model_name", "temperature_bucket")
+TTFT_FAMILY = "specdec_request_time_to_first_token_seconds"
+TPOT_FAMILY = "specdec_request_time_per_output_token_seconds"
+"""The per-bucket latency histograms (the live page reads them back by these names)."""
 
 
 def acceptance_length_bounds(k: int) -> tuple[float, ...]:
@@ -327,13 +330,13 @@ class _Families:
                 "attributed request that drafted (1 + accepted tokens / drafts).",
             ),
             _histogram(
-                "specdec_request_time_to_first_token_seconds",
+                TTFT_FAMILY,
                 "Streaming requests: "
                 "from the request's last byte to the first response body byte, "
                 "as the client sees it through the tap.",
             ),
             _histogram(
-                "specdec_request_time_per_output_token_seconds",
+                TPOT_FAMILY,
                 "Streaming requests: "
                 "(end of generation - first body byte) / (completion tokens - 1).",
             ),
