@@ -13,6 +13,7 @@ from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.charts import duration
 from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.history import AcceptanceHistory
 from specdec_exporter.sidecar.page import refresh_seconds, verdict_class
 from specdec_exporter.sidecar.poller import Poller, PollState
@@ -85,6 +86,7 @@ async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it()
         "http://vllm:8000",
         tap.landing_tables,
         refresh_every=5,
+        page=PageContext(COST, runbook_url="https://runbook.example/r.md"),
     )
     async with client_for(app) as client:
         report = (await client.get("/api/report")).json()
@@ -116,9 +118,13 @@ async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it()
     assert since_start["title"].endswith("since start)")
     assert since_start["rows"][0][:5] == [MODEL, "0", 44, 44, 3640 / 4400]
     assert (
-        f"<tr><td>{MODEL}</td><td>0</td><td class='n'>0.100</td><td class='n'>1.400</td>"
-        f"<td class='n'>1.000</td><td class='n'>10.0</td>"
+        f"<tr class='explained'><td>{MODEL}</td><td>0</td><td class='n'>0.100</td>"
+        "<td class='n'>1.400</td><td class='n'>1.000</td><td class='n'>10.0</td>"
         "<td class='verdict v-low'><span>below threshold</span></td></tr>"
+        "<tr class='why'><td colspan='7'>why: a 0.100 &lt; t 0.5; speedup 1.00 ≥ 1 · t 0.5 · "
+        "c = 0.1 (default of method ngram) · k 4"
+        "<a href='https://runbook.example/r.md#specdecodebucketacceptancelow'>"
+        "runbook: SpecDecodeBucketAcceptanceLow</a></td></tr>"
     ) in page
     assert "<td class='n'>0.827</td>" in page
     assert (
@@ -157,18 +163,18 @@ async def test_charts_are_inline_svg_of_the_history() -> None:
     async with client_for(app) as client:
         page = (await client.get("/")).text
     assert not re.search(r"<script|<link|src=", page)  # drawn by the server, nothing to fetch
-    # x: 34 + 394 * (1 - age / 900); y: 10 + 136 * (1 - acceptance)
+    # x: 36 + 952 * (1 - age / 900); y: 10 + 196 * (1 - acceptance)
     assert (
         "<g class='series model' data-bucket=''><polyline fill='none' stroke='#000000' "
         "stroke-width='3' stroke-linejoin='round' stroke-linecap='round' "
-        "points='34.0,10.0 231.0,78.0 428.0,44.0'/>"
+        "points='36.0,10.0 512.0,108.0 988.0,59.0'/>"
     ) in page
     # the bucket had no figure at the middle poll: two lone dots, no line across the gap
     assert (
         "<g class='series bucket' data-bucket='0'>"
-        "<circle cx='34.0' cy='112.0' r='1.5' fill='#0072b2'/>"
-        "<circle cx='428.0' cy='78.0' r='1.5' fill='#0072b2'/>"
-        "<circle class='latest' cx='428.0' cy='78.0' r='2.5' fill='#0072b2'/></g>"
+        "<circle cx='36.0' cy='157.0' r='1.5' fill='#0072b2'/>"
+        "<circle cx='988.0' cy='108.0' r='1.5' fill='#0072b2'/>"
+        "<circle class='latest' cx='988.0' cy='108.0' r='2.5' fill='#0072b2'/></g>"
     ) in page
     assert "bucket 0 <b>0.500</b>" in page and "model (vLLM counters) <b>0.750</b>" in page
     assert page.index("class='series bucket'") < page.index("class='series model'")  # on top

@@ -1,0 +1,327 @@
+"""What the live page explains, from literal data through the ASGI transport (no sockets): every
+verdict's basis and runbook section, vLLM's scrape status while it is down, per-position
+acceptance, latency per temperature bucket, load levels, and the charts' axis and lines."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.registry import CollectorRegistry
+from test_poller_collector import Clock, ScriptedSource
+
+from specdec_exporter.core.buckets import TemperatureBuckets
+from specdec_exporter.core.model import DraftCost
+from specdec_exporter.sidecar.app import create_app, page_inputs
+from specdec_exporter.sidecar.config import DEFAULT_RUNBOOK_URL, Settings
+from specdec_exporter.sidecar.explain import (
+    BUCKET_SECTIONS,
+    MODEL_SECTIONS,
+    VLLM_DOWN_SECTION,
+    VLLM_NEVER_UP_SECTION,
+    PageContext,
+)
+from specdec_exporter.sidecar.history import AcceptanceHistory
+from specdec_exporter.sidecar.page import render_page
+from specdec_exporter.sidecar.poller import Poller, PollState
+from specdec_exporter.sidecar.scraper import ScrapeError
+from specdec_exporter.sidecar.sections import NO_LOAD_LEVELS
+from specdec_exporter.tap.stats import RequestRecord, RequestStats
+from variants import MODEL, capture
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).parents[2]
+COST = DraftCost(0.1, "method", "draft_model")
+RUNBOOK = "https://runbook.example/runbook.md"
+GRAFANA = "https://grafana.example/d/vllm-specdec/vllm-speculative-decoding"
+CONTEXT = PageContext(COST, runbook_url=RUNBOOK, grafana_dashboard_url=GRAFANA)
+START = 1795662000.0
+"""2026-11-26 03:00:00 UTC."""
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def polled(bodies: list[str | ScrapeError], cost: DraftCost = COST) -> tuple[Poller, Wall]:
+    clock, wall = Clock(), Wall()
+    poller = Poller(
+        ScriptedSource(bodies),
+        interval=5,
+        window=3600,
+        cost=cost,
+        log_interval=60,
+        clock=clock,
+        wall_clock=wall,
+    )
+    for _ in bodies:
+        await poller.poll_once()
+        clock.now += 5
+        wall.now += 5
+    return poller, wall
+
+
+async def page_of(
+    state: PollState,
+    *,
+    now: float,
+    context: PageContext = CONTEXT,
+    registry: CollectorRegistry | None = None,
+) -> str:
+    app = create_app(
+        registry or CollectorRegistry(),
+        state,
+        lambda: None,
+        "http://vllm:8000",
+        refresh_every=5,
+        page=context,
+        clock=lambda: now,
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as client:
+        return (await client.get("/")).text
+
+
+def why_lines(page: str) -> list[str]:
+    return re.findall(r"<tr class='why'><td colspan='\d+'>(.*?)</td></tr>", page)
+
+
+async def test_every_verdict_says_t_c_its_source_the_method_k_and_its_runbook_section() -> None:
+    poller, wall = await polled([capture("t0"), capture("t3")])
+    page = await page_of(poller.state, now=wall.now)
+    verdicts = re.findall(r"<td class='verdict [^']+'><span>([^<]+)</span>", page)
+    assert verdicts == ["healthy", "healthy"]  # engine 0 and all
+    assert (
+        why_lines(page)
+        == [
+            "why: a 0.786 &gt; 0.65 · t 0.5 · c = 0.1 (default of method draft_model) · k 4"
+            f"<a href='{RUNBOOK}'>runbook: decision table</a>"
+        ]
+        * 2
+    )
+
+
+async def test_a_flag_c_names_the_flag_and_method_and_a_loss_links_its_runbook_section() -> None:
+    cost = DraftCost(0.9, "flag", "eagle3")  # s = L / (1 + 4 * 0.9) < 1: disable
+    poller, wall = await polled([capture("t0"), capture("t3")], cost)
+    page = await page_of(poller.state, now=wall.now, context=PageContext(cost, runbook_url=RUNBOOK))
+    speedup = poller.state.report[-1].estimated_speedup
+    assert speedup is not None and speedup < 1
+    assert why_lines(page)[-1] == (
+        f"why: modelled speedup {speedup:.2f} &lt; 1 · t 0.5 · c = 0.9 (--draft-cost-ratio) · "
+        f"method eagle3 · k 4<a href='{RUNBOOK}#specdecodespeedupbelowone'>"
+        "runbook: SpecDecodeSpeedupBelowOne</a>"
+    )
+
+
+def runbook_anchors() -> set[str]:
+    """GitHub's anchors of docs/runbook.md's headings (the alert names, lower-cased)."""
+    text = (ROOT / "docs" / "runbook.md").read_text()
+    return {line.lstrip("#").strip().lower() for line in text.splitlines() if line.startswith("#")}
+
+
+def test_every_runbook_link_of_the_page_has_its_section() -> None:
+    sections = {*MODEL_SECTIONS.values(), *BUCKET_SECTIONS.values()}
+    sections |= {VLLM_DOWN_SECTION, VLLM_NEVER_UP_SECTION}
+    for section in sections:
+        link = CONTEXT.runbook(section)
+        assert link.partition("#")[2] in runbook_anchors(), link
+
+
+def test_the_default_runbook_is_the_alerts_runbook() -> None:
+    config = tomllib.loads((ROOT / "alerts" / "config.toml").read_text())
+    assert config["links"]["runbook"] == DEFAULT_RUNBOOK_URL == Settings().runbook_url
+    assert Settings().grafana_dashboard_url is None
+
+
+async def test_grafana_is_linked_per_model_only_when_configured() -> None:
+    poller, wall = await polled([capture("t0"), capture("t3")])
+    with_grafana = await page_of(poller.state, now=wall.now)
+    model = MODEL.replace("/", "%2F")
+    assert f"<a href='{GRAFANA}'>Grafana dashboard</a>" in with_grafana  # the header
+    assert f"<a href='{GRAFANA}?var-model={model}'>Grafana dashboard</a>" in with_grafana
+    without = await page_of(poller.state, now=wall.now, context=PageContext(COST))
+    assert "Grafana" not in without
+    assert f"<a href='{DEFAULT_RUNBOOK_URL}'>runbook</a>" in without
+
+
+async def test_vllm_down_shows_the_reason_the_last_success_and_the_failure_counts() -> None:
+    failure = ScrapeError("connect", "All connection attempts failed")
+    poller, wall = await polled([capture("t0"), capture("t3"), failure, failure, failure])
+    page = await page_of(poller.state, now=wall.now + 12)
+    down = re.search(r"<section class='down' id='vllm-down'>(.*?)</section>", page)
+    assert down is not None
+    assert down.group(1) == (
+        "<h2>vLLM is not answering</h2><table class='facts'>"
+        "<tr><th>error</th><td>connect: All connection attempts failed</td></tr>"
+        # polls at 03:00:00, :05 (the last success), :10, :15, :20; the page is read at :37
+        "<tr><th>last successful scrape</th><td>2026-11-26 03:00:05 UTC (32 s ago)</td></tr>"
+        "<tr><th>duration of that scrape</th><td>12 ms</td></tr>"
+        "<tr><th>last poll</th><td>2026-11-26 03:00:20 UTC (17 s ago)</td></tr>"
+        "<tr><th>failed polls in a row</th><td>3</td></tr>"
+        "<tr><th>failures since start, by reason</th>"
+        "<td>connect 3, timeout 0, http_status 0, parse 0, too_large 0</td></tr></table>"
+        f"<p><a href='{RUNBOOK}#specdecodevllmunreachable'>runbook: SpecDecodeVLLMUnreachable</a>"
+        " · the figures below are gone until a poll succeeds again</p>"
+    )
+    assert "<span class='badge down' id='status'>DOWN</span>" in page
+    assert "no figures while vLLM does not answer" in page
+
+
+async def test_vllm_never_up_says_so_and_links_its_own_section() -> None:
+    poller, wall = await polled([ScrapeError("http_status", "HTTP 502")] * 2)
+    page = await page_of(poller.state, now=wall.now)
+    assert "<h2>vLLM has not answered since the sidecar started</h2>" in page
+    assert "<tr><th>error</th><td>http_status: HTTP 502</td></tr>" in page
+    assert "<td>never since the sidecar started</td>" in page
+    assert f"{RUNBOOK}#specdecodevllmneverup" in page
+
+
+async def test_a_recovered_vllm_clears_the_error_and_the_header_says_when_it_was_scraped() -> None:
+    failure = ScrapeError("timeout", "slow")
+    poller, wall = await polled([capture("t0"), failure, capture("t3")])
+    assert (poller.state.last_error, poller.state.failed_in_a_row) == (None, 0)
+    assert poller.state.last_success_at == poller.state.last_poll_at == START + 10
+    page = await page_of(poller.state, now=wall.now)
+    assert "vllm-down" not in page
+    assert "· last scrape 2026-11-26 03:00:10 UTC (5 s ago), took 12 ms" in page
+
+
+async def test_per_position_acceptance_per_model_and_engine() -> None:
+    poller, wall = await polled([capture("t0"), capture("t3")])
+    page = await page_of(poller.state, now=wall.now)
+    title = "<h2>Acceptance per draft position (sidecar window)</h2>"
+    table = re.search(re.escape(title) + "(.*?)</table>", page)
+    assert table is not None
+    rates = poller.state.report[-1].per_position_acceptance_rate
+    assert len(rates) == 4
+    assert "<th>position 0</th><th>position 1</th><th>position 2</th><th>position 3</th>" in (
+        table.group(1)
+    )
+    cells = "".join(f"<td class='n'>{rate:.3f}</td>" for rate in rates)
+    assert f"<tr><td>{MODEL}</td><td>all</td>{cells}</tr>" in table.group(1)
+
+
+async def test_latency_per_temperature_bucket_from_the_exported_histograms() -> None:
+    registry = CollectorRegistry()
+    stats = RequestStats(TemperatureBuckets(), lambda model: 4)
+    stats.register(registry)
+    for ttft, tpot in ((0.03, 0.012), (0.03, 0.012), (0.07, 0.04), (0.3, 0.2)):
+        stats.record(RequestRecord(MODEL, "0", None, ttft, tpot))
+    page = await page_of(PollState(), now=START, registry=registry)
+    # TTFT 0.03, 0.03 in (0.02, 0.04]; 0.07 in (0.06, 0.08]; 0.3 in (0.25, 0.5]:
+    # P50 = rank 2 of the 2 in (0.02, 0.04] = 0.04;
+    # P90 = rank 3.6 in (0.25, 0.5] = 0.25 + 0.25 * 0.6
+    # TPOT 0.012, 0.012 in (0.01, 0.025]; 0.04 in (0.025, 0.05]; 0.2 in (0.15, 0.2]:
+    # P50 = 0.025; P90 = 0.15 + 0.05 * 0.6
+    assert "<h2>Latency by temperature bucket (request tap, since start)</h2>" in page
+    assert (
+        f"<tr><td>{MODEL}</td><td>0</td><td class='n'>4</td>"
+        "<td class='n'>0.107</td><td class='n'>0.040</td><td class='n'>0.400</td>"
+        "<td class='n'>0.066</td><td class='n'>0.025</td><td class='n'>0.180</td></tr>"
+    ) in page
+    assert f"<tr><td>{MODEL}</td><td>0-0.5</td><td class='n'>0</td>" in page
+
+
+async def test_without_latency_histograms_there_is_no_latency_table() -> None:
+    page = await page_of(PollState(), now=START)
+    assert "Latency by temperature bucket" not in page
+
+
+BATCH_BUCKETS: list[dict[str, Any]] = [
+    {
+        "model_name": MODEL,
+        "engine": "0",
+        "batch_bucket": "2-4",
+        "steps": 120.0,
+        "acceptance_rate": 0.8,
+        "mean_acceptance_length": 4.2,
+        "estimated_speedup": 3.0,
+        "break_even_acceptance_rate": 0.1,
+        "draft_cost_ratio": 0.1,
+        "draft_cost_ratio_source": "method",
+        "drafts": 100.0,
+        "draft_tokens": 400.0,
+        "accepted_tokens": 320.0,
+        "verdict": "healthy",
+    },
+    {
+        "model_name": MODEL,
+        "engine": "0",
+        "batch_bucket": "33-64",
+        "steps": 30.0,
+        "acceptance_rate": 0.3,
+        "mean_acceptance_length": 2.2,
+        "estimated_speedup": 1.57,
+        "break_even_acceptance_rate": 0.1,
+        "draft_cost_ratio": 0.1,
+        "draft_cost_ratio_source": "method",
+        "drafts": 30.0,
+        "draft_tokens": 120.0,
+        "accepted_tokens": 36.0,
+        "verdict": "below threshold",
+    },
+]
+
+
+def test_load_levels_render_from_the_reports_batch_buckets() -> None:
+    """The engine probe's load split, as /api/report carries it (docs: probe contract)."""
+    report = {"batch_buckets": BATCH_BUCKETS, "temperature_split_source": "probe"}
+    inputs = page_inputs(report, [], CollectorRegistry())
+    assert inputs.temperature_split_source == "probe"
+    page = render_page(
+        PollState(), "http://vllm:8000", inputs, refresh=5, now=START, context=CONTEXT
+    )
+    assert "<h2>Acceptance by load level (engine probe, sidecar window)</h2>" in page
+    assert (
+        f"<tr class='explained'><td>{MODEL}</td><td>0</td><td>33-64</td><td class='n'>30.000</td>"
+        "<td class='n'>0.300</td><td class='n'>2.200</td><td class='n'>1.570</td>"
+        "<td class='verdict v-low'><span>below threshold</span></td></tr>"
+    ) in page
+    assert why_lines(page)[-1].startswith("why: a 0.300 &lt; t 0.5; speedup 1.57 ≥ 1 · t 0.5 · ")
+    assert NO_LOAD_LEVELS not in page
+
+
+def test_without_the_probe_the_load_level_section_says_what_it_needs() -> None:
+    inputs = page_inputs({}, [], CollectorRegistry())
+    assert inputs.load_levels is None
+    page = render_page(PollState(), "http://vllm:8000", inputs, refresh=5, now=START)
+    assert f"<h2>Acceptance by load level</h2><p class='note'>{NO_LOAD_LEVELS}</p>" in page
+
+
+async def test_charts_take_the_page_width_with_a_utc_axis_threshold_and_break_even() -> None:
+    state = PollState(history=AcceptanceHistory(interval=60))
+    for minute, value in enumerate((0.9, 0.8, 0.4, 0.2, 0.3, 0.1)):
+        state.history.record(60.0 * minute, {(MODEL, None): value})
+    poller, _ = await polled([capture("t0"), capture("t3")])
+    state.report = poller.state.report
+    state.last_poll_at = START + 300  # 03:05:00 UTC, the latest point
+    page = await page_of(state, now=START + 301)
+    assert "<svg class='chart' xmlns='http://www.w3.org/2000/svg' width='100%' " in page
+    assert "viewBox='0 0 1000 230'" in page
+    # five minutes shown: a label a minute, 03:00 .. 03:05, x = 36 + 952 * (1 - age / 300)
+    labels = re.findall(r"<text x='([\d.]+)' y='224' text-anchor='\w+'>(\d\d:\d\d)</text>", page)
+    assert labels == [
+        ("36.0", "03:00"),
+        ("226.4", "03:01"),
+        ("416.8", "03:02"),
+        ("607.2", "03:03"),
+        ("797.6", "03:04"),
+        ("988.0", "03:05"),
+    ]
+    assert "acceptance rate; time in UTC" in page
+    # y = 10 + 196 * (1 - value): t 0.5 and the model's break-even (c = 0.1, every draft k long)
+    assert (
+        "<g class='reference' data-label='threshold t'><line x1='36' x2='988' y1='108.0' "
+        "y2='108.0' stroke='#b45309'"
+    ) in page
+    assert "<g class='reference' data-label='break-even'><line x1='36' x2='988' y1='186.4'" in page
+    assert ">threshold t 0.5</text>" in page and ">break-even 0.1</text>" in page
