@@ -4,6 +4,7 @@ acceptance, latency per temperature bucket, load levels, and the charts' axis an
 
 from __future__ import annotations
 
+import itertools
 import re
 import tomllib
 from pathlib import Path
@@ -17,6 +18,7 @@ from test_poller_collector import Clock, ScriptedSource
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.app import create_app, page_inputs
+from specdec_exporter.sidecar.charts import clock_ticks
 from specdec_exporter.sidecar.config import DEFAULT_RUNBOOK_URL, Settings
 from specdec_exporter.sidecar.explain import (
     BUCKET_SECTIONS,
@@ -225,8 +227,8 @@ async def test_latency_per_temperature_bucket_from_the_exported_histograms() -> 
     assert "<h2>Latency by temperature bucket (request tap, since start)</h2>" in page
     assert (
         f"<tr><td>{MODEL}</td><td>0</td><td class='n'>4</td>"
-        "<td class='n'>0.107</td><td class='n'>0.040</td><td class='n'>0.400</td>"
-        "<td class='n'>0.066</td><td class='n'>0.025</td><td class='n'>0.180</td></tr>"
+        "<td class='n'>107.5</td><td class='n'>40.0</td><td class='n'>400.0</td>"
+        "<td class='n'>66.0</td><td class='n'>25.0</td><td class='n'>180.0</td></tr>"
     ) in page
     assert f"<tr><td>{MODEL}</td><td>0-0.5</td><td class='n'>0</td>" in page
 
@@ -325,3 +327,15 @@ async def test_charts_take_the_page_width_with_a_utc_axis_threshold_and_break_ev
     ) in page
     assert "<g class='reference' data-label='break-even'><line x1='36' x2='988' y1='186.4'" in page
     assert ">threshold t 0.5</text>" in page and ">break-even 0.1</text>" in page
+
+
+@pytest.mark.parametrize(
+    ("span", "step"),
+    [(6.0, 1.0), (40.0, 5.0), (300.0, 60.0), (900.0, 120.0), (36000.0, 3600.0)],
+)
+def test_time_labels_fall_on_round_clock_times(span: float, step: float) -> None:
+    ticks = clock_ticks(span, START + 7)
+    assert all(b - a == step for a, b in itertools.pairwise(ticks))
+    assert all(tick % step == 0 for tick in ticks)
+    assert START + 7 - span <= ticks[0] and ticks[-1] <= START + 7
+    assert len(ticks) <= 8 or step == 3600.0

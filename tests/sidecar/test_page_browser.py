@@ -1,9 +1,12 @@
 """The live page in a real headless Chromium during a demo-like run (simulator, sidecar with the
-tap, mixed-temperature load, drafter degraded halfway): the charts and the colours render."""
+tap, mixed-temperature load, drafter degraded halfway, then vLLM refusing connections): the charts
+and colours render, and each page explains itself. Screenshots of the healthy, degraded and
+vLLM-down pages are kept as artifacts."""
 
 from __future__ import annotations
 
 import asyncio
+import html
 import os
 import re
 import shutil
@@ -23,12 +26,14 @@ from specdec_exporter.devtools.load.runner import run_load
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
 from specdec_exporter.sidecar.charts import BUCKET_COLOURS, MODEL_COLOUR
+from specdec_exporter.sidecar.sections import NO_LOAD_LEVELS
 
 pytestmark = pytest.mark.anyio
 DEMO_MIX = "0:0.5,0.4:0.3,0.8:0.2"
 VERDICT_DISABLE_BACKGROUND = "#fbd5d2"
 STATUS_UP_BACKGROUND = "#d9f2e1"
-WINDOW_SIZE = (1200, 1200)
+WINDOW_SIZE = (1200, 2000)
+GRAFANA = "https://grafana.example/d/vllm-specdec/vllm-speculative-decoding"
 Report = dict[str, Any]
 
 
@@ -43,7 +48,8 @@ def chromium_path() -> str:
 
 
 def artifacts_dir(tmp_path: Path) -> Path:
-    directory = Path(os.environ.get("SPECDEC_TEST_ARTIFACTS") or tmp_path)
+    """``$SPECDEC_TEST_ARTIFACTS`` (CI keeps it), else ``live-page/`` under the test's tmp_path."""
+    directory = Path(os.environ.get("SPECDEC_TEST_ARTIFACTS") or tmp_path / "live-page")
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -118,18 +124,53 @@ def degraded(report: Report) -> bool:
 
 
 def polyline_values(dom: str, kind: str, bucket: str) -> list[float]:
-    """The acceptance values a series' polylines draw (y = 10 + 136 * (1 - value))."""
+    """The acceptance values a series' polylines draw (y = 10 + 196 * (1 - value))."""
     group = re.search(rf'<g class="series {kind}" data-bucket="{re.escape(bucket)}">(.*?)</g>', dom)
     assert group, f"no {kind} series {bucket!r} in the rendered page"
     values = []
     for points in re.findall(r'<polyline [^>]*points="([^"]+)"', group.group(1)):
-        values += [1 - (float(pair.split(",")[1]) - 10) / 136 for pair in points.split()]
+        values += [1 - (float(pair.split(",")[1]) - 10) / 196 for pair in points.split()]
     return values
 
 
-async def test_live_page_renders_charts_and_verdict_colours(tmp_path: Path) -> None:
-    binary = chromium_path()
+def text_of(dom: str) -> str:
+    """The page's text as a person reads it: tags dropped, entities decoded, spaces collapsed."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
+
+
+async def snapshot(binary: str, tmp_path: Path, url: str, name: str) -> tuple[str, Path]:
+    """The rendered DOM and a screenshot of the page, both kept as artifacts."""
     artifacts = artifacts_dir(tmp_path)
+    dom = (await chromium(binary, tmp_path / f"{name}-dom", "--dump-dom", url)).decode()
+    screenshot = artifacts / f"live-page-{name}.png"
+    await chromium(binary, tmp_path / f"{name}-shot", f"--screenshot={screenshot}", url)
+    (artifacts / f"live-page-{name}.html").write_text(dom)
+    print(f"\nscreenshot of the {name} live page: {screenshot}")
+    return dom, screenshot
+
+
+def check_explained(dom: str) -> str:
+    """What every page with figures explains: the basis of each verdict, the charts' UTC axis,
+    threshold and break-even lines, per-position acceptance, latency per bucket, load levels."""
+    text = text_of(dom)
+    why = "t 0.5 · c = 0.1 (default of method draft_model) · k 4"
+    assert text.count(why) == dom.count('<td class="verdict '), "a verdict without its basis"
+    assert "why: " in text and "runbook: " in text
+    assert '<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="100%"' in dom
+    assert re.search(r'text-anchor="\w+">\d\d:\d\d(:\d\d)?</text>', dom), "no clock on the axis"
+    assert "time in UTC" in text
+    assert 'data-label="threshold t"' in dom and "threshold t 0.5" in text
+    assert 'data-label="break-even"' in dom and "break-even 0.1" in text
+    assert "Acceptance per draft position (sidecar window)" in text and "position 3" in text
+    assert "Latency by temperature bucket (request tap, since start)" in text
+    assert "TTFT P90 ms" in text and "TPOT P90 ms" in text
+    assert NO_LOAD_LEVELS in text
+    assert f'<a href="{GRAFANA}">Grafana dashboard</a>' in dom
+    return text
+
+
+async def test_live_page_healthy_degraded_and_down(tmp_path: Path) -> None:
+    binary = chromium_path()
     config = SimConfig(
         speculative=SpeculativeConfig("draft_model", 4),
         per_request_spec_decode_metrics="summary",
@@ -146,6 +187,8 @@ async def test_live_page_renders_charts_and_verdict_colours(tmp_path: Path) -> N
             "1",
             "--speculative-method",
             "draft_model",
+            "--grafana-dashboard-url",
+            GRAFANA,
         ) as (url, records),
     ):
         tap_url = f"http://{address_of(records, 'tap')}"
@@ -172,16 +215,37 @@ async def test_live_page_renders_charts_and_verdict_colours(tmp_path: Path) -> N
                     lambda r: time.monotonic() - good_since > 2 and good_for_a_while(r),
                     "two seconds of a good drafter",
                 )
+                healthy, _ = await snapshot(binary, tmp_path, url, "healthy")
                 await client.post(f"{sim.url}/sim/drafter", json={"quality": 0.0})
                 await until(client, url, degraded, "the degraded drafter's verdicts")
-                dom = (await chromium(binary, tmp_path / "dom-profile", "--dump-dom", url)).decode()
-                screenshot = artifacts / "live-page.png"
-                await chromium(binary, tmp_path / "shot-profile", f"--screenshot={screenshot}", url)
+                dom, screenshot = await snapshot(binary, tmp_path, url, "degraded")
+                load.cancel()
+                await asyncio.gather(load, return_exceptions=True)
+                await client.post(f"{sim.url}/sim/fault", json={"kind": "refuse", "seconds": 600})
+                await until(client, url, lambda r: not r["up"], "the sidecar to see vLLM down")
+                down, _ = await snapshot(binary, tmp_path, url, "vllm-down")
         finally:
             load.cancel()
             await asyncio.gather(load, return_exceptions=True)
-    (artifacts / "live-page.html").write_text(dom)
-    print(f"\nscreenshot of the live page: {screenshot}")
+
+    healthy_text = check_explained(healthy)
+    assert '<span class="badge up" id="status">up</span>' in healthy
+    assert "healthy" in healthy_text and "last scrape" in healthy_text
+    assert "vllm-down" not in healthy
+
+    degraded_text = check_explained(dom)
+    assert "why: modelled speedup 0." in degraded_text  # below 1: the disable row's reason
+    assert "#specdecodespeedupbelowone" in dom and "runbook: SpecDecodeSpeedupBelowOne" in dom
+
+    down_text = text_of(down)
+    assert '<span class="badge down" id="status">DOWN</span>' in down
+    assert "vLLM is not answering" in down_text
+    assert re.search(r"error connect: ", down_text), down_text[:600]
+    assert re.search(r"last successful scrape \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(", down_text)
+    assert re.search(r"failed polls in a row [1-9]", down_text)
+    assert re.search(r"failures since start, by reason connect [1-9]\d*, timeout ", down_text)
+    assert "runbook: SpecDecodeVLLMUnreachable" in down_text
+    assert "no figures while vLLM does not answer" in down_text
 
     # the browser rendered the server's SVG: the model's line and one per bucket with traffic
     assert dom.count('<svg class="chart"') == 1

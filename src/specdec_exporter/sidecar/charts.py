@@ -29,7 +29,7 @@ WIDTH, HEIGHT = 1000, 230
 """The viewBox; the SVG takes the page's width and scales to it."""
 LEFT, RIGHT, TOP, BOTTOM = 36, 12, 10, 24
 Y_TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
-TIME_STEPS = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 """Seconds between time-axis labels: the smallest giving at most MAX_TIME_TICKS labels."""
 MAX_TIME_TICKS = 8
 THRESHOLD_COLOUR, BREAK_EVEN_COLOUR = "#b45309", "#a1140a"

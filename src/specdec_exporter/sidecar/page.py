@@ -334,5 +334,6 @@ def _cell(header: str, value: Cell) -> str:
     if header == VERDICT_HEADER and isinstance(value, str):
         return f"<td class='verdict {verdict_class(value)}'><span>{html.escape(value)}</span></td>"
     if value is None or isinstance(value, int | float):
-        return f"<td class='n'>{format_cell(value, 1 if header.endswith('/s') else 3)}</td>"
+        digits = 1 if header.endswith(("/s", " ms")) else 3
+        return f"<td class='n'>{format_cell(value, digits)}</td>"
     return f"<td>{html.escape(value)}</td>"

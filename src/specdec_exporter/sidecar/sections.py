@@ -161,18 +161,20 @@ LATENCY_HEADERS = (
     "model",
     "temperature bucket",
     "streams",
-    "TTFT mean s",
-    "TTFT P50 s",
-    "TTFT P90 s",
-    "TPOT mean s",
-    "TPOT P50 s",
-    "TPOT P90 s",
+    "TTFT mean ms",
+    "TTFT P50 ms",
+    "TTFT P90 ms",
+    "TPOT mean ms",
+    "TPOT P50 ms",
+    "TPOT P90 ms",
 )
 
 
 def latency_table(latencies: Sequence[BucketLatency], source: str) -> Table:
     def three(value: HistogramFigures | None) -> tuple[Cell, Cell, Cell]:
-        return (None, None, None) if value is None else (value.mean, value.p50, value.p90)
+        if value is None:
+            return None, None, None
+        return _ms(value.mean), _ms(value.p50), _ms(value.p90)
 
     rows = [
         (
@@ -185,6 +187,10 @@ def latency_table(latencies: Sequence[BucketLatency], source: str) -> Table:
         for row in latencies
     ]
     return (f"Latency by temperature bucket ({source}, since start)", LATENCY_HEADERS, rows)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.app import LandingRows, bucket_window_rows, create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.poller import Poller, PollState
 from specdec_exporter.sidecar.scraper import Scraper
 from specdec_exporter.term import Cell
@@ -106,6 +107,7 @@ async def serve(settings: Settings) -> int:
             settings.vllm_url,
             tap.landing_tables if tap else (),
             refresh_every=settings.interval,
+            page=PageContext.of(settings),
         )
         metrics = _MetricsServer(app, lambda address: listening("metrics", address))
         supervisor.start("poller", poller.run())
