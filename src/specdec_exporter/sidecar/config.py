@@ -220,8 +220,8 @@ class Settings(VllmTarget):
     )
     grafana_dashboard_url: HttpUrl | None = Field(
         None,
-        description="URL of the Grafana dashboard (…/d/vllm-specdec/…); the live page links each "
-        "model to it (default: no link)",
+        description="URL of the Grafana dashboard (.../d/vllm-specdec/...); the live page "
+        "links each model to it (default: no link)",
     )
 
     # The request tap.

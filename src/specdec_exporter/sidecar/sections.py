@@ -21,6 +21,8 @@ Table = tuple[str, Sequence[str], Sequence[Sequence[Cell]]]
 """(title, headers, rows)."""
 
 NO_LOAD_LEVELS = "no load-level data (needs the engine probe)"
+MAX_ERROR_CHARS = 300
+"""The page shows at most this much of a scrape error (the detail, as logged, may quote a line)."""
 
 
 def utc(at: float) -> str:
@@ -59,7 +61,7 @@ class ScrapeStatus:
             up=state.up,
             ever_up=state.ever_up,
             attempts=state.attempts,
-            error=None if error is None else f"{error.reason}: {error.detail}",
+            error=None if error is None else f"{error.reason}: {error.detail}"[:MAX_ERROR_CHARS],
             last_success_at=state.last_success_at,
             last_poll_at=state.last_poll_at,
             duration=state.scrape_duration,
