@@ -104,5 +104,5 @@ def decided_by(
 def basis(cost: DraftCost, criteria: Criteria, k: int | None) -> str:
     """``t 0.5 · c = 0.1 (default of method draft_model) · k 4``: what every verdict rests on."""
     method = "" if cost.source == "method" or cost.method is None else f" · method {cost.method}"
-    k_text = "unknown (vLLM shows no per-position series)" if k is None else str(k)
+    k_text = "unknown" if k is None else str(k)
     return f"t {criteria.threshold:g} · {cost.describe()}{method} · k {k_text}"

@@ -86,7 +86,7 @@ ul.legend i{display:inline-block;width:14px;height:3px;vertical-align:middle;mar
 p.note{color:#6b7280;font-size:12px;max-width:60em}
 tr.explained td{border-bottom:none;padding-bottom:0}tr.why td{font-size:12px;color:#4b5563;
 padding:0 10px 4px 22px;white-space:normal}tr.why a{margin-left:6px;white-space:nowrap}
-.charts figure.chart{flex:1 1 100%}svg.chart{display:block;max-width:100%}
+div.wide{overflow-x:auto}.charts figure.chart{flex:1 1 100%}svg.chart{display:block;max-width:100%}
 ul.legend{max-width:none}ul.legend i.dashed{height:0;border-top:2px dashed;background:none}
 section.down{background:#fff4f3;border:1px solid #f3b7b1;border-left:6px solid #a1140a;
 padding:8px 16px;margin:16px 0}section.down h2{margin:4px 0 8px;color:#a1140a}
@@ -237,8 +237,10 @@ def _latency(inputs: PageInputs) -> str:
         inputs.temperature_split_source or "tap", "request tap"
     )
     return _table(*latency_table(inputs.latencies, source)) + (
-        "<p class='note'>TTFT and TPOT of streamed requests per temperature bucket; P50 and P90 "
-        "are estimated from the histogram buckets as PromQL's histogram_quantile does.</p>"
+        "<p class='note'>TTFT and TPOT of streamed requests per temperature bucket. P50 and P90 "
+        "are estimated from the histogram buckets as PromQL's histogram_quantile does (the "
+        "Grafana panels' figures): linearly inside the bucket the quantile falls in, so they are "
+        "only as precise as the bucket bounds and may sit on either side of the mean.</p>"
     )
 
 
@@ -327,7 +329,9 @@ def _table(
         else:
             lines.append(f"<tr>{cells}</tr>")
     body = "".join(lines) or f"<tr><td class='empty' colspan='{len(headers)}'>{empty}</td></tr>"
-    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{body}</table>"
+    return (
+        f"<h2>{html.escape(title)}</h2><div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+    )
 
 
 def _cell(header: str, value: Cell) -> str:
