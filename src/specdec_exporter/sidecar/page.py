@@ -71,7 +71,7 @@ header p{margin:2px 0;color:#374151}a{color:#1d4ed8}code{font-size:13px}
 .up{background:#d9f2e1;color:#0b6b2d}.down{background:#fbd5d2;color:#a1140a}
 table{border-collapse:collapse;background:#fff;border:1px solid #e5e7eb}
 th{background:#f3f4f6;text-align:left;font-weight:600;font-size:12px;color:#374151}
-td,th{padding:4px 10px;border-bottom:1px solid #e5e7eb;white-space:nowrap}
+td,th{padding:4px 8px;border-bottom:1px solid #e5e7eb;white-space:nowrap}
 td.n{text-align:right;font-variant-numeric:tabular-nums}td.empty{color:#6b7280}
 td.verdict span{display:inline-block;padding:0 9px;border-radius:10px;font-weight:600}
 .v-ok span{background:#d9f2e1;color:#0b6b2d}.v-warn span{background:#fdf0c4;color:#7a5600}
