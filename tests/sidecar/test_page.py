@@ -31,7 +31,7 @@ from specdec_exporter.sidecar.history import AcceptanceHistory
 from specdec_exporter.sidecar.page import render_page
 from specdec_exporter.sidecar.poller import Poller, PollState
 from specdec_exporter.sidecar.scraper import ScrapeError
-from specdec_exporter.sidecar.sections import NO_LOAD_LEVELS
+from specdec_exporter.sidecar.sections import MAX_ERROR_CHARS, NO_LOAD_LEVELS
 from specdec_exporter.tap.stats import RequestRecord, RequestStats
 from variants import MODEL, capture
 
@@ -339,3 +339,11 @@ def test_time_labels_fall_on_round_clock_times(span: float, step: float) -> None
     assert all(tick % step == 0 for tick in ticks)
     assert START + 7 - span <= ticks[0] and ticks[-1] <= START + 7
     assert len(ticks) <= 8 or step == 3600.0
+
+
+async def test_a_long_scrape_error_is_cut_and_escaped() -> None:
+    poller, wall = await polled([ScrapeError("parse", "<b>" + "x" * 1000)])
+    page = await page_of(poller.state, now=wall.now)
+    shown = re.search(r"<tr><th>error</th><td>(.*?)</td></tr>", page)
+    assert shown is not None
+    assert shown.group(1) == "parse: &lt;b&gt;" + "x" * (MAX_ERROR_CHARS - len("parse: <b>"))

@@ -36,9 +36,11 @@ from specdec_exporter.sidecar.sections import (
     LoadLevel,
     ScrapeStatus,
     Table,
+    ago,
     latency_table,
     load_level_table,
     per_position_table,
+    utc,
 )
 from specdec_exporter.term import Cell, format_cell
 
@@ -171,12 +173,12 @@ def _links(context: PageContext) -> str:
 
 
 def _last_scrape(state: PollState, now: float) -> str:
-    status = ScrapeStatus.of(state)
-    if not state.up or status.last_poll_at is None:
+    """While vLLM answers, the header says when it last did and how long that took."""
+    at = state.last_success_at
+    if not state.up or at is None:
         return ""
-    took = "" if status.duration is None else f", took {status.duration * 1000:.0f} ms"
-    facts = dict(status.facts(now))
-    return f"· last scrape {html.escape(facts['last poll'])}{took}"
+    took = "" if state.scrape_duration is None else f", took {state.scrape_duration * 1000:.0f} ms"
+    return f"· last scrape {utc(at)} ({ago(at, now)}){took}"
 
 
 def _down(state: PollState, context: PageContext, now: float) -> str:
