@@ -13,7 +13,7 @@ from test_cli import wait_for
 from scrape_spy import ScrapeSpy
 from sidecar_process import address_of, sidecar
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import Snapshot
+from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria

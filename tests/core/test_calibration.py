@@ -23,7 +23,7 @@ from specdec_exporter.core.calibration import (
     propose_schedule,
     range_edges,
 )
-from specdec_exporter.core.exposition import requests_running
+from specdec_exporter.core.parse import requests_running
 from specdec_exporter.core.model import modelled_speedup as estimated_speedup
 from variants import V033
 

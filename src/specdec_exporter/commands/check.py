@@ -13,7 +13,7 @@ import httpx
 from pydantic import Field
 
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
-from specdec_exporter.core.exposition import SeriesKey, Snapshot
+from specdec_exporter.core.parse import SeriesKey, Snapshot
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import (
     ALL_ENGINES,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import (
+from specdec_exporter.core.parse import (
     INVALID_REASONS,
     InvalidReason,
     InvalidSeries,

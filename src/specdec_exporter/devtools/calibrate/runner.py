@@ -21,7 +21,7 @@ from pydantic import AfterValidator, ConfigDict, Field
 from specdec_exporter.commands.flags import Metavar
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
-from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.core.parse import ExpositionError, Snapshot, parse, requests_running
 from specdec_exporter.devtools.load.config import Count, LoadConfig, RequestContent
 from specdec_exporter.devtools.load.counters import (
     CounterReading,
