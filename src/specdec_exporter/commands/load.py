@@ -28,7 +28,7 @@ from specdec_exporter.devtools.load.config import (
     MixText,
 )
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.report import render_summary, summary_json, summary_rows
+from specdec_exporter.devtools.load.summary import render_summary, summary_json, summary_rows
 from specdec_exporter.devtools.load.results import LoadResult
 from specdec_exporter.devtools.load.runner import ModelLookupError, Progress, run_load
 from specdec_exporter.sidecar.config import ConfigError
