@@ -26,7 +26,7 @@ from specdec_exporter.devtools.sweep.config import (
     SweepConfig,
     SweepOptions,
 )
-from specdec_exporter.devtools.sweep.report import render_sweep, sweep_csv, sweep_json
+from specdec_exporter.devtools.sweep.table import render_sweep, sweep_csv, sweep_json
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
