@@ -8,10 +8,8 @@ import sys
 import time
 
 import httpx
-from test_cli import wait_for
-
 from scrape_spy import ScrapeSpy
-from sidecar_process import address_of, sidecar
+from sidecar_process import address_of, sidecar, wait_for
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.model import DraftCost
