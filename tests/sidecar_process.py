@@ -131,7 +131,8 @@ def address_of(records: list[dict[str, object]], component: str) -> str:
 
 
 def wait_for(url: str, needle: str, timeout: float = 15) -> str:
-    """GET ``url`` until its text holds ``needle``; the text, or AssertionError after ``timeout``."""
+    """GET ``url`` until its text holds ``needle`` and return the text; AssertionError after
+    ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:

@@ -14,8 +14,8 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.parse import parse
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import parse
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import Poller

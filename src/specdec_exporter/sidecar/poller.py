@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import (
     INVALID_REASONS,
     InvalidReason,
@@ -22,7 +23,6 @@ from specdec_exporter.core.parse import (
     SeriesKey,
     Snapshot,
 )
-from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import (
     ALL_ENGINES,
     BucketKey,
