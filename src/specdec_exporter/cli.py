@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn, Protocol, cast
 
 from specdec_exporter import __version__
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.options import ConfigError
 
 COMMANDS: dict[str, str] = {
     "run": "run the sidecar: poll vLLM, serve /metrics (and the tap)",

@@ -9,7 +9,8 @@ import pytest
 from tapfakes import MODEL, json_reply, post_request, raw_exchange, running_tap
 
 from specdec_exporter.core.buckets import TemperatureBuckets
-from specdec_exporter.sidecar.config import ConfigError, Settings
+from specdec_exporter.options import ConfigError
+from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.tap.proxy import run_tap
 from specdec_exporter.tap.stats import RequestStats
 from specdec_exporter.tap.upstream import Origin

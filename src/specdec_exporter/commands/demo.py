@@ -27,7 +27,7 @@ from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, setti
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import Progress, run_load
-from specdec_exporter.sidecar.config import HttpUrl
+from specdec_exporter.options import HttpUrl
 from specdec_exporter.term import render_table, run_event_loop
 
 DEMO_MIX = "0:0.5,0.4:0.3,0.8:0.2"

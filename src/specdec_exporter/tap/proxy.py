@@ -16,7 +16,8 @@ from typing import Any
 import httptools
 
 from specdec_exporter.logs import RateLimiter
-from specdec_exporter.sidecar.config import ConfigError, Settings
+from specdec_exporter.options import ConfigError
+from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.contracts import LiveExchange
 from specdec_exporter.tap.exchange import Exchange

@@ -18,7 +18,6 @@ from typing import Annotated
 import httpx
 from pydantic import AfterValidator, ConfigDict, Field
 
-from specdec_exporter.commands.flags import Metavar
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
 from specdec_exporter.core.parse import ExpositionError, Snapshot, parse, requests_running
@@ -40,7 +39,7 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.sidecar.config import HttpUrl
+from specdec_exporter.options import HttpUrl, Metavar
 
 PhaseCallback = Callable[[str], None]
 DEFAULT_TEMPERATURES_TEXT = "0,0.7,1.0"

@@ -13,9 +13,8 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import CliToggleFlag
 
-from specdec_exporter.commands.flags import Metavar, refuse_together
 from specdec_exporter.devtools.load.mix import MixEntry, parse_mix, parse_temperatures
-from specdec_exporter.sidecar.config import HttpUrl
+from specdec_exporter.options import HttpUrl, Metavar, refuse_together
 
 
 def _parsed_by(parse: Callable[[str], object]) -> AfterValidator:
