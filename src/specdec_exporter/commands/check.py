@@ -77,7 +77,7 @@ async def _measure(
     settings: VllmTarget, window: float, outcome: dict[str, Any], sidecar_url: str | None
 ) -> None:
     timeline: Timeline[SeriesKey] = Timeline(window)
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, verify=settings.vllm_ssl_context()) as client:
         scraper = Scraper(
             client,
             settings.vllm_url,

@@ -86,8 +86,9 @@ def _flag_adder(
             if metavar is not None and "metavar" in options:
                 options["metavar"] = metavar.text
             variable = field_marker(field, FromEnv)
-            if variable is not None:
-                options["help"] = f"{options.get('help', '')} [env: {variable.variable}]".strip()
+            named = f"[env: {variable.variable}]" if variable is not None else ""
+            if named and named not in options.get("help", ""):  # a SPECDEC_ model names it
+                options["help"] = f"{options.get('help', '')} {named}".strip()
         return (group or parser).add_argument(*names, **options)
 
     return add_argument

@@ -26,6 +26,7 @@ from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost, resolve_draft_cost
 from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
 from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES, HttpUrl
+from specdec_exporter.trust import VllmTrust
 
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
@@ -94,8 +95,9 @@ def read_generation_config_temperature(path: Path | str) -> float | None:
     return float(value) if isinstance(value, int | float) and is_valid_temperature(value) else None
 
 
-class VllmTarget(BaseSettings):
-    """Which vLLM to read and how its figures are modelled: the settings `run` and `check` share."""
+class VllmTarget(BaseSettings, VllmTrust):
+    """Which vLLM to read, how to trust it and how its figures are modelled: the settings `run`
+    and `check` share."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPECDEC_", extra="forbid", frozen=True, cli_show_env_vars=True

@@ -40,6 +40,7 @@ from specdec_exporter.devtools.load.runner import (
     run_load,
 )
 from specdec_exporter.options import HttpUrl, Metavar
+from specdec_exporter.trust import VllmTrust
 
 PhaseCallback = Callable[[str], None]
 DEFAULT_TEMPERATURES_TEXT = "0,0.7,1.0"
@@ -59,7 +60,7 @@ def _ascending(values: tuple[int, ...]) -> tuple[int, ...]:
 Concurrencies = Annotated[tuple[Count, ...], AfterValidator(_ascending), Metavar("LIST")]
 
 
-class CalibrateOptions(Settling):
+class CalibrateOptions(Settling, VllmTrust):
     """The calibration's fields that `calibrate` takes as flags of the same names."""
 
     concurrencies: Concurrencies = Field(
@@ -121,6 +122,7 @@ class CalibrateConfig(CalibrateOptions, RequestContent, CounterWatch):
             prompts=self.prompts,
             seed=self.seed,
             api_key=self.api_key,
+            **self.vllm_trust(),
         )
 
 
@@ -167,7 +169,10 @@ async def run_calibration(
 ) -> CalibrationRun:
     """Discover the servers, warm them up, then measure every phase in order."""
     async with httpx.AsyncClient(
-        transport=transport, trust_env=False, timeout=config.scrape_timeout
+        transport=transport,
+        trust_env=False,
+        timeout=config.scrape_timeout,
+        verify=config.vllm_ssl_context(),
     ) as client:
         run = _Calibration(config, client, transport, on_phase or (lambda _: None))
         return await run.execute(assumed_cost_ratio)
@@ -239,7 +244,11 @@ class _Calibration:
 
     async def _model_of(self, url: str) -> str:
         load = LoadConfig(
-            url=url, requests=1, api_key=self._config.api_key, timeout=self._config.scrape_timeout
+            url=url,
+            requests=1,
+            api_key=self._config.api_key,
+            timeout=self._config.scrape_timeout,
+            **self._config.vllm_trust(),
         )
         async with build_client(load, self._transport) as client:
             try:

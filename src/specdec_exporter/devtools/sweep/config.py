@@ -87,4 +87,5 @@ class SweepConfig(SweepOptions, RequestContent, CounterWatch):
             prompts=self.prompts,
             seed=self.seed,
             api_key=self.api_key,
+            **self.vllm_trust(),
         )
