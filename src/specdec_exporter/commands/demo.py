@@ -101,8 +101,8 @@ class Sidecar:
         return f"http://{self.addresses['tap']}" if "tap" in self.addresses else None
 
 
-@contextlib.contextmanager
-def _sidecar(vllm_url: str, trust: VllmTrust, *, tap: bool) -> Iterator[Sidecar]:
+def sidecar_command(vllm_url: str, trust: VllmTrust, *, tap: bool) -> list[str]:
+    """The `run` command the demo starts: the demo's vLLM, trusted as the demo was told."""
     command = [
         sys.executable,
         "-m",
@@ -124,6 +124,12 @@ def _sidecar(vllm_url: str, trust: VllmTrust, *, tap: bool) -> Iterator[Sidecar]
     for name, path in trust.vllm_trust().items():
         if path is not None:
             command += [flag_of(VllmTrust, name), str(path)]
+    return command
+
+
+@contextlib.contextmanager
+def _sidecar(vllm_url: str, trust: VllmTrust, *, tap: bool) -> Iterator[Sidecar]:
+    command = sidecar_command(vllm_url, trust, tap=tap)
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     sidecar = Sidecar(process)
     ready = threading.Event()
