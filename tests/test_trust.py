@@ -23,8 +23,9 @@ import httpx
 import pytest
 
 from sidecar_process import address_of, sidecar, sidecar_process, wait_for
-from specdec_exporter.cli import COMMANDS, EXIT_USAGE, main
+from specdec_exporter.cli import COMMANDS, main
 from specdec_exporter.commands.demo import DemoSettings, sidecar_command
+from specdec_exporter.commands.exits import EXIT_USAGE
 from specdec_exporter.commands.flags import add_settings_flags, settings_from_args
 from specdec_exporter.devtools.calibrate.runner import CalibrateConfig
 from specdec_exporter.devtools.load.config import LoadConfig

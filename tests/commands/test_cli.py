@@ -15,7 +15,8 @@ import pytest
 
 from fakevllm import FakeVllm, fake_vllm
 from sidecar_process import sidecar, wait_for
-from specdec_exporter.cli import COMMANDS, EXIT_USAGE, main
+from specdec_exporter.cli import COMMANDS, main
+from specdec_exporter.commands.exits import EXIT_USAGE
 from variants import FIXTURES, MODEL, capture
 
 SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
