@@ -12,7 +12,6 @@ import asyncio
 import shutil
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fakevllm import serving
 from sidecar_process import address_of, sidecar, sidecar_process, wait_for
 from specdec_exporter.cli import COMMANDS, main
 from specdec_exporter.commands.demo import DemoSettings, sidecar_command
@@ -141,14 +141,8 @@ def https_vllm(pki: Pki, *, client_cert_required: bool = False) -> Iterator[str]
         context.load_verify_locations(pki.ca)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server) as port:
+        yield f"https://127.0.0.1:{port}"
 
 
 def get_models(url: str, context: ssl.SSLContext) -> int:
