@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from tapfakes import MODEL, json_reply, post_request, raw_exchange, running_tap
 
-from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.options import ConfigError
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.tap_parts import tap_config
@@ -18,10 +17,6 @@ from specdec_exporter.tap.upstream import Origin
 pytestmark = pytest.mark.anyio
 NO_TEMPERATURE = json.dumps({"model": MODEL, "messages": []}).encode()
 REPLY = json_reply({"object": "chat.completion", "metrics": None})
-
-
-def stats() -> RequestStats:
-    return RequestStats(TemperatureBuckets(), lambda _: 4)
 
 
 def bucket_of_only_request(tap_stats: RequestStats) -> str:
