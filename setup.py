@@ -15,6 +15,7 @@ import os
 from setuptools import setup
 
 COMPILED_TAP_MODULES = (
+    "config",
     "http1",
     "jsonscan",
     "routes",

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from specdec_exporter.core.exposition import parse
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import parse
 from specdec_exporter.core.report import build_report
 from specdec_exporter.core.timeline import Timeline
 from variants import capture, with_engines

@@ -34,6 +34,7 @@ from tap_common import (
     USAGE_EVENT,
     chat_request,
     frame,
+    tap_settings,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,14 +81,12 @@ def upstream_reads(chunks: int) -> list[bytes]:
 
 def measure(kind: str, streams: int, chunks: int) -> dict[str, float]:
     from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
-    from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
     from specdec_exporter.tap.proxy import ClientConnection, Tap  # noqa: PLC0415
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
     from specdec_exporter.tap.upstream import UpstreamConnection  # noqa: PLC0415
 
-    settings = Settings(vllm_url="http://vllm:8000", proxy_listen="127.0.0.1:0")
-    stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
-    tap = Tap(settings, stats, lambda: frozenset({"bench"}))
+    stats = RequestStats(TemperatureBuckets(), lambda _: 4)
+    tap = Tap(tap_settings("http://vllm:8000", "127.0.0.1:0"), stats, lambda: frozenset({"bench"}))
     upstream = UpstreamConnection(tap.pool.release)  # the tap's own pool: works compiled too
     upstream.connection_made(FakeTransport())  # type: ignore[arg-type]
     tap.pool.release(upstream)  # idle: every stream takes it and gives it back (keep-alive)

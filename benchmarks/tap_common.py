@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httptools
 
@@ -641,3 +642,17 @@ class Nginx:
     def stop(self) -> None:
         stop(self.process)
         shutil.rmtree(self.prefix, ignore_errors=True)
+
+
+def tap_settings(vllm_url: str, proxy_listen: str) -> Any:
+    """What ``run_tap`` and ``Tap`` take for these addresses, built the sidecar's way: a
+    ``TapConfig`` from the sidecar's Settings. A tree from before ``tap/config.py`` (the A side of
+    tap_ab.py against an older checkout) takes the Settings themselves."""
+    from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
+
+    settings = Settings(vllm_url=vllm_url, proxy_listen=proxy_listen)
+    try:
+        from specdec_exporter.sidecar.tap_parts import tap_config  # noqa: PLC0415
+    except ImportError:
+        return settings
+    return tap_config(settings)

@@ -54,6 +54,7 @@ from tap_common import (
     serve_upstream,
     spawn,
     stop,
+    tap_settings,
     wait_for_port,
 )
 
@@ -94,18 +95,15 @@ def spawn_proxy(
 
 def serve_tap(port: int, upstream_port: int) -> None:
     from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
-    from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
     from specdec_exporter.sidecar.serve import freeze_startup_heap  # noqa: PLC0415
     from specdec_exporter.tap.proxy import run_tap  # noqa: PLC0415
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 
     install_uvloop()
-    settings = Settings(
-        vllm_url=f"http://127.0.0.1:{upstream_port}", proxy_listen=f"127.0.0.1:{port}"
-    )
-    stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
+    config = tap_settings(f"http://127.0.0.1:{upstream_port}", f"127.0.0.1:{port}")
+    stats = RequestStats(TemperatureBuckets(), lambda _: 4)
     freeze_startup_heap()  # as serve() does
-    asyncio.run(run_tap(settings, stats, lambda: frozenset({"bench"})))
+    asyncio.run(run_tap(config, stats, lambda: frozenset({"bench"})))
 
 
 def load_once(

@@ -18,11 +18,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tap_chunk_cpu import FakeTransport
+from tap_common import tap_settings
 
 
 def main() -> None:
     from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
-    from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
     from specdec_exporter.tap.proxy import ClientConnection, Tap  # noqa: PLC0415
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 
@@ -30,9 +30,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--sweeps", type=int, default=21)
     args = parser.parse_args()
-    settings = Settings(vllm_url="http://vllm:8000", proxy_listen="127.0.0.1:0")
-    stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
-    tap = Tap(settings, stats, lambda: frozenset({"bench"}))
+    stats = RequestStats(TemperatureBuckets(), lambda _: 4)
+    tap = Tap(tap_settings("http://vllm:8000", "127.0.0.1:0"), stats, lambda: frozenset({"bench"}))
     for _ in range(args.connections):
         ClientConnection(tap).connection_made(FakeTransport())  # type: ignore[arg-type]
     times = []

@@ -12,8 +12,8 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["specdec_exporter", "prometheus_client"]):
-    from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse
     from specdec_exporter.core.model import DraftCost
+    from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
     from specdec_exporter.core.report import build_report
     from specdec_exporter.core.timeline import Timeline
 

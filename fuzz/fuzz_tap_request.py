@@ -37,6 +37,7 @@ import httptools
 with atheris.instrument_imports(include=["specdec_exporter"]):
     from specdec_exporter.core.buckets import TemperatureBuckets
     from specdec_exporter.sidecar.config import Settings
+    from specdec_exporter.sidecar.tap_parts import tap_config
     from specdec_exporter.tap.http1 import HOP_BY_HOP
     from specdec_exporter.tap.proxy import ClientConnection, Tap
     from specdec_exporter.tap.request import plan_request
@@ -291,7 +292,7 @@ async def settle() -> None:
 
 async def drive(data: bytes, rng: random.Random) -> FakePool:
     """The client's bytes through one connection; vLLM answers each request once it is sent."""
-    tap = Tap(SETTINGS, STATS, lambda: frozenset({"tiny-llama"}))
+    tap = Tap(tap_config(SETTINGS), STATS, lambda: frozenset({"tiny-llama"}))
     pool = FakePool()
     tap.pool = pool  # type: ignore[assignment]
     client = ClientConnection(tap)

@@ -27,11 +27,11 @@ headers="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"
 if [ "${#apt_packages[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   # Debian's packages would start their services on install; nothing here should hold ports.
+  # policy-rc.d refuses those starts, so nothing needs stopping afterwards (and a kill by name
+  # could hit a prometheus that another program on the machine started).
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
-  pkill -x prometheus || true
-  pkill -x prometheus-alertmanager || true
 fi
 
 [ -x .venv/bin/python ] || "$python" -m venv .venv

@@ -66,12 +66,18 @@ def fake_vllm(body: str = "") -> Iterator[FakeVllm]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
     fake = FakeVllm(server, Answer(body.encode()))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield fake
+
+
+@contextmanager
+def serving(server: ThreadingHTTPServer) -> Iterator[int]:
+    """Serve ``server`` from a thread of its own; yields its port, shuts it down on exit."""
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
+import httpx
+
 SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
 Record = dict[str, object]
 
@@ -126,3 +128,16 @@ def address_of(records: list[dict[str, object]], component: str) -> str:
         for r in records
         if r.get("msg") == "listening" and r.get("component") == component
     )
+
+
+def wait_for(url: str, needle: str, timeout: float = 15) -> str:
+    """GET ``url`` until its text holds ``needle`` and return the text; AssertionError after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = httpx.get(url, timeout=5).text
+        if needle in text:
+            return text
+        time.sleep(0.05)
+    raise AssertionError(f"{needle!r} never appeared in {url}:\n{text[:2000]}")

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import NoReturn, Protocol, cast
 
 from specdec_exporter import __version__
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.commands.exits import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE
+from specdec_exporter.options import ConfigError
 
 COMMANDS: dict[str, str] = {
     "run": "run the sidecar: poll vLLM, serve /metrics (and the tap)",
@@ -26,12 +27,6 @@ COMMANDS: dict[str, str] = {
 }
 """Each command is the module ``specdec_exporter.commands.<name>``."""
 
-EXIT_USAGE = 64
-"""A usage or config error (sysexits.h EX_USAGE). No verdict of `check` uses it, so a CI gate
-can tell "typo in a flag" from "disable speculation" (2)."""
-EXIT_INTERRUPTED = 130
-EXIT_UNAVAILABLE = 69
-"""The command needs a dev tool this installation leaves out (sysexits.h EX_UNAVAILABLE)."""
 DEVTOOLS = "specdec_exporter.devtools"
 """The sidecar image leaves some of these out; a command that needs them says so in one line."""
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,8 +14,9 @@ import httpx
 import pytest
 
 from fakevllm import FakeVllm, fake_vllm
-from sidecar_process import sidecar
-from specdec_exporter.cli import COMMANDS, EXIT_USAGE, main
+from sidecar_process import sidecar, wait_for
+from specdec_exporter.cli import COMMANDS, main
+from specdec_exporter.commands.exits import EXIT_USAGE
 from variants import FIXTURES, MODEL, capture
 
 SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
@@ -227,17 +227,6 @@ def test_check_spec_off_and_unreachable() -> None:
     )
     assert result.returncode == 3
     assert json.loads(result.stdout)["verdict"] == "unreachable"
-
-
-def wait_for(url: str, needle: str, timeout: float = 15) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = httpx.get(url, timeout=5).text
-        if needle in text:
-            return text
-        time.sleep(0.05)
-    raise AssertionError(f"{needle!r} never appeared in {url}:\n{text[:2000]}")
 
 
 def test_run_serves_survives_an_outage_and_recovers() -> None:

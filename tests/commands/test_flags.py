@@ -16,19 +16,12 @@ from specdec_exporter.cli import main
 from specdec_exporter.commands.calibrate import CalibrateSettings
 from specdec_exporter.commands.check import CheckSettings
 from specdec_exporter.commands.demo import DemoSettings
-from specdec_exporter.commands.flags import (
-    FlagsOnly,
-    FromEnv,
-    Metavar,
-    add_settings_flags,
-    flag_of,
-    refuse_together,
-    settings_from_args,
-)
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.commands.load import LoadSettings
 from specdec_exporter.commands.simulate import ServeFlags, SimulatorFlags
 from specdec_exporter.commands.sweep import SweepSettings
-from specdec_exporter.sidecar.config import ConfigError, Settings, VllmTarget
+from specdec_exporter.options import ConfigError, FromEnv, Metavar, flag_of, refuse_together
+from specdec_exporter.sidecar.config import Settings, VllmTarget
 
 TOKEN = "sk-flag-test-1234"
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -23,8 +23,8 @@ from specdec_exporter.core.calibration import (
     propose_schedule,
     range_edges,
 )
-from specdec_exporter.core.exposition import requests_running
 from specdec_exporter.core.model import modelled_speedup as estimated_speedup
+from specdec_exporter.core.parse import requests_running
 from variants import V033
 
 COUNTS = Totals(drafts=100, draft_tokens=400, accepted_tokens=200)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import parse
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import parse
 from specdec_exporter.core.report import ALL_ENGINES, build_report, overall_verdict
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria

@@ -19,7 +19,7 @@ from real_vllm.conftest import announcer
 from real_vllm.traffic import MODEL, NUM_SPEC_TOKENS
 from specdec_exporter.cli import main
 from specdec_exporter.core.acceptance import Totals, sum_totals
-from specdec_exporter.core.exposition import parse
+from specdec_exporter.core.parse import parse
 
 pytestmark = pytest.mark.real_vllm
 

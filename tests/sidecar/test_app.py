@@ -17,7 +17,7 @@ from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.history import AcceptanceHistory
 from specdec_exporter.sidecar.page import refresh_seconds, verdict_class
 from specdec_exporter.sidecar.poller import Poller, PollState
-from specdec_exporter.sidecar.serve import _TapParts
+from specdec_exporter.sidecar.tap_parts import TapParts
 from specdec_exporter.tap.spec import SpecDecodeSummary
 from specdec_exporter.tap.stats import RequestRecord
 from variants import MODEL, capture
@@ -63,7 +63,7 @@ async def test_metrics_health_and_landing() -> None:
 
 async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it() -> None:
     """The drafter degrades: the bucket reads its window (0.1, below threshold), not its past."""
-    tap = _TapParts(Settings(), CollectorRegistry(), lambda model: 4)
+    tap = TapParts(Settings(proxy_listen="127.0.0.1:0"), CollectorRegistry())
     clock = Clock()
     poller = Poller(
         ScriptedSource([capture(t) for t in ("t0", "t1", "t2", "t3")]),
@@ -72,7 +72,7 @@ async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it()
         cost=COST,
         log_interval=60,
         clock=clock,
-        tap_counts=lambda: tap.attributed(poller.state.models_seen),
+        tap_counts=tap.attributed,
     )
     for requests in ([GOOD] * 30, [GOOD] * 10, [BAD] * 2, [BAD] * 2):
         for spec in requests:

@@ -18,7 +18,7 @@ from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
-from specdec_exporter.sidecar.poller import Poller
+from specdec_exporter.sidecar.poller import Poller, PollState
 from specdec_exporter.sidecar.scraper import ScrapeError
 from specdec_exporter.tap.stats import RequestStats
 from variants import MODEL, capture, with_models
@@ -76,7 +76,7 @@ class Harness:
             )
         )
 
-    def tap_counts(self) -> dict[tuple[str, str], Totals]:
+    def tap_counts(self, _state: PollState) -> dict[tuple[str, str], Totals]:
         served = self.poller.state.models_seen
         self.stats.retain_models(served | {"other"})
         for model in served:

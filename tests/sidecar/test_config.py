@@ -12,11 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from specdec_exporter.commands.flags import add_settings_flags, settings_from_args
-from specdec_exporter.sidecar.config import (
-    ConfigError,
-    Settings,
-    read_generation_config_temperature,
-)
+from specdec_exporter.options import ConfigError
+from specdec_exporter.sidecar.config import Settings, read_generation_config_temperature
 
 README = Path(__file__).parents[2] / "README.md"
 

@@ -14,8 +14,8 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import parse
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import parse
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import Poller
@@ -64,7 +64,7 @@ async def poll_all(
         cost=COST,
         log_interval=60,
         clock=clock,
-        tap_counts=(lambda: dict(tap_counts)) if tap_counts is not None else None,
+        tap_counts=(lambda _state: dict(tap_counts)) if tap_counts is not None else None,
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
@@ -182,7 +182,7 @@ async def test_coverage_ratio_is_tap_share_of_vllm_draft_tokens() -> None:
         cost=COST,
         log_interval=60,
         clock=clock,
-        tap_counts=lambda: tap,
+        tap_counts=lambda _state: tap,
     )
     await poller.poll_once()
     clock.now += 5
@@ -206,7 +206,7 @@ async def test_bucket_figures_cover_the_sidecar_window_not_since_start() -> None
         cost=COST,
         log_interval=60,
         clock=clock,
-        tap_counts=lambda: tap,
+        tap_counts=lambda _state: tap,
     )
     for drafts, draft_tokens, accepted in [
         (0, 0, 0),
@@ -240,7 +240,7 @@ async def test_history_keeps_one_point_per_poll_and_a_gap_for_a_failed_poll() ->
         cost=COST,
         log_interval=60,
         clock=clock,
-        tap_counts=lambda: tap,
+        tap_counts=lambda _state: tap,
     )
     for counts in (Totals(), Totals(100, 400, 300), Totals(100, 400, 300), Totals(200, 800, 500)):
         tap[(MODEL, "0")] = counts

@@ -22,7 +22,7 @@ from sidecar_process import SPECDEC, SidecarProcess, sidecar_process
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import DEFAULT_MODEL, SimConfig
 from specdec_exporter.logs import JsonFormatter
-from specdec_exporter.sidecar.serve import Supervisor
+from specdec_exporter.sidecar.supervisor import Supervisor
 
 CLOSED_PORT_URL = "http://127.0.0.1:9"
 

@@ -14,6 +14,7 @@ from typing import Any
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.devtools.load.sse import DONE, SseDecoder
 from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.tap_parts import tap_config
 from specdec_exporter.tap.proxy import run_tap
 from specdec_exporter.tap.sse import iter_events
 from specdec_exporter.tap.stats import RequestStats
@@ -276,7 +277,9 @@ async def running_tap(
     stats = RequestStats(TemperatureBuckets(config.temperature_buckets), lambda _: k)
     started: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
     known = models if callable(models) else (lambda: models)
-    task = asyncio.create_task(run_tap(config, stats, known, started.set_result))
+    for model in () if callable(models) else models:  # as the sidecar does at each poll
+        stats.add_model(model)
+    task = asyncio.create_task(run_tap(tap_config(config), stats, known, started.set_result))
     try:
         host, port = await asyncio.wait_for(asyncio.shield(started), 5)
         yield TapUnderTest(f"http://{host}:{port}", upstream, stats, config)

@@ -8,19 +8,15 @@ from pathlib import Path
 import pytest
 from tapfakes import MODEL, json_reply, post_request, raw_exchange, running_tap
 
-from specdec_exporter.core.buckets import TemperatureBuckets
-from specdec_exporter.sidecar.config import ConfigError, Settings
-from specdec_exporter.tap.proxy import run_tap
+from specdec_exporter.options import ConfigError
+from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.tap_parts import tap_config
 from specdec_exporter.tap.stats import RequestStats
 from specdec_exporter.tap.upstream import Origin
 
 pytestmark = pytest.mark.anyio
 NO_TEMPERATURE = json.dumps({"model": MODEL, "messages": []}).encode()
 REPLY = json_reply({"object": "chat.completion", "metrics": None})
-
-
-def stats() -> RequestStats:
-    return RequestStats(TemperatureBuckets(), lambda _: 4)
 
 
 def bucket_of_only_request(tap_stats: RequestStats) -> str:
@@ -50,9 +46,9 @@ async def test_without_any_default_vllm_samples_at_one() -> None:
         assert bucket_of_only_request(tap.stats) == "0.7-1.0"
 
 
-async def test_no_listen_address_is_a_config_error() -> None:
+def test_no_listen_address_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="proxy-listen"):
-        await run_tap(Settings(), stats(), frozenset)
+        tap_config(Settings())
 
 
 async def test_path_prefix_of_the_vllm_url_is_kept() -> None:

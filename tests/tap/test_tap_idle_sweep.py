@@ -13,6 +13,7 @@ import pytest
 
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.tap_parts import tap_config
 from specdec_exporter.tap.proxy import CLIENT_IDLE_TIMEOUT, ClientConnection, Tap
 from specdec_exporter.tap.stats import RequestStats
 
@@ -25,7 +26,7 @@ REQUEST = (
 def new_tap() -> Tap:
     settings = Settings(vllm_url="http://127.0.0.1:9", proxy_listen="127.0.0.1:0")
     stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: None)
-    return Tap(settings, stats, frozenset)
+    return Tap(tap_config(settings), stats, frozenset)
 
 
 def connect(tap: Tap) -> tuple[ClientConnection, Mock]:

@@ -11,13 +11,7 @@ from typing import Annotated, Self
 
 from pydantic import Field, ValidationError, model_validator
 
-from specdec_exporter.commands.flags import (
-    FlagsOnly,
-    Metavar,
-    add_settings_flags,
-    describe_validation_error,
-    settings_from_args,
-)
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.calibration import Calibration, CalibrationError, build_calibration
 from specdec_exporter.devtools.calibrate.runner import (
     DEFAULT_TEMPERATURES_TEXT,
@@ -29,7 +23,8 @@ from specdec_exporter.devtools.calibrate.runner import (
 )
 from specdec_exporter.devtools.load.config import TemperatureListText
 from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
-from specdec_exporter.sidecar.config import ConfigError, HttpUrl, VllmTarget
+from specdec_exporter.options import ConfigError, HttpUrl, Metavar, describe_validation_error
+from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_NO_FIT = 1

@@ -13,8 +13,8 @@ import httpx
 from pydantic import Field
 
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
-from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import SeriesKey, Snapshot
 from specdec_exporter.core.report import (
     ALL_ENGINES,
     Entry,
@@ -23,7 +23,8 @@ from specdec_exporter.core.report import (
 )
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
-from specdec_exporter.sidecar.config import HttpUrl, VllmTarget
+from specdec_exporter.options import HttpUrl
+from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
@@ -76,7 +77,7 @@ async def _measure(
     settings: VllmTarget, window: float, outcome: dict[str, Any], sidecar_url: str | None
 ) -> None:
     timeline: Timeline[SeriesKey] = Timeline(window)
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, verify=settings.vllm_ssl_context()) as client:
         scraper = Scraper(
             client,
             settings.vllm_url,

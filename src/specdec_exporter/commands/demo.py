@@ -22,20 +22,21 @@ from typing import IO, Any
 import httpx
 from pydantic import Field
 
-from specdec_exporter.cli import EXIT_INTERRUPTED
+from specdec_exporter.commands.exits import EXIT_INTERRUPTED
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import Progress, run_load
-from specdec_exporter.sidecar.config import HttpUrl
+from specdec_exporter.options import HttpUrl, flag_of
 from specdec_exporter.term import render_table, run_event_loop
+from specdec_exporter.trust import VllmTrust
 
 DEMO_MIX = "0:0.5,0.4:0.3,0.8:0.2"
 GOOD_DRAFTER = 0.97
 DEGRADED_DRAFTER = 0.45
 
 
-class DemoSettings(FlagsOnly):
+class DemoSettings(FlagsOnly, VllmTrust):
     """The demo's flags."""
 
     duration: float = Field(
@@ -63,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
         vllm_url, simulated = settings.vllm_url, settings.vllm_url is None
         if vllm_url is None:
             vllm_url = stack.enter_context(_simulator(settings.seed))
-        sidecar = stack.enter_context(_sidecar(vllm_url, tap=not settings.no_tap))
+        sidecar = stack.enter_context(_sidecar(vllm_url, settings, tap=not settings.no_tap))
         _print_urls(vllm_url, sidecar, simulated)
         if run_event_loop(_run(settings, vllm_url, sidecar, simulated)):
             print("\ninterrupted; stopping the sidecar and the simulator", file=sys.stderr)
@@ -100,8 +101,8 @@ class Sidecar:
         return f"http://{self.addresses['tap']}" if "tap" in self.addresses else None
 
 
-@contextlib.contextmanager
-def _sidecar(vllm_url: str, *, tap: bool) -> Iterator[Sidecar]:
+def sidecar_command(vllm_url: str, trust: VllmTrust, *, tap: bool) -> list[str]:
+    """The `run` command the demo starts: the demo's vLLM, trusted as the demo was told."""
     command = [
         sys.executable,
         "-m",
@@ -120,6 +121,15 @@ def _sidecar(vllm_url: str, *, tap: bool) -> Iterator[Sidecar]:
     ]
     if tap:
         command += ["--proxy-listen", "127.0.0.1:0"]
+    for name, path in trust.vllm_trust().items():
+        if path is not None:
+            command += [flag_of(VllmTrust, name), str(path)]
+    return command
+
+
+@contextlib.contextmanager
+def _sidecar(vllm_url: str, trust: VllmTrust, *, tap: bool) -> Iterator[Sidecar]:
+    command = sidecar_command(vllm_url, trust, tap=tap)
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     sidecar = Sidecar(process)
     ready = threading.Event()
@@ -175,6 +185,7 @@ async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar, simulated: b
         stream_share=0.5,
         max_tokens=96,
         seed=args.seed,
+        **args.vllm_trust(),
     )
     progress: list[Progress] = []
     started = time.monotonic()

@@ -1,15 +1,16 @@
 """A command's flags generated from its settings model (pydantic-settings' CLI source), and the
-model built back from the parsed flags: each default, check and help text is written once."""
+model built back from the parsed flags: each default, check and help text is written once.
+The field markers and checks these models use (``Metavar``, ``FromEnv``, ``refuse_together``) are
+in ``specdec_exporter.options``, where the dev tools' models find them too."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, get_args, get_origin
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -19,10 +20,15 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.options import (
+    ConfigError,
+    FromEnv,
+    Metavar,
+    describe_validation_error,
+    field_marker,
+)
 
 S = TypeVar("S", bound=BaseSettings)
-M = TypeVar("M")
 
 _CLI_STYLE: dict[str, Any] = {
     "cli_kebab_case": True,  # field scrape_timeout is flag --scrape-timeout
@@ -30,32 +36,6 @@ _CLI_STYLE: dict[str, Any] = {
     "cli_hide_none_type": True,
     "cli_avoid_json": True,
 }
-
-
-@dataclass(frozen=True)
-class Metavar:
-    """Field metadata: what ``--help`` shows for the flag's value (``--prompts FILE``) instead of
-    the field's type, for a type that would hide the value's format."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class FromEnv:
-    """Field metadata: the environment variable the field falls back to when its flag is absent
-    (``--api-key``, else ``$OPENAI_API_KEY``). ``--help`` names it; empty counts as unset."""
-
-    variable: str
-
-
-def field_marker(field: FieldInfo, kind: type[M]) -> M | None:
-    """The first ``kind`` among the field's metadata, looking inside ``Annotated`` union members
-    too (``Annotated[int, ...] | None``)."""
-    candidates = list(field.metadata)
-    for member in get_args(field.annotation):
-        if get_origin(member) is Annotated:
-            candidates += member.__metadata__
-    return next((item for item in candidates if isinstance(item, kind)), None)
 
 
 class _MarkedEnvironment(PydanticBaseSettingsSource):
@@ -106,8 +86,9 @@ def _flag_adder(
             if metavar is not None and "metavar" in options:
                 options["metavar"] = metavar.text
             variable = field_marker(field, FromEnv)
-            if variable is not None:
-                options["help"] = f"{options.get('help', '')} [env: {variable.variable}]".strip()
+            named = f"[env: {variable.variable}]" if variable is not None else ""
+            if named and named not in options.get("help", ""):  # a SPECDEC_ model names it
+                options["help"] = f"{options.get('help', '')} {named}".strip()
         return (group or parser).add_argument(*names, **options)
 
     return add_argument
@@ -141,32 +122,3 @@ def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
         raise ConfigError(describe_validation_error(exc)) from None
     except SettingsError as exc:
         raise ConfigError(f"invalid setting: {exc}") from None
-
-
-def flag_of(model: type[BaseModel], field: str) -> str:
-    """The flag of one of ``model``'s fields: ``--`` and its name (or alias) in kebab case."""
-    return "--" + (model.model_fields[field].alias or field).replace("_", "-")
-
-
-def refuse_together(settings: BaseModel, *fields: str) -> None:
-    """Flags that exclude each other: ValueError naming two of ``fields`` that were both given.
-    For a settings model's ``model_validator(mode="after")``."""
-    given = [
-        flag_of(type(settings), field) for field in fields if field in settings.model_fields_set
-    ]
-    if len(given) > 1:
-        raise ValueError(f"{given[1]} is not allowed with {given[0]}")
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming each bad setting. Our own validators' messages (``value_error``) say what
-    they got; pydantic's built-in ones (bounds, types) get the input appended."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(item) for item in error["loc"])
-        if error["type"] == "value_error":
-            message = str(error.get("ctx", {}).get("error", error["msg"]))
-        else:
-            message = f"{error['msg']} (got {error.get('input')!r})"
-        parts.append(f"{where}: {message}" if where else message)
-    return "invalid setting: " + "; ".join(parts)

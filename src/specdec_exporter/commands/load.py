@@ -12,13 +12,7 @@ from typing import Annotated, Any, TextIO
 
 from pydantic import BaseModel, Field, SecretStr
 
-from specdec_exporter.commands.flags import (
-    FlagsOnly,
-    FromEnv,
-    Metavar,
-    add_settings_flags,
-    settings_from_args,
-)
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.devtools.load.config import (
     BUILTIN_PROMPTS,
     DEFAULT_MIX_TEXT,
@@ -28,10 +22,10 @@ from specdec_exporter.devtools.load.config import (
     MixText,
 )
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.report import render_summary, summary_json, summary_rows
 from specdec_exporter.devtools.load.results import LoadResult
 from specdec_exporter.devtools.load.runner import ModelLookupError, Progress, run_load
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.devtools.load.summary import render_summary, summary_json, summary_rows
+from specdec_exporter.options import ConfigError, FromEnv, Metavar
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 EXIT_OK, EXIT_ALL_FAILED = 0, 1

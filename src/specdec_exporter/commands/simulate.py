@@ -9,12 +9,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from specdec_exporter.commands.flags import (
-    FlagsOnly,
-    Metavar,
-    add_settings_flags,
-    settings_from_args,
-)
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.devtools.sim.server import serve
 from specdec_exporter.devtools.sim.settings import (
     Port,
@@ -26,7 +21,7 @@ from specdec_exporter.devtools.sim.settings import (
     parse_default_temperature,
     parse_speculative_config,
 )
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.options import ConfigError, Metavar
 
 VLLM_SERVE_PORT = 8000
 

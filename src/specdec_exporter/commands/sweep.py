@@ -12,11 +12,7 @@ from typing import Self, TextIO
 
 from pydantic import Field, model_validator
 
-from specdec_exporter.commands.flags import (
-    add_settings_flags,
-    refuse_together,
-    settings_from_args,
-)
+from specdec_exporter.commands.flags import add_settings_flags, settings_from_args
 from specdec_exporter.commands.load import ClientFlags
 from specdec_exporter.devtools.load.config import TemperatureListText
 from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
@@ -26,8 +22,9 @@ from specdec_exporter.devtools.sweep.config import (
     SweepConfig,
     SweepOptions,
 )
-from specdec_exporter.devtools.sweep.report import render_sweep, sweep_csv, sweep_json
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
+from specdec_exporter.devtools.sweep.table import render_sweep, sweep_csv, sweep_json
+from specdec_exporter.options import refuse_together
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 EXIT_OK, EXIT_FAILED = 0, 1

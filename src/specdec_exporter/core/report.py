@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from specdec_exporter.core.acceptance import Totals, figures, sum_totals
-from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.model import DraftCost, break_even_acceptance_rate, modelled_speedup
+from specdec_exporter.core.parse import SeriesKey, Snapshot
 from specdec_exporter.core.timeline import Window
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria, Verdict, verdict, worst
 

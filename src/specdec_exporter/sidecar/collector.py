@@ -8,8 +8,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from specdec_exporter import __version__
-from specdec_exporter.core.exposition import Snapshot
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.report import ALL_ENGINES
 from specdec_exporter.sidecar.poller import MAX_MODEL_NAME_CHARS, PollState
 

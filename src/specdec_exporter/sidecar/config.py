@@ -25,12 +25,12 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost, resolve_draft_cost
 from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
+from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES, HttpUrl
+from specdec_exporter.trust import VllmTrust
 
 DEFAULT_PORT = 10088
 """The 9100-9999 exporter range of Prometheus' port registry is fully allocated; we use 10088."""
 
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-"""Cap on a /metrics body, bytes: of the sidecar's scrapes and of the sweep's."""
 DEFAULT_MAX_MODELS = 64
 """vLLM serves one model per server; a few more cover renames and a shared sidecar."""
 DEFAULT_MODEL_EXPIRY = 600.0
@@ -60,12 +60,6 @@ def _check_listen(value: str) -> str:
     return value
 
 
-def _check_url(value: str) -> str:
-    if not value.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
-    return value.rstrip("/")
-
-
 def load_calibration(path: Path) -> Calibration:
     """Read `calibrate --json`'s file; a bad file is one readable line (ValueError)."""
     try:
@@ -84,7 +78,6 @@ def _check_calibration(path: Path) -> Path:
 
 
 ListenAddress = Annotated[str, AfterValidator(_check_listen)]
-HttpUrl = Annotated[str, AfterValidator(_check_url)]
 CalibrationFile = Annotated[Path, AfterValidator(_check_calibration)]
 
 
@@ -107,8 +100,9 @@ def read_generation_config_temperature(path: Path | str) -> float | None:
     return float(value) if isinstance(value, int | float) and is_valid_temperature(value) else None
 
 
-class VllmTarget(BaseSettings):
-    """Which vLLM to read and how its figures are modelled: the settings `run` and `check` share."""
+class VllmTarget(BaseSettings, VllmTrust):
+    """Which vLLM to read, how to trust it and how its figures are modelled: the settings `run`
+    and `check` share."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPECDEC_", extra="forbid", frozen=True, cli_show_env_vars=True
@@ -278,7 +272,3 @@ class Settings(VllmTarget):
     @property
     def proxy_address(self) -> tuple[str, int] | None:
         return parse_host_port(self.proxy_listen) if self.proxy_listen else None
-
-
-class ConfigError(Exception):
-    """A setting is invalid; the message is one readable line."""

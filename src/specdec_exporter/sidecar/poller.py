@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import (
+from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import (
     INVALID_REASONS,
     InvalidReason,
     InvalidSeries,
     SeriesKey,
     Snapshot,
 )
-from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.report import (
     ALL_ENGINES,
     BucketKey,
@@ -39,9 +39,10 @@ from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scr
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
 
-TapCounts = Callable[[], Mapping[BucketKey, Totals]]
-"""The request tap's cumulative attributed counts (drafts, draft and accepted tokens) per bucket:
-the windowed bucket figures and the coverage ratio come from them."""
+TapCounts = Callable[["PollState"], Mapping[BucketKey, Totals]]
+"""The request tap's cumulative attributed counts (drafts, draft and accepted tokens) per bucket,
+asked for after each successful poll with the state it just updated: the windowed bucket figures
+and the coverage ratio come from them."""
 
 MAX_MODEL_NAME_CHARS = 256
 """Longer model names never get per-model tap series (their requests count as ``other``)."""
@@ -224,7 +225,7 @@ class Poller:
     ) -> None:
         """The tap's counts over the same window: figures per bucket, and coverage per model."""
         assert self._tap_counts is not None
-        self._tap_timeline.observe(now, self._tap_counts())
+        self._tap_timeline.observe(now, self._tap_counts(self.state))
         window: Window[BucketKey] = self._tap_timeline.window()
         self.state.buckets = bucket_entries(
             snapshot,

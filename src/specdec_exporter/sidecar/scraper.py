@@ -14,7 +14,7 @@ from typing import Literal
 
 import httpx
 
-from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse
+from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
 
 FailureReason = Literal["connect", "timeout", "http_status", "parse", "too_large"]
 FAILURE_REASONS: tuple[FailureReason, ...] = (

@@ -3,136 +3,140 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
-import signal
-import socket
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
-import uvicorn
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.report import BucketKey
-from specdec_exporter.sidecar.app import LandingRows, bucket_window_rows, create_app
+from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.explain import PageContext
-from specdec_exporter.sidecar.poller import Poller, PollState
+from specdec_exporter.sidecar.metrics_server import MetricsServer
+from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scraper
-from specdec_exporter.term import Cell
+from specdec_exporter.sidecar.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from specdec_exporter.sidecar.tap_parts import TapParts
 
 log = logging.getLogger("specdec_exporter")
-
-EXIT_OK, EXIT_FAILED = 0, 1
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-STOP_TIMEOUT = 5
-"""Seconds the metrics server and poller get to stop once the tap has drained."""
 
 
 async def serve(settings: Settings) -> int:
     """Serve until a signal or a task's failure; returns the exit code (see ``Supervisor``)."""
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
-    cost = settings.draft_cost
-    supervisor = Supervisor()
+    tap = _tap_parts(settings, registry)
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
-    async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+    async with httpx.AsyncClient(
+        limits=limits, trust_env=False, verify=settings.vllm_ssl_context()
+    ) as client:
         scraper = Scraper(
             client,
             settings.vllm_url,
             timeout=settings.scrape_timeout,
             max_body_bytes=settings.max_body_bytes,
         )
-
-        def num_speculative_tokens(model: str) -> int | None:
-            snapshot = poller.state.snapshot
-            return None if snapshot is None else snapshot.num_speculative_tokens(model)
-
-        tap = (
-            _TapParts(settings, registry, num_speculative_tokens) if settings.proxy_listen else None
-        )
-
-        def tap_counts() -> dict[BucketKey, Totals]:
-            assert tap is not None
-            return tap.attributed(poller.state.models_seen)
-
         poller = Poller(
             scraper,
             interval=settings.interval,
             window=settings.window,
-            cost=cost,
+            cost=settings.draft_cost,
             criteria=settings.criteria,
             log_interval=settings.log_interval,
-            tap_counts=tap_counts if tap else None,
+            tap_counts=tap.attributed if tap else None,
             max_models=settings.max_models,
             model_expiry=settings.model_expiry,
         )
         registry.register(
             SpecDecodeCollector(
                 poller.state,
-                cost=cost,
+                cost=settings.draft_cost,
                 method=settings.speculative_method,
                 interval=settings.interval,
                 window=settings.window,
                 coverage_enabled=tap is not None,
             )
         )
-        tap_listening = asyncio.Event()
-
-        def not_ready() -> str | None:
-            if supervisor.draining.is_set():
-                return "stopping: draining the tap"
-            if not poller.first_poll_done.is_set():
-                return "first poll of vLLM not done yet"
-            if tap is not None and not tap_listening.is_set():
-                return "the tap is not listening yet"
-            return None
-
-        def listening(kind: str, address: tuple[str, int]) -> None:
-            text = f"{address[0]}:{address[1]}"
-            log.info("listening", extra={"component": kind, "address": text})
-            if kind == "tap":
-                tap_listening.set()
-
+        supervisor = Supervisor()
+        readiness = _Readiness(supervisor, poller, tap_enabled=tap is not None)
         app = create_app(
             registry,
             poller.state,
-            not_ready,
+            readiness.not_ready,
             settings.vllm_url,
             tap.landing_tables if tap else (),
             refresh_every=settings.interval,
             page=PageContext.of(settings),
         )
-        metrics = _MetricsServer(app, lambda address: listening("metrics", address))
+        metrics = MetricsServer(app, readiness.metrics_listening)
         supervisor.start("poller", poller.run())
         supervisor.start(
             "metrics server", metrics.serve_on(settings.listen_address), stop=metrics.stop
         )
         if tap is not None:
             supervisor.start(
-                "tap",
-                tap.run(
-                    settings, poller, lambda address: listening("tap", address), supervisor.draining
-                ),
-                drains=True,
+                "tap", tap.run(readiness.tap_listening, supervisor.draining), drains=True
             )
-        log.info(
-            "starting",
-            extra={
-                "heap_frozen_objects": freeze_startup_heap(),
-                "vllm_url": settings.vllm_url,
-                "interval": settings.interval,
-                "draft_cost_ratio": cost.ratio,
-                "draft_cost_ratio_source": cost.source,
-            },
-        )
+        _log_start(settings)
         return await supervisor.run()
+
+
+def _tap_parts(settings: Settings, registry: CollectorRegistry) -> TapParts | None:
+    if settings.proxy_listen is None:
+        return None
+    from specdec_exporter.sidecar.tap_parts import TapParts  # noqa: PLC0415  only with the tap
+
+    return TapParts(settings, registry)
+
+
+class _Readiness:
+    """What /readyz says: ready once the first poll is done and the tap (if any) listens, until
+    the supervisor starts draining."""
+
+    def __init__(self, supervisor: Supervisor, poller: Poller, *, tap_enabled: bool) -> None:
+        self._supervisor = supervisor
+        self._poller = poller
+        self._tap_enabled = tap_enabled
+        self._tap_up = asyncio.Event()
+
+    def not_ready(self) -> str | None:
+        if self._supervisor.draining.is_set():
+            return "stopping: draining the tap"
+        if not self._poller.first_poll_done.is_set():
+            return "first poll of vLLM not done yet"
+        if self._tap_enabled and not self._tap_up.is_set():
+            return "the tap is not listening yet"
+        return None
+
+    def metrics_listening(self, address: tuple[str, int]) -> None:
+        _log_listening("metrics", address)
+
+    def tap_listening(self, address: tuple[str, int]) -> None:
+        _log_listening("tap", address)
+        self._tap_up.set()
+
+
+def _log_listening(component: str, address: tuple[str, int]) -> None:
+    log.info("listening", extra={"component": component, "address": f"{address[0]}:{address[1]}"})
+
+
+def _log_start(settings: Settings) -> None:
+    cost = settings.draft_cost
+    log.info(
+        "starting",
+        extra={
+            "heap_frozen_objects": freeze_startup_heap(),
+            "vllm_url": settings.vllm_url,
+            "interval": settings.interval,
+            "draft_cost_ratio": cost.ratio,
+            "draft_cost_ratio_source": cost.source,
+        },
+    )
 
 
 def freeze_startup_heap() -> int:
@@ -143,253 +147,3 @@ def freeze_startup_heap() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
-
-
-@dataclass(frozen=True)
-class _Supervised:
-    name: str
-    drains: bool
-    stop: Callable[[], object] | None
-
-
-class Supervisor:
-    """The one owner of serve()'s tasks and of the stop signals.
-
-    - A task that ends on its own (an exception, or a return) stops everything: one error line,
-      every other task cancelled, exit 1.
-    - The first SIGTERM or SIGINT sets ``draining``. Tasks started with ``drains=True`` (the tap)
-      finish their in-flight work and return; the others (the metrics server, the poller) keep
-      serving until then and are stopped after: exit 0.
-    - A second signal cancels everything at once: exit 1.
-    """
-
-    def __init__(self) -> None:
-        self.draining = asyncio.Event()
-        self._abort = asyncio.Event()
-        self._tasks: dict[asyncio.Task[None], _Supervised] = {}
-
-    def start(
-        self,
-        name: str,
-        coroutine: Coroutine[Any, Any, None],
-        *,
-        drains: bool = False,
-        stop: Callable[[], object] | None = None,
-    ) -> None:
-        """Run ``coroutine``; ``stop`` asks it to end once draining is over (default: cancel)."""
-        task = asyncio.create_task(_no_system_exit(coroutine), name=name)
-        self._tasks[task] = _Supervised(name, drains, stop)
-
-    def on_signal(self) -> None:
-        if self.draining.is_set():
-            log.warning("second stop signal: exiting now")
-            self._abort.set()
-        else:
-            log.info("stopping")
-            self.draining.set()
-
-    async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        for number in STOP_SIGNALS:
-            loop.add_signal_handler(number, self.on_signal)
-        try:
-            return await self._supervise()
-        finally:
-            for number in STOP_SIGNALS:
-                loop.remove_signal_handler(number)
-            await self._cancel_all()
-
-    async def _supervise(self) -> int:
-        failed = await self._watch(self.draining, lambda: False)
-        if failed is None:
-            failed = await self._watch(self._abort, self._drained)
-        if failed is not None:
-            self._report(failed)
-            return EXIT_FAILED
-        if self._abort.is_set():
-            return EXIT_FAILED
-        await self._stop_the_rest()
-        log.info("stopped")
-        return EXIT_OK
-
-    async def _watch(
-        self, until: asyncio.Event, done: Callable[[], bool]
-    ) -> asyncio.Task[None] | None:
-        """Wait for ``until`` or ``done()``; return the first task that ended when it should not."""
-        waiter = asyncio.ensure_future(until.wait())
-        try:
-            while not until.is_set() and not done():
-                running = {task for task in self._tasks if not task.done()}
-                finished, _ = await asyncio.wait(
-                    {*running, waiter}, return_when=asyncio.FIRST_COMPLETED
-                )
-                for task in running & finished:
-                    if not self._ended_as_planned(task):
-                        return task
-            return None
-        finally:
-            waiter.cancel()
-
-    def _ended_as_planned(self, task: asyncio.Task[None]) -> bool:
-        return (
-            self.draining.is_set()
-            and self._tasks[task].drains
-            and not task.cancelled()
-            and task.exception() is None
-        )
-
-    def _drained(self) -> bool:
-        return all(task.done() for task, spec in self._tasks.items() if spec.drains)
-
-    async def _stop_the_rest(self) -> None:
-        running = [task for task in self._tasks if not task.done()]
-        for task in running:
-            stop = self._tasks[task].stop
-            if stop is None:
-                task.cancel()
-            else:
-                stop()
-        if running:
-            await asyncio.wait(running, timeout=STOP_TIMEOUT)
-
-    async def _cancel_all(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def _report(self, task: asyncio.Task[None]) -> None:
-        """One error line (JSON, on stderr) saying which task ended and why."""
-        name = self._tasks[task].name
-        error = None if task.cancelled() else task.exception()
-        extra = {"task": name}
-        if error is None:
-            log.error("%s stopped unexpectedly; exiting", name, extra=extra)
-        elif isinstance(error, OSError):  # a taken port, a refused bind: no traceback needed
-            log.error("%s failed; exiting: %s", name, error, extra=extra)
-        else:
-            log.error(
-                "%s failed; exiting: %s: %s",
-                name,
-                type(error).__name__,
-                error,
-                extra=extra,
-                exc_info=error,
-            )
-
-
-async def _no_system_exit(coroutine: Coroutine[Any, Any, None]) -> None:
-    """A library's ``sys.exit`` inside a task would escape the event loop; make it a failure."""
-    try:
-        await coroutine
-    except SystemExit as exc:
-        raise RuntimeError(f"exited with status {exc.code}") from None
-
-
-class _MetricsServer(uvicorn.Server):
-    """uvicorn on a socket bound here, so a taken port is an OSError the supervisor reports
-    (uvicorn itself would log and ``sys.exit``); signals are left to the supervisor."""
-
-    def __init__(self, app: Any, on_started: Callable[[tuple[str, int]], None]) -> None:
-        super().__init__(
-            uvicorn.Config(
-                app,
-                log_config=None,
-                access_log=False,
-                lifespan="off",
-                timeout_graceful_shutdown=STOP_TIMEOUT,
-            )
-        )
-        self._on_started = on_started
-
-    async def serve_on(self, address: tuple[str, int]) -> None:
-        host, port = address
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.create_server((host, port), family=family, backlog=2048)
-        await self.serve(sockets=[listener])
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if sockets and not self.should_exit:
-            host, port = sockets[0].getsockname()[:2]
-            self._on_started((host, port))
-
-    def stop(self) -> None:
-        self.should_exit = True
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-class _TapParts:
-    """The request tap's pieces, imported only when the tap is enabled."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        registry: CollectorRegistry,
-        num_speculative_tokens: Callable[[str], int | None],
-    ) -> None:
-        from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
-        from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
-
-        self.stats = RequestStats(
-            TemperatureBuckets(settings.temperature_buckets), num_speculative_tokens
-        )
-        self.stats.register(registry)
-        self.landing_tables: list[tuple[str, LandingRows]] = [
-            ("Acceptance by temperature bucket (request tap, sidecar window)", bucket_window_rows),
-            ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows),
-        ]
-
-    def attributed(self, served_models: frozenset[str]) -> dict[BucketKey, Totals]:
-        """Per (model, bucket), the attributed counts so far; also pre-creates every served
-        model's per-bucket series at 0, so they exist before the first request; drops the series
-        of models the poller no longer keeps (bounded labels)."""
-        from specdec_exporter.tap.request import OTHER_MODEL  # noqa: PLC0415
-
-        self.stats.retain_models(served_models | {OTHER_MODEL})
-        for model in served_models:
-            self.stats.add_model(model)
-        return {
-            (row.model_name, row.temperature_bucket): Totals(
-                row.drafts, row.draft_tokens, row.accepted_tokens
-            )
-            for row in self.stats.bucket_summary()
-        }
-
-    def bucket_rows(self, _state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
-        headers = (
-            "model",
-            "temperature bucket",
-            "requests",
-            "attributed",
-            "acceptance rate",
-            "mean acceptance length",
-        )
-        rows = [
-            (
-                row.model_name,
-                row.temperature_bucket,
-                row.requests,
-                row.attributed,
-                row.acceptance_rate,
-                row.mean_acceptance_length,
-            )
-            for row in self.stats.bucket_summary()
-        ]
-        return headers, rows
-
-    async def run(
-        self,
-        settings: Settings,
-        poller: Poller,
-        on_started: Callable[[tuple[str, int]], None],
-        draining: asyncio.Event,
-    ) -> None:
-        from specdec_exporter.tap.proxy import run_tap  # noqa: PLC0415
-
-        def known_models() -> frozenset[str]:
-            return poller.state.models_seen
-
-        await run_tap(settings, self.stats, known_models, on_started, draining=draining)

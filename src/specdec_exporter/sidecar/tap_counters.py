@@ -12,8 +12,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec_exporter.core.acceptance import Totals, counter_delta, totals_delta
-from specdec_exporter.core.exposition import Snapshot
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.report import BucketKey, Entry, bucket_entries, bucket_json
 from specdec_exporter.core.verdict import Criteria
 from specdec_exporter.term import render_table

@@ -16,8 +16,8 @@ from typing import Any
 import httptools
 
 from specdec_exporter.logs import RateLimiter
-from specdec_exporter.sidecar.config import ConfigError, Settings
 from specdec_exporter.tap import http1
+from specdec_exporter.tap.config import TapConfig
 from specdec_exporter.tap.contracts import LiveExchange
 from specdec_exporter.tap.exchange import Exchange
 from specdec_exporter.tap.http1 import MAX_HEAD_BYTES, Fields, Headers
@@ -42,18 +42,20 @@ VERSIONS = frozenset({"1.0", "1.1"})
 
 
 class Tap:
-    """What every connection shares: settings, stats, the upstream pool, live exchanges."""
+    """What every connection shares: config, stats, the upstream pool, live exchanges."""
 
     def __init__(
-        self, settings: Settings, stats: RequestStats, known_models: Callable[[], frozenset[str]]
+        self, config: TapConfig, stats: RequestStats, known_models: Callable[[], frozenset[str]]
     ) -> None:
         self.stats = stats
         self.buckets = stats.buckets  # one source of labels: the stats' buckets
-        self.default_temperature = settings.request_default_temperature
-        self.inspect_limit = settings.proxy_inspect_max_bytes
-        self.timeout = settings.proxy_timeout
-        self.origin = Origin.from_url(settings.vllm_url)
-        self.pool = UpstreamPool(self.origin, min(CONNECT_TIMEOUT, settings.proxy_timeout))
+        self.default_temperature = config.default_temperature
+        self.inspect_limit = config.inspect_max_bytes
+        self.timeout = config.timeout
+        self.origin = Origin.from_url(config.vllm_url)
+        self.pool = UpstreamPool(
+            self.origin, min(CONNECT_TIMEOUT, config.timeout), config.vllm_ssl_context
+        )
         self.clients: set[ClientConnection] = set()
         self.idle_clients: dict[ClientConnection, None] = {}
         """Client connections without an exchange, longest idle first (a dict keeps insertion
@@ -61,21 +63,17 @@ class Tap:
         only the expired ones at the front, not every connection each second."""
         self.exchanges: set[LiveExchange] = set()
         self._known_models = known_models
-        self._models_seen: frozenset[str] | None = None
         self._log_limiter = RateLimiter(ERROR_LOG_INTERVAL)
         self.draining = False
         """Set by ``drain``: a connection closes once its exchange ends (no keep-alive)."""
 
     def model_label(self, model: str | None) -> str:
-        """Map a requested model to a served name or ``other``; pre-create served models' series."""
+        """Map a requested model to a served name or ``other`` (whoever runs the tap pre-creates
+        the served models' series: the sidecar does at each poll)."""
         try:
             served = self._known_models()
         except Exception:  # the sidecar's callback must not break traffic
             served = frozenset()
-        if served != self._models_seen:
-            self._models_seen = served
-            for name in served:
-                self.stats.add_model(name)
         return model_label(model, served)
 
     def record(self, record: RequestRecord) -> None:
@@ -324,34 +322,32 @@ class ClientConnection(asyncio.Protocol):
 
 
 async def run_tap(
-    settings: Settings,
+    config: TapConfig,
     stats: RequestStats,
     known_models: Callable[[], frozenset[str]],
     on_started: Callable[[tuple[str, int]], None] | None = None,
     draining: asyncio.Event | None = None,
 ) -> None:
-    """Serve the tap on ``settings.proxy_address`` until cancelled, or until ``draining`` is set:
-    then drain (see ``drain``) and return."""
-    address = settings.proxy_address
-    if address is None:
-        raise ConfigError("the tap needs --proxy-listen HOST:PORT")
-    tap = Tap(settings, stats, known_models)
+    """Serve the tap on ``config.listen`` until cancelled, or until ``draining`` is set: then
+    drain (see ``drain``) and return."""
+    host, port = config.listen
+    tap = Tap(config, stats, known_models)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: ClientConnection(tap), address[0], address[1], reuse_address=True, backlog=1024
+        lambda: ClientConnection(tap), host, port, reuse_address=True, backlog=1024
     )
     sockets: Any = getattr(server, "sockets")  # noqa: B009  uvloop: a list; typeshed: a tuple
     bound: Any = sockets[0].getsockname()  # (a compiled tap checks the declared type)
-    log.info("tap listening on %s:%d, forwarding to %s", bound[0], bound[1], settings.vllm_url)
+    log.info("tap listening on %s:%d, forwarding to %s", bound[0], bound[1], config.vllm_url)
     if on_started is not None:
         on_started((bound[0], bound[1]))
     stop = draining if draining is not None else asyncio.Event()
     try:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(SWEEP_INTERVAL, settings.proxy_timeout / 4))
+                await asyncio.wait_for(stop.wait(), min(SWEEP_INTERVAL, config.timeout / 4))
             tap.sweep()
-        await drain(tap, server, settings.shutdown_grace)
+        await drain(tap, server, config.shutdown_grace)
     finally:
         server.close()
         tap.shutdown()

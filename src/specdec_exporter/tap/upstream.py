@@ -135,11 +135,12 @@ class UpstreamConnection(asyncio.Protocol):
 class UpstreamPool:
     """Idle keep-alive connections, newest first; new ones opened on demand."""
 
-    def __init__(self, origin: Origin, connect_timeout: float) -> None:
+    def __init__(self, origin: Origin, connect_timeout: float, tls: ssl.SSLContext) -> None:
+        """``tls``: how an ``https://`` vLLM is trusted (unused for ``http://``)."""
         self.origin = origin
         self.connect_timeout = connect_timeout
         self._idle: list[UpstreamConnection] = []
-        self._ssl = ssl.create_default_context() if origin.tls else None
+        self._ssl = tls if origin.tls else None
 
     def take_idle(self) -> UpstreamConnection | None:
         now = time.monotonic()

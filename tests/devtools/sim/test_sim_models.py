@@ -28,7 +28,7 @@ from specdec_exporter.devtools.sim.steptime import (
     modelled_speedup,
     step_time_model_for,
 )
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.options import ConfigError
 
 MODEL = AcceptanceModel()
 DEFAULT_QUALITY = SimConfig().drafter_quality

@@ -18,10 +18,9 @@ from typing import Annotated
 import httpx
 from pydantic import AfterValidator, ConfigDict, Field
 
-from specdec_exporter.commands.flags import Metavar
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
-from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.core.parse import ExpositionError, Snapshot, parse, requests_running
 from specdec_exporter.devtools.load.config import Count, LoadConfig, RequestContent
 from specdec_exporter.devtools.load.counters import (
     CounterReading,
@@ -40,7 +39,8 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.sidecar.config import HttpUrl
+from specdec_exporter.options import HttpUrl, Metavar
+from specdec_exporter.trust import VllmTrust
 
 PhaseCallback = Callable[[str], None]
 DEFAULT_TEMPERATURES_TEXT = "0,0.7,1.0"
@@ -60,7 +60,7 @@ def _ascending(values: tuple[int, ...]) -> tuple[int, ...]:
 Concurrencies = Annotated[tuple[Count, ...], AfterValidator(_ascending), Metavar("LIST")]
 
 
-class CalibrateOptions(Settling):
+class CalibrateOptions(Settling, VllmTrust):
     """The calibration's fields that `calibrate` takes as flags of the same names."""
 
     concurrencies: Concurrencies = Field(
@@ -122,6 +122,7 @@ class CalibrateConfig(CalibrateOptions, RequestContent, CounterWatch):
             prompts=self.prompts,
             seed=self.seed,
             api_key=self.api_key,
+            **self.vllm_trust(),
         )
 
 
@@ -168,7 +169,10 @@ async def run_calibration(
 ) -> CalibrationRun:
     """Discover the servers, warm them up, then measure every phase in order."""
     async with httpx.AsyncClient(
-        transport=transport, trust_env=False, timeout=config.scrape_timeout
+        transport=transport,
+        trust_env=False,
+        timeout=config.scrape_timeout,
+        verify=config.vllm_ssl_context(),
     ) as client:
         run = _Calibration(config, client, transport, on_phase or (lambda _: None))
         return await run.execute(assumed_cost_ratio)
@@ -240,7 +244,11 @@ class _Calibration:
 
     async def _model_of(self, url: str) -> str:
         load = LoadConfig(
-            url=url, requests=1, api_key=self._config.api_key, timeout=self._config.scrape_timeout
+            url=url,
+            requests=1,
+            api_key=self._config.api_key,
+            timeout=self._config.scrape_timeout,
+            **self._config.vllm_trust(),
         )
         async with build_client(load, self._transport) as client:
             try:

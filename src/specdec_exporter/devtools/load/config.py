@@ -13,9 +13,9 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import CliToggleFlag
 
-from specdec_exporter.commands.flags import Metavar, refuse_together
 from specdec_exporter.devtools.load.mix import MixEntry, parse_mix, parse_temperatures
-from specdec_exporter.sidecar.config import HttpUrl
+from specdec_exporter.options import HttpUrl, Metavar, refuse_together
+from specdec_exporter.trust import VllmTrust
 
 
 def _parsed_by(parse: Callable[[str], object]) -> AfterValidator:
@@ -50,8 +50,9 @@ BUILTIN_PROMPTS = (
 )
 
 
-class ClientOptions(BaseModel):
-    """Where `load` and `sweep` send their requests and what each asks for: flags of both."""
+class ClientOptions(VllmTrust):
+    """Where `load` and `sweep` send their requests, how they trust it and what each asks for:
+    flags of both."""
 
     url: Annotated[HttpUrl, Metavar("URL")] = Field(
         default="http://127.0.0.1:8000",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from specdec_exporter.core.acceptance import Totals, sum_totals, totals_delta
-from specdec_exporter.core.exposition import SeriesKey, Snapshot
+from specdec_exporter.core.parse import SeriesKey, Snapshot
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.devtools.load.results import RequestResult
 

@@ -67,6 +67,7 @@ def build_client(
         ),
         timeout=httpx.Timeout(config.timeout, connect=min(config.connect_timeout, config.timeout)),
         transport=transport,
+        verify=config.vllm_ssl_context(),
     )
 
 

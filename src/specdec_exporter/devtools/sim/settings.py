@@ -16,9 +16,8 @@ from pydantic import (
 )
 from pydantic_settings import CliToggleFlag
 
-from specdec_exporter.commands.flags import flag_of
 from specdec_exporter.devtools.sim.steptime import StepTimeModel, step_time_model_for
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.options import ConfigError, flag_of
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"

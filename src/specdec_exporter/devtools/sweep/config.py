@@ -9,7 +9,6 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from specdec_exporter.commands.flags import Metavar
 from specdec_exporter.devtools.load.config import (
     ClientOptions,
     Count,
@@ -18,7 +17,7 @@ from specdec_exporter.devtools.load.config import (
 )
 from specdec_exporter.devtools.load.counters import CounterWatch
 from specdec_exporter.devtools.load.mix import MixEntry, parse_temperatures
-from specdec_exporter.sidecar.config import DEFAULT_MAX_BODY_BYTES, HttpUrl
+from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES, HttpUrl, Metavar
 
 Source = Literal["per-request", "counters"]
 SourceChoice = Literal["auto", "per-request", "counters"]
@@ -88,4 +87,5 @@ class SweepConfig(SweepOptions, RequestContent, CounterWatch):
             prompts=self.prompts,
             seed=self.seed,
             api_key=self.api_key,
+            **self.vllm_trust(),
         )

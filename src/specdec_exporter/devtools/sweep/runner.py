@@ -69,7 +69,9 @@ async def run_sweep(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> SweepResult:
     """Run every phase in order; ``transport`` (tests) carries both the load and the scrapes."""
-    async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
+    async with httpx.AsyncClient(
+        transport=transport, trust_env=False, verify=config.vllm_ssl_context()
+    ) as client:
         scraper = Scraper(
             client,
             config.metrics_base_url,

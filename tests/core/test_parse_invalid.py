@@ -9,7 +9,7 @@ import pytest
 
 from specdec_exporter.core import vllm_names as names
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import InvalidSeries, parse
+from specdec_exporter.core.parse import InvalidSeries, parse
 from variants import FIXTURES, MODEL, capture, with_engines
 
 KEY = (MODEL, "0")

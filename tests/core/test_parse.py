@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import ExpositionError, parse
+from specdec_exporter.core.parse import ExpositionError, parse
 from variants import (
     FIXTURES,
     MODEL,

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_exporter.core.exposition import ExpositionError, Snapshot, parse
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
 from specdec_exporter.core.report import build_report
 from specdec_exporter.core.timeline import Timeline
 from variants import FIXTURES, multiprocess, openmetrics, underscore, with_engines

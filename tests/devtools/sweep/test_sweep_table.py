@@ -14,8 +14,8 @@ from specdec_exporter.devtools.sweep.phase import (
     per_request_acceptance,
     phase_row,
 )
-from specdec_exporter.devtools.sweep.report import CSV_COLUMNS, render_sweep, sweep_csv, sweep_json
 from specdec_exporter.devtools.sweep.runner import SweepResult
+from specdec_exporter.devtools.sweep.table import CSV_COLUMNS, render_sweep, sweep_csv, sweep_json
 
 CONFIG = SweepConfig(
     url="http://vllm:8000",

@@ -8,13 +8,12 @@ import sys
 import time
 
 import httpx
-from test_cli import wait_for
 
 from scrape_spy import ScrapeSpy
-from sidecar_process import address_of, sidecar
+from sidecar_process import address_of, sidecar, wait_for
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.exposition import Snapshot
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.devtools.load.config import LoadConfig

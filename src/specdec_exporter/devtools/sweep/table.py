@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Any
 
-from specdec_exporter.devtools.load.report import milliseconds
+from specdec_exporter.devtools.load.summary import milliseconds
 from specdec_exporter.devtools.sweep.config import SweepConfig
 from specdec_exporter.devtools.sweep.phase import PhaseRow
 from specdec_exporter.devtools.sweep.runner import SweepResult

@@ -1,0 +1,88 @@
+"""Option types that every room's settings share: the config error, the URL type, the cap on a
+/metrics body, and the field markers and checks of settings models whose flags are generated.
+
+Neutral ground: the sidecar, the tap, the commands and the dev tools import it; it imports none of
+them, so no room reaches up into another for a type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, TypeVar, get_args, get_origin
+
+from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+M = TypeVar("M")
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Cap on a /metrics body, bytes: of the sidecar's scrapes and of the sweep's."""
+
+
+class ConfigError(Exception):
+    """A setting is invalid; the message is one readable line."""
+
+
+def _check_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    return value.rstrip("/")
+
+
+HttpUrl = Annotated[str, AfterValidator(_check_url)]
+"""An http:// or https:// URL, without a trailing slash."""
+
+
+@dataclass(frozen=True)
+class Metavar:
+    """Field metadata: what ``--help`` shows for the flag's value (``--prompts FILE``) instead of
+    the field's type, for a type that would hide the value's format."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class FromEnv:
+    """Field metadata: the environment variable the field falls back to when its flag is absent
+    (``--api-key``, else ``$OPENAI_API_KEY``). ``--help`` names it; empty counts as unset."""
+
+    variable: str
+
+
+def field_marker(field: FieldInfo, kind: type[M]) -> M | None:
+    """The first ``kind`` among the field's metadata, looking inside ``Annotated`` union members
+    too (``Annotated[int, ...] | None``)."""
+    candidates = list(field.metadata)
+    for member in get_args(field.annotation):
+        if get_origin(member) is Annotated:
+            candidates += member.__metadata__
+    return next((item for item in candidates if isinstance(item, kind)), None)
+
+
+def flag_of(model: type[BaseModel], field: str) -> str:
+    """The flag of one of ``model``'s fields: ``--`` and its name (or alias) in kebab case."""
+    return "--" + (model.model_fields[field].alias or field).replace("_", "-")
+
+
+def refuse_together(settings: BaseModel, *fields: str) -> None:
+    """Flags that exclude each other: ValueError naming two of ``fields`` that were both given.
+    For a settings model's ``model_validator(mode="after")``."""
+    given = [
+        flag_of(type(settings), field) for field in fields if field in settings.model_fields_set
+    ]
+    if len(given) > 1:
+        raise ValueError(f"{given[1]} is not allowed with {given[0]}")
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming each bad setting. Our own validators' messages (``value_error``) say what
+    they got; pydantic's built-in ones (bounds, types) get the input appended."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(item) for item in error["loc"])
+        if error["type"] == "value_error":
+            message = str(error.get("ctx", {}).get("error", error["msg"]))
+        else:
+            message = f"{error['msg']} (got {error.get('input')!r})"
+        parts.append(f"{where}: {message}" if where else message)
+    return "invalid setting: " + "; ".join(parts)
