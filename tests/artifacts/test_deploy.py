@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
+import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -575,3 +577,25 @@ def test_the_readmes_three_line_kustomization_injects_the_sidecar(tmp_path: Path
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
     where, _ = sidecar_of(find(rendered(tmp_path), "StatefulSet", "codegen"))
     assert where == "initContainers"
+
+
+REF_PLACEHOLDER = "<commit>"
+"""How the docs pin a remote path of this repository: the reader puts the commit they reviewed."""
+
+
+def test_every_documented_ref_is_the_commit_placeholder_or_an_existing_tag() -> None:
+    """A `?ref=` naming a tag that does not exist (`v0.1.0` was one) fails every reader's build."""
+    root = COMPONENTS.parents[1]
+    tags = set(
+        subprocess.run(
+            ["git", "tag", "--list"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    documents = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    refs = {
+        (path.relative_to(root).as_posix(), ref)
+        for path in documents
+        for ref in re.findall(r"\?ref=([^\s`)\"']+)", path.read_text(encoding="utf-8"))
+    }
+    assert refs, "no ?ref= found: the pattern or the docs changed"
+    assert {(where, ref) for where, ref in refs if ref not in tags | {REF_PLACEHOLDER}} == set()
