@@ -51,8 +51,9 @@ class _Table(BaseModel):
 class Selectors(_Table):
     sidecar: str = Field(min_length=1)
     """Matchers of the sidecar's series (the PodMonitor's job)."""
-    vllm: str = Field(min_length=1)
-    """Matchers of vLLM's own series, scraped by Prometheus straight from vLLM."""
+    vllm_job: str = Field(min_length=1)
+    """The job of vLLM's own series (scraped by Prometheus straight from vLLM): the default of
+    the dashboard's `vllm_job` variable, which lists every job those series carry."""
     cluster_label: LabelName
     """The label naming the cluster (Thanos, Mimir); empty: one cluster, no such label."""
 
