@@ -92,9 +92,20 @@ class Thresholds(_Table):
 
 class Links(_Table):
     runbook: str
+    """The runbook's URL; each alert links to `<runbook>#<alertname lower case>`."""
     grafana: str
+    """Grafana's base URL; each alert links to `<grafana>/d/<uid>/<slug>?var-...`."""
     dashboard_uid: str
     dashboard_slug: str
+
+    @field_validator("runbook", "grafana")
+    @classmethod
+    def _splits_where_kustomize_cuts(cls, value: str) -> str:
+        """deploy/monitoring/links replaces these bases at `#`, `/d/` and `"`."""
+        for delimiter in ('"', "#", "/d/"):
+            if delimiter in value:
+                raise ValueError(f"must not contain {delimiter!r}")
+        return value
 
 
 class AlertPolicy(_Table):
