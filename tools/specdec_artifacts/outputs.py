@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from specdec_artifacts import alertmanager, dashboard, kube, links, rules
+from specdec_artifacts import alertmanager, dashboard, kube, links, mixin, rules
 from specdec_artifacts.settings import REPO_ROOT, Settings
 
 HEADER = (
@@ -28,6 +28,9 @@ DASHBOARD_FILE = "dashboards/vllm-specdec.json"
 GENERATED_DEPLOY = "deploy/monitoring/generated"
 GENERATED_ALERTMANAGER = "deploy/monitoring/alertmanager/generated"
 """The AlertmanagerConfig is an optional component of deploy/monitoring: its own folder."""
+MIXIN_FILE = "mixin/mixin.libsonnet"
+MIXIN_JSONNETFILE = "mixin/jsonnetfile.json"
+"""The monitoring mixin (mixin.py) and its jsonnet-bundler file."""
 LINKS_COMPONENT = "deploy/monitoring/links/kustomization.yaml"
 """The optional Component setting the runbook and Grafana URLs from the overlay (links.py)."""
 EXAMPLE_GENERATED = "deploy/examples/llama-ngram/generated"
@@ -70,6 +73,8 @@ def all_outputs(settings: Settings) -> list[Output]:
             f"{GENERATED_ALERTMANAGER}/alertmanagerconfig.yaml",
             to_yaml(alertmanager.alertmanager_config_resource(settings)),
         ),
+        Output(MIXIN_FILE, mixin.mixin_text(settings)),
+        Output(MIXIN_JSONNETFILE, mixin.JSONNETFILE),
         Output(
             SPECULATIVE_CONFIG_FILE,
             to_yaml(kube.speculative_config_map(settings.example_deployment)),
