@@ -40,7 +40,7 @@ def links_component(
     board_target = {"kind": dashboards["kind"], "name": dashboards["metadata"]["name"]}
     board_targets = [
         {
-            "select": board_target,
+            "select": dict(board_target),
             "fieldPaths": [f"data.{_escaped(key)}"],
             "options": {"delimiter": QUOTE, "index": _quoted_part(text, links.runbook)},
         }
