@@ -50,4 +50,6 @@ RUN python -m pip install --no-cache-dir --no-deps --no-index /wheels/*.whl \
 USER 10001:10001
 EXPOSE 10088 10089
 ENTRYPOINT ["specdec-exporter"]
-CMD ["run", "--listen", "0.0.0.0:10088"]
+# No option here: a flag wins over its SPECDEC_* variable, so an option in CMD would silently
+# override `docker run -e SPECDEC_LISTEN=...`. `run` listens on 0.0.0.0:10088 by default.
+CMD ["run"]

@@ -7,13 +7,15 @@ stage and absolute paths moved under the scratch root. A RUN of apt-get is not r
 (it would empty this machine's package lists): the packages it installs must be installed here,
 and are installed when missing and this runs as root. Then, in the final stage's venv, the tap's
 modules are the compiled ones, every command answers --help or, where the image leaves its dev
-tools out, says so in one line; and the ENTRYPOINT + CMD runs until /healthz answers.
+tools out, says so in one line; and the ENTRYPOINT + CMD, given SPECDEC_LISTEN, serves /healthz
+there.
 Run: python scripts/check_dockerfile.py
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import runpy
 import shutil
@@ -149,16 +151,15 @@ def start_entrypoint(steps: list[tuple[str, str]], venv: Path) -> None:
     entrypoint = json.loads([rest for keyword, rest in steps if keyword == "ENTRYPOINT"][-1])
     command = json.loads([rest for keyword, rest in steps if keyword == "CMD"][-1])
     port = free_port()
-    command = [arg.replace("0.0.0.0:10088", f"127.0.0.1:{port}") for arg in command]
-    argv = [
-        str(venv / "bin" / entrypoint[0]),
-        *entrypoint[1:],
-        *command,
-        "--vllm-url",
-        "http://127.0.0.1:9",
-    ]
-    print("+ " + " ".join(argv), flush=True)
-    process = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    # Settings by environment, as `docker run -e` gives them: an option in CMD would override them.
+    env = {
+        **os.environ,
+        "SPECDEC_LISTEN": f"127.0.0.1:{port}",
+        "SPECDEC_VLLM_URL": "http://127.0.0.1:9",
+    }
+    argv = [str(venv / "bin" / entrypoint[0]), *entrypoint[1:], *command]
+    print(f"+ SPECDEC_LISTEN=127.0.0.1:{port} " + " ".join(argv), flush=True)
+    process = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

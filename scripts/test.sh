@@ -21,6 +21,7 @@ apt_packages=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_packages+=(prometheus)
 command -v amtool >/dev/null || apt_packages+=(prometheus-alertmanager)
 command -v chromium >/dev/null || apt_packages+=(chromium)
+command -v jsonnet >/dev/null || apt_packages+=(jsonnet)
 command -v cc >/dev/null || apt_packages+=(gcc libc6-dev)
 headers="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 [ -f "$headers/Python.h" ] || apt_packages+=(python3-dev)

@@ -120,6 +120,6 @@ def test_a_podmonitor_job_the_selectors_do_not_select_is_drift(
     )
     monitor["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["replacement"] = "vllm-server"
     assert deploy_problems(settings, manifests) == [
-        "[selectors] vllm selects job 'vllm', but the PodMonitor sets the jobs "
+        "[selectors] vllm_job selects job 'vllm', but the PodMonitor sets the jobs "
         "['specdec-exporter', 'vllm-server']"
     ]

@@ -37,9 +37,9 @@ def board() -> dict[str, Any]:
     return dashboard(load())
 
 
-def with_cluster_label(label: str = "cluster", vllm: str = 'job="vllm"') -> Settings:
+def with_cluster_label(label: str = "cluster", vllm_job: str = "vllm") -> Settings:
     data = load().model_dump(by_alias=True)
-    data["selectors"].update(cluster_label=label, vllm=vllm)
+    data["selectors"].update(cluster_label=label, vllm_job=vllm_job)
     return Settings.model_validate(data)
 
 
@@ -71,13 +71,22 @@ def test_without_a_cluster_label_the_variable_is_hidden_and_unused(board: dict[s
     assert dashboard_problems(board, RECORDED, ("namespace", "cluster")) != []
 
 
-def test_vllm_latency_panels_use_the_configured_job_and_the_scope() -> None:
-    board = dashboard(with_cluster_label(vllm='job="llm-serving"'))
+def test_vllm_latency_panels_read_the_job_from_a_variable_the_config_presets() -> None:
+    """One dashboard serves any vLLM job: the job is a variable listing the jobs of vLLM's
+    series in the selected pods, opened on the configured one."""
+    board = dashboard(with_cluster_label(vllm_job="llm-serving"))
     vllm = [e for e in dashboard_queries(board) if "vllm:" in e]
     assert len(vllm) == 6
+    assert not any("llm-serving" in expr for expr in dashboard_queries(board))
+    variable = {v["name"]: v for v in board["templating"]["list"]}["vllm_job"]
+    assert variable["definition"] == (
+        'label_values(vllm:e2e_request_latency_seconds_count{cluster=~"$cluster", '
+        'namespace=~"$namespace", pod=~"$pod"}, job)'
+    )
+    assert variable["current"] == {"text": ["llm-serving"], "value": ["llm-serving"]}
     for expr in vllm:
         for matcher in (
-            'job="llm-serving"',
+            'job=~"$vllm_job"',
             'cluster=~"$cluster"',
             'namespace=~"$namespace"',
             'pod=~"$pod"',
@@ -133,6 +142,7 @@ def test_identity_datasource_and_variables(board: dict[str, Any]) -> None:
         "model",
         "engine",
         "bucket",
+        "vllm_job",
     ]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
@@ -294,7 +304,7 @@ def test_the_dashboard_check_catches_structural_mistakes(board: dict[str, Any]) 
 
     assert problems[:2] == [
         "dashboard has __inputs: use the ${datasource} variable instead",
-        "missing variable $bucket",
+        "missing variable $vllm_job",
     ]
     assert any('no "No traffic" value' in p for p in problems)
     assert any("datasource is not ${datasource}" in p for p in problems)
@@ -308,3 +318,89 @@ def test_the_vllm_families_the_dashboard_reads_exist_in_a_real_capture() -> None
         for series in metric.sample_names():
             assert series in seen, series
             assert seen[series] <= metric.allowed_labels(), series
+
+
+# --- the first row, the alert annotations, the load level ---------------------------------------
+
+
+def test_the_first_row_is_the_four_stats_of_now(board: dict[str, Any]) -> None:
+    first_row, *stats = board["panels"][:5]
+    assert first_row["type"] == "row" and first_row["gridPos"]["y"] == 0
+    assert [(p["title"], p["type"]) for p in stats] == [
+        ("Acceptance now", "stat"),
+        ("Speedup (c calibrated, else assumed)", "stat"),
+        ("Verdict", "stat"),
+        ("Temperature-split coverage (tap or probe)", "stat"),
+    ]
+    assert {p["gridPos"]["y"] for p in stats} == {1}
+    speedup = stats[1]["targets"][0]
+    assert "specdec_estimated_speedup" in speedup["expr"]
+    assert (
+        "group_left (source)" in speedup["expr"] and "specdec_draft_cost_ratio" in speedup["expr"]
+    )
+    assert speedup["legendFormat"] == "{{model_name}} (c: {{source}})"
+    coverage = stats[3]["targets"][0]["expr"]
+    assert "specdec_temperature_split_info" in coverage and "or on (model_name)" in coverage
+
+
+def test_the_verdict_stat_shows_checks_words(board: dict[str, Any]) -> None:
+    verdict = next(p for p in panels_of(board) if p["title"] == "Verdict")
+    (words,) = [m for m in verdict["fieldConfig"]["defaults"]["mappings"] if m["type"] == "value"]
+    assert {k: v["text"] for k, v in words["options"].items()} == {
+        "0": "disable",
+        "1": "below threshold",
+        "2": "borderline",
+        "3": "healthy",
+    }
+    expr = verdict["targets"][0]["expr"]
+    assert expr.startswith("(\n0 * (min by (model_name) (specdec_estimated_speedup{")
+    assert "< 1)\nor\n1 + 0 * (" in expr and "<= 0.65)" in expr
+    assert "0.5 * group without (method) (specdec_speculative_info{" in expr
+
+
+def test_the_alerts_are_annotations_scoped_like_the_panels() -> None:
+    board = dashboard(with_cluster_label())
+    notes = board["annotations"]["list"]
+    assert [(n["name"], n["iconColor"]) for n in notes] == [
+        ("Pages (critical SpecDecode alerts)", "red"),
+        ("Tickets (warning SpecDecode alerts)", "orange"),
+    ]
+    assert notes[0]["expr"] == (
+        'ALERTS{alertname=~"SpecDecode.*", alertstate="firing", cluster=~"$cluster", '
+        'namespace=~"$namespace", severity="critical"}'
+    )
+    assert all(n["datasource"]["uid"] == "${datasource}" and n["enable"] for n in notes)
+
+
+def test_the_annotation_check_catches_an_unscoped_alerts_query(board: dict[str, Any]) -> None:
+    broken = json.loads(json.dumps(board))
+    broken["annotations"]["list"][0]["expr"] = 'ALERTS{alertname=~"SpecDecode.*"}'
+    assert dashboard_problems(broken, RECORDED) == [
+        "annotation 'Pages (critical SpecDecode alerts)': ALERTS is not filtered on namespace"
+    ]
+
+
+def test_the_load_level_row_reads_the_sidecars_batch_families(board: dict[str, Any]) -> None:
+    panels = {p["title"]: p for p in panels_of(board)}
+    acceptance = panels["Acceptance rate by running-batch bucket"]["targets"][0]["expr"]
+    length = panels["Mean acceptance length by running-batch bucket"]["targets"][0]["expr"]
+    assert acceptance.startswith(
+        "sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{"
+    )
+    assert "/ (sum by (model_name, batch_bucket) (rate(specdec_batch_draft_tokens_total{" in (
+        acceptance
+    )
+    assert length.startswith("1 + sum by (model_name, batch_bucket)")
+    assert "specdec_batch_drafts_total" in length
+
+
+def test_the_batch_families_are_known_to_the_check_from_the_contract_alone() -> None:
+    """specdec_batch_* come from the probe contract (AWAITED_SPECDEC_METRICS); a name outside
+    it, or a label the family lacks, is still refused."""
+    assert query_problems("rate(specdec_batch_steps_total[5m])", RECORDED) == []
+    assert query_problems("rate(specdec_batch_step_total[5m])", RECORDED) == [
+        "specdec_batch_step_total is not in the exported-metrics contract"
+    ]
+    assert query_problems(
+        'rate(specdec_batch_steps_total{temperature_bucket="0"}[5m])', RECORDED
+    ) == ["specdec_batch_steps_total has no label temperature_bucket"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
+import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -575,3 +577,94 @@ def test_the_readmes_three_line_kustomization_injects_the_sidecar(tmp_path: Path
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
     where, _ = sidecar_of(find(rendered(tmp_path), "StatefulSet", "codegen"))
     assert where == "initContainers"
+
+
+REF_PLACEHOLDER = "<commit>"
+"""How the docs pin a remote path of this repository: the reader puts the commit they reviewed."""
+
+
+def test_every_documented_ref_is_the_commit_placeholder_or_an_existing_tag() -> None:
+    """A `?ref=` naming a tag that does not exist (`v0.1.0` was one) fails every reader's build."""
+    root = COMPONENTS.parents[1]
+    listed = subprocess.run(
+        ["git", "tag", "--list"], cwd=root, capture_output=True, text=True, check=False
+    )
+    tags = set(listed.stdout.split()) if listed.returncode == 0 else set()  # no .git: no tags
+    documents = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    refs = {
+        (path.relative_to(root).as_posix(), ref)
+        for path in documents
+        for ref in re.findall(r"\?ref=([^\s`)\"']+)", path.read_text(encoding="utf-8"))
+    }
+    assert refs, "no ?ref= found: the pattern or the docs changed"
+    assert {(where, ref) for where, ref in refs if ref not in tags | {REF_PLACEHOLDER}} == set()
+
+
+# --- deploy/monitoring/links: the runbook and Grafana URLs from the user's overlay --------------
+
+REMOTE = "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter//"
+
+
+def documented_links_overlay() -> dict[str, Any]:
+    """docs/deploy.md's "Runbook and Grafana links" block, parsed."""
+    text = (COMPONENTS.parents[1] / "docs" / "deploy.md").read_text(encoding="utf-8")
+    section = text.split("### Runbook and Grafana links", 1)[1]
+    overlay: dict[str, Any] = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    return overlay
+
+
+def local_copy(overlay: dict[str, Any], folder: Path) -> Path:
+    """The overlay with this tree's paths for the remote ones, written into `folder`."""
+    repository = COMPONENTS.parents[1]
+
+    def local(url: str) -> str:
+        assert url.startswith(REMOTE) and url.endswith(f"?ref={REF_PLACEHOLDER}"), url
+        path = repository / url.removeprefix(REMOTE).split("?")[0]
+        return os.path.relpath(path, folder)
+
+    overlay = {
+        **overlay,
+        "resources": [local(u) for u in overlay["resources"]],
+        "components": [local(u) for u in overlay["components"]],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    return folder
+
+
+def test_the_documented_overlay_sets_both_urls_and_changes_nothing_else(tmp_path: Path) -> None:
+    overlay = documented_links_overlay()
+    literals = dict(item.split("=", 1) for item in overlay["configMapGenerator"][0]["literals"])
+    runbook, grafana = literals["runbook"], literals["grafana"]
+    links = load().links
+
+    manifests = rendered(local_copy(overlay, tmp_path))
+
+    assert "specdec-links" not in {m["metadata"]["name"] for m in manifests}, "local-config"
+    rule = find(manifests, "PrometheusRule", "specdec")
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    for alert in alerts:
+        annotations = alert["annotations"]
+        assert annotations["runbook_url"] == f"{runbook}#{alert['alert'].lower()}"
+        assert annotations["dashboard_url"].startswith(f"{grafana}/d/{links.dashboard_uid}/")
+    board = json.loads(
+        find(manifests, "ConfigMap", "specdec-grafana-dashboards")["data"]["vllm-specdec.json"]
+    )
+    assert [link["url"] for link in board["links"]] == [runbook]
+    as_text = json.dumps(manifests)
+    assert ".invalid" not in as_text
+    restored = as_text.replace(runbook, links.runbook).replace(grafana, links.grafana)
+    assert json.loads(restored) == rendered(MONITORING.path), "only the two URLs change"
+
+
+def test_without_the_configmap_the_links_component_fails_the_build(tmp_path: Path) -> None:
+    overlay = documented_links_overlay()
+    del overlay["configMapGenerator"]
+    with pytest.raises(ValueError, match=r"nothing selected by ConfigMap.*specdec-links"):
+        deploycheck.render(local_copy(overlay, tmp_path))
+
+
+def test_the_shipped_urls_are_reserved_names_that_never_resolve() -> None:
+    links = load().links
+    for url in (links.runbook, links.grafana):
+        host = url.split("/")[2]
+        assert host.endswith(".invalid"), url

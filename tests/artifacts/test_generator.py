@@ -141,6 +141,11 @@ def test_test_options_need_an_out_dir() -> None:
             "",
             "example_deployment.speculative_config: needs a string `method`",
         ),
+        (
+            'runbook = "https://runbook.unset.invalid/docs/runbook.md"',
+            'runbook = "https://wiki.example.org/runbooks#specdec"',
+            "links.runbook: must not contain '#'",
+        ),
     ],
 )
 def test_a_bad_config_is_one_readable_line(

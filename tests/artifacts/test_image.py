@@ -3,13 +3,17 @@ leaves out, every sidecar command works and the others say so in one line."""
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import re
 import runpy
 import shutil
 import subprocess
 import sys
+import threading
 import venv
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -121,3 +125,59 @@ def test_the_tap_is_compiled_against_the_packages_it_runs_with() -> None:
     runtime, build = pins(ROOT / "requirements.lock"), pins(ROOT / "requirements-build.lock")
     assert runtime and {name: build.get(name) for name in runtime} == runtime
     assert {"mypy", "setuptools", "wheel"} <= build.keys()
+
+
+def image_command() -> list[str]:
+    """The Dockerfile's ENTRYPOINT + CMD (exec form), without the `specdec-exporter` program."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    (entrypoint,) = re.findall(r"^ENTRYPOINT (\[.*\])$", text, re.MULTILINE)
+    (command,) = re.findall(r"^CMD (\[.*\])$", text, re.MULTILINE)
+    program, *arguments = json.loads(entrypoint) + json.loads(command)
+    assert program == "specdec-exporter"
+    return arguments
+
+
+def test_the_images_command_lets_specdec_listen_choose_the_address(image_package: Path) -> None:
+    """`docker run -e SPECDEC_LISTEN=...`: the environment reaches the sidecar, no option in CMD
+    overrides it (a flag wins over its variable)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(image_package),
+        "SPECDEC_LISTEN": "127.0.0.1:0",
+        "SPECDEC_VLLM_URL": "http://127.0.0.1:9",
+    }
+    with subprocess.Popen(
+        [sys.executable, "-m", "specdec_exporter.cli", *image_command()],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            listening = first_record(process, lambda r: r.get("msg") == "listening")
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+    assert listening["component"] == "metrics"
+    host, _, port = str(listening["address"]).rpartition(":")
+    assert host == "127.0.0.1" and int(port) > 0
+
+
+def first_record(
+    process: subprocess.Popen[str], matches: Callable[[dict[str, object]], bool]
+) -> dict[str, object]:
+    """The first JSON log line on stderr that `matches` (30 s at most, or the process's end)."""
+    found: queue.Queue[dict[str, object] | None] = queue.Queue()
+
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            record = json.loads(line)
+            if matches(record):
+                found.put(record)
+                return
+        found.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    record = found.get(timeout=30)
+    assert record is not None, f"no such log line; exit code {process.poll()}"
+    return record

@@ -131,6 +131,17 @@ class FakeSpecdecExporter:
             )
         for bucket, t in self._totals.items():
             yield from self._bucket_samples(f'{model},temperature_bucket="{bucket}"', t)
+        yield from _gauge("specdec_temperature_split_info", 'source="tap"', 1)
+        for batch_bucket, share in (("1", 0.25), ("2-4", 0.75)):
+            labels = f'{engine},batch_bucket="{batch_bucket}"'
+            yield from _counter("specdec_batch_steps_total", labels, share * drafts)
+            yield from _counter("specdec_batch_drafts_total", labels, share * drafts)
+            yield from _counter(
+                "specdec_batch_draft_tokens_total",
+                labels,
+                share * sum(t.draft_tokens for t in totals),
+            )
+            yield from _counter("specdec_batch_accepted_tokens_total", labels, share * accepted)
 
     def _bucket_samples(self, labels: str, t: _Totals) -> Iterator[Sample]:
         yield from _counter("specdec_requests_total", f'{labels},attributed="true"', t.requests)

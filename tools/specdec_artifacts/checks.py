@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from specdec_artifacts.contract import SPECDEC_METRICS, VLLM_METRICS, series_index
+from specdec_artifacts.contract import CHECKED_SPECDEC_METRICS, VLLM_METRICS, series_index
 from specdec_artifacts.grafana import DATASOURCE, NO_TRAFFIC
 from specdec_artifacts.outputs import Output
 
@@ -21,9 +21,18 @@ _MODIFIER = re.compile(
     r"\s*(?:(?:on|ignoring)\s*\([\w\s,]*\)\s*)?"
     r"(?:group_(?:left|right)\s*(?:\([\w\s,]*\))?\s*)?"
 )
-_SPECDEC = series_index(SPECDEC_METRICS)
+_SPECDEC = series_index(CHECKED_SPECDEC_METRICS)
 _VLLM = series_index(VLLM_METRICS)
-REQUIRED_VARIABLES = ("datasource", "cluster", "namespace", "pod", "model", "engine", "bucket")
+REQUIRED_VARIABLES = (
+    "datasource",
+    "cluster",
+    "namespace",
+    "pod",
+    "model",
+    "engine",
+    "bucket",
+    "vllm_job",
+)
 _SERIES_USE = re.compile(r"(?<![\w:$])([a-zA-Z_][\w:]*)\s*(\{[^}]*\})?")
 
 
@@ -66,6 +75,11 @@ def dashboard_problems(
         problems.append("dashboard is not tagged vllm")
     names = [v["name"] for v in board["templating"]["list"]]
     problems += [f"missing variable ${name}" for name in REQUIRED_VARIABLES if name not in names]
+    for note in board["annotations"]["list"]:
+        problems += [
+            f"annotation {note['name']!r}: {p}"
+            for p in _annotation_problems(note, recorded, scope_labels)
+        ]
     for panel in panels_of(board):
         problems += [
             f"panel {panel['title']!r}: {p}" for p in _panel_problems(panel, recorded, scope_labels)
@@ -128,6 +142,21 @@ def _panel_problems(
             for p in query_problems(target["expr"], recorded, extra_labels)
         ]
     return problems
+
+
+def _annotation_problems(
+    note: dict[str, Any], recorded: frozenset[str], scope_labels: tuple[str, ...]
+) -> list[str]:
+    """A query annotation: the ${datasource}, a valid query, scoped like the panels (ALERTS
+    carries the alert's namespace and cluster)."""
+    problems = [] if note.get("datasource") == DATASOURCE else ["datasource is not ${datasource}"]
+    expr = note["expr"]
+    problems += query_problems(expr, recorded, scope_labels)
+    matchers = "".join(m for name, m in _SELECTOR.findall(expr) if name == "ALERTS")
+    present = set(_MATCHER_LABEL.findall(_QUOTED.sub('""', matchers)))
+    return problems + [
+        f"ALERTS is not filtered on {label}" for label in scope_labels if label not in present
+    ]
 
 
 def _unknown_series(text: str, recorded: frozenset[str]) -> list[str]:

@@ -116,15 +116,15 @@ def job_problems(settings: Settings, monitors: Iterable[Manifest]) -> list[str]:
         for rule in endpoint.get("relabelings", [])
         if rule.get("targetLabel") == "job" and "replacement" in rule
     }
+    sidecar = _JOB.match(settings.selectors.sidecar)
     problems = []
-    for name, matchers in (
-        ("sidecar", settings.selectors.sidecar),
-        ("vllm", settings.selectors.vllm),
+    for name, job in (
+        ("sidecar", sidecar.group(1) if sidecar else None),
+        ("vllm_job", settings.selectors.vllm_job),
     ):
-        match = _JOB.match(matchers)
-        if match and match.group(1) not in jobs:
+        if job is not None and job not in jobs:
             problems.append(
-                f"[selectors] {name} selects job {match.group(1)!r}, but the "
+                f"[selectors] {name} selects job {job!r}, but the "
                 f"PodMonitor sets the jobs {sorted(jobs)}"
             )
     return problems

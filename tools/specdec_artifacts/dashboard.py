@@ -18,21 +18,30 @@ from specdec_artifacts.grafana import (
     Query,
     Row,
     Threshold,
+    annotation,
     constant_variable,
     datasource_variable,
     layout,
     query_variable,
+    value_mapping,
 )
 from specdec_artifacts.promql import guarded_ratio, selector, sum_by
-from specdec_artifacts.rules import Names, threshold_expr
+from specdec_artifacts.rules import ALERT_PREFIX, Names, threshold_expr
 from specdec_artifacts.settings import Settings
-from specdec_exporter.core.verdict import NET_LOSS_BELOW
+from specdec_exporter.core.verdict import (
+    ACCEPTANCE_THRESHOLD,
+    HEALTHY_ABOVE,
+    NET_LOSS_BELOW,
+    Verdict,
+)
 
 TITLE = "vLLM / Speculative decoding"
 TAGS = ["vllm", "speculative-decoding"]
 WINDOW = "$__rate_interval"
 TOKENS_PER_SECOND = "suffix: tok/s"
 REFERENCE_LINES = "(threshold|break-even|k \\+ 1).*"
+VLLM_JOB = "vllm_job"
+"""The variable naming the job of vLLM's own series (the latency panels)."""
 """Series drawn dashed: the per-model threshold t, the break-even acceptance, the k + 1 ceiling."""
 
 
@@ -60,7 +69,7 @@ class Scope:
         sidecar = _join(fleet, 'pod=~"$pod"')
         model = _join(sidecar, 'model_name=~"$model"')
         vllm = _join(
-            settings.selectors.vllm,
+            f'job=~"${VLLM_JOB}"',
             cluster,
             'namespace=~"$namespace"',
             'pod=~"$pod"',
@@ -113,6 +122,7 @@ def variables(settings: Settings) -> list[JSON]:
     in_cluster = _join(sel, scope.cluster)
     in_namespace = _join(in_cluster, 'namespace=~"$namespace"')
     in_pod = _join(in_namespace, 'pod=~"$pod"')
+    vllm_pods = _join(scope.cluster, 'namespace=~"$namespace"', 'pod=~"$pod"')
     cluster = (
         query_variable("cluster", "Cluster", f"label_values(specdec_build_info{{{sel}}}, {label})")
         if label
@@ -138,6 +148,12 @@ def variables(settings: Settings) -> list[JSON]:
             "Temperature bucket",
             f'label_values(specdec_requests_total{{{in_pod}, model_name=~"$model"}}, '
             "temperature_bucket)",
+        ),
+        query_variable(
+            VLLM_JOB,
+            "vLLM job",
+            f"label_values(vllm:e2e_request_latency_seconds_count{{{vllm_pods}}}, job)",
+            current=settings.selectors.vllm_job,
         ),
     ]
 
@@ -168,6 +184,220 @@ def _acceptance_panel(
         max=1,
         dashed=REFERENCE_LINES,
     )
+
+
+VERDICTS = {
+    0: (Verdict.DISABLE, "red"),
+    1: (Verdict.BELOW_THRESHOLD, "orange"),
+    2: (Verdict.BORDERLINE, "yellow"),
+    3: (Verdict.HEALTHY, "green"),
+}
+"""The verdict stat's values, worst first: the rows of core/verdict.py's table."""
+
+
+def _per_target(settings: Settings) -> str:
+    """The labels naming one scrape target: a join of two of the sidecar's series on these
+    stays within one sidecar."""
+    return ", ".join(("job", "instance", *settings.cluster))
+
+
+def verdict_expr(settings: Settings, scope: Scope) -> str:
+    """The verdict per model as a number (VERDICTS), from a, t and s as the alerts compare
+    them: s < 1 first, then a < t, then the borderline band, else healthy."""
+    acceptance = (
+        "(\n"
+        + _ratio(
+            "model_name",
+            "specdec_accepted_tokens_total",
+            "specdec_draft_tokens_total",
+            scope.engine,
+        )
+        + "\n)"
+    )
+    threshold = f"max by (model_name) (\n{threshold_expr(settings, scope.model)}\n)"
+    speedup = f"min by (model_name) ({selector('specdec_estimated_speedup', scope.model)})"
+    codes = {verdict: code for code, (verdict, _) in VERDICTS.items()}
+    return (
+        f"(\n{codes[Verdict.DISABLE]} * ({speedup} < {NET_LOSS_BELOW:g})\nor\n"
+        f"{codes[Verdict.BELOW_THRESHOLD]} + 0 * ({acceptance}\n< {threshold})\nor\n"
+        f"{codes[Verdict.BORDERLINE]} + 0 * ({acceptance} <= {HEALTHY_ABOVE:g})\nor\n"
+        f"{codes[Verdict.HEALTHY]} + 0 * {acceptance}\n)\nand\n{acceptance}"
+    )
+
+
+def now_row(settings: Settings, scope: Scope) -> Row:
+    """What an on-call engineer reads first: acceptance, speedup, verdict, coverage, now."""
+    target = _per_target(settings)
+    speedup = (
+        f"min by (model_name, source) (\n{selector('specdec_estimated_speedup', scope.model)}\n"
+        f"* on ({target}) group_left (source)\n"
+        f"group by ({target}, source) ({selector('specdec_draft_cost_ratio', scope.sidecar)})\n)"
+    )
+    coverage = selector("specdec_request_coverage_ratio", scope.model)
+    split_info = selector("specdec_temperature_split_info", scope.sidecar)
+    coverage_by_source = (
+        f"min by (model_name, source) (\n{coverage}\n* on ({target}) group_left (source)\n"
+        f"group by ({target}, source) ({split_info})\n)\nor on (model_name)\n"
+        f"min by (model_name) ({coverage})"
+    )
+    return Row(
+        "Now: acceptance, speedup, verdict, coverage",
+        (
+            Panel(
+                "Acceptance now",
+                "Accepted / proposed draft tokens per model over the selected engines and pods "
+                f"(red below the default t = {ACCEPTANCE_THRESHOLD:g}; a model's own t is in "
+                "the verdict and the acceptance row).",
+                (
+                    Query(
+                        _ratio(
+                            "model_name",
+                            "specdec_accepted_tokens_total",
+                            "specdec_draft_tokens_total",
+                            scope.engine,
+                        ),
+                        "{{model_name}}",
+                    ),
+                ),
+                kind="stat",
+                width=6,
+                height=5,
+                unit="percentunit",
+                threshold=Threshold(ACCEPTANCE_THRESHOLD),
+            ),
+            Panel(
+                "Speedup (c calibrated, else assumed)",
+                "The sidecar's modelled speedup L / (1 + k·c), the worst pod per model, with "
+                "where c came from: `calibration` (measured by `specdec-exporter calibrate`), "
+                "`flag`, `method` (that method's default) or `default`. Below 1: a net loss.",
+                (Query(speedup, "{{model_name}} (c: {{source}})"),),
+                kind="stat",
+                width=6,
+                height=5,
+                threshold=Threshold(NET_LOSS_BELOW),
+            ),
+            Panel(
+                "Verdict",
+                "check's decision table per model, over this dashboard's window: "
+                f"{Verdict.DISABLE} (modelled speedup < 1), {Verdict.BELOW_THRESHOLD} "
+                f"(acceptance < the model's t), {Verdict.BORDERLINE} (up to "
+                f"{HEALTHY_ABOVE:g}), {Verdict.HEALTHY}. The runbook explains each "
+                "(dashboard link).",
+                (Query(verdict_expr(settings, scope), "{{model_name}}"),),
+                kind="stat",
+                width=6,
+                height=5,
+                mappings=(
+                    value_mapping(
+                        {code: (str(verdict), color) for code, (verdict, color) in VERDICTS.items()}
+                    ),
+                ),
+            ),
+            Panel(
+                "Temperature-split coverage (tap or probe)",
+                "Draft tokens attributed to a temperature bucket / draft tokens vLLM counted, "
+                "the lowest pod per model, with the split's source (`tap` or the engine `probe`) "
+                "where the sidecar reports it.",
+                (Query(coverage_by_source, "{{model_name}} {{source}}"),),
+                kind="stat",
+                width=6,
+                height=5,
+                unit="percentunit",
+                min=0,
+                max=1,
+                threshold=Threshold(settings.thresholds.coverage_ratio),
+            ),
+        ),
+    )
+
+
+def load_row(settings: Settings, scope: Scope) -> Row:
+    """Acceptance by running-batch bucket: the engine probe's per-step split (load level)."""
+    steps = "specdec_batch_steps_total"
+    share = guarded_ratio(
+        _sum_rate("batch_bucket", steps, scope.engine),
+        _sum_rate("", steps, scope.engine),
+        "ignoring (batch_bucket) group_left ()",
+    )
+    return Row(
+        "By load level: running-batch bucket (engine probe)",
+        (
+            _acceptance_panel(
+                "Acceptance rate by running-batch bucket",
+                "Accepted / proposed draft tokens per bucket of the engine step's running batch "
+                "(requests scheduled together), from the engine probe. Dashed: the model's "
+                "threshold t.",
+                Query(
+                    _ratio(
+                        "model_name, batch_bucket",
+                        "specdec_batch_accepted_tokens_total",
+                        "specdec_batch_draft_tokens_total",
+                        scope.engine,
+                    ),
+                    "{{model_name}} batch {{batch_bucket}}",
+                ),
+                settings,
+                scope,
+            ),
+            Panel(
+                "Mean acceptance length by running-batch bucket",
+                "Tokens per verify step per bucket: 1 + accepted / drafts; dashed: k + 1.",
+                (
+                    Query(
+                        "1 + "
+                        + _ratio(
+                            "model_name, batch_bucket",
+                            "specdec_batch_accepted_tokens_total",
+                            "specdec_batch_drafts_total",
+                            scope.engine,
+                        ),
+                        "{{model_name}} batch {{batch_bucket}}",
+                    ),
+                    Query(
+                        "1 + max by (model_name) ("
+                        + selector("specdec_num_speculative_tokens", scope.model)
+                        + ")",
+                        "k + 1 {{model_name}}",
+                    ),
+                ),
+                width=6,
+                min=1,
+                dashed=REFERENCE_LINES,
+            ),
+            Panel(
+                "Engine steps per running-batch bucket",
+                "Share of the engine's steps in each bucket: where the load sits.",
+                (Query(share, "batch {{batch_bucket}}"),),
+                width=6,
+                unit="percentunit",
+                min=0,
+                max=1,
+                stacked=True,
+            ),
+        ),
+    )
+
+
+def alert_annotations(settings: Settings, scope: Scope) -> list[JSON]:
+    """The project's alerts while they fire: pages red, tickets orange."""
+    matchers = (
+        _join(f'alertname=~"{ALERT_PREFIX}.*"', 'alertstate="firing"', scope.cluster)
+        + ', namespace=~"$namespace"'
+    )
+    return [
+        annotation(
+            name,
+            f'ALERTS{{{matchers}, severity="{severity}"}}',
+            color=color,
+            title="{{alertname}}",
+            text="{{model_name}} {{namespace}}/{{pod}} {{temperature_bucket}}",
+            tags="severity,model_name,namespace",
+        )
+        for name, severity, color in (
+            ("Pages (critical SpecDecode alerts)", "critical", "red"),
+            ("Tickets (warning SpecDecode alerts)", "warning", "orange"),
+        )
+    ]
 
 
 def acceptance_row(settings: Settings, scope: Scope) -> Row:
@@ -591,8 +821,10 @@ def fleet_row(settings: Settings, scope: Scope) -> Row:
 def dashboard(settings: Settings) -> JSON:
     links, scope = settings.links, Scope.of(settings)
     rows = (
+        now_row(settings, scope),
         acceptance_row(settings, scope),
         temperature_row(settings, scope),
+        load_row(settings, scope),
         speedup_row(scope),
         latency_row(scope),
         health_row(settings, scope),
@@ -620,6 +852,6 @@ def dashboard(settings: Settings) -> JSON:
             }
         ],
         "templating": {"list": variables(settings)},
-        "annotations": {"list": []},
+        "annotations": {"list": alert_annotations(settings, scope)},
         "panels": layout(rows),
     }

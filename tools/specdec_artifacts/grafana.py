@@ -53,6 +53,8 @@ class Panel:
     dashed: str | None = None
     """Regex on series names drawn dashed: reference lines such as the break-even rate."""
     stacked: bool = False
+    mappings: tuple[JSON, ...] = ()
+    """Value mappings after "No traffic" (a stat that shows a number as a word)."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,11 @@ def constant_variable(name: str, value: str) -> JSON:
     }
 
 
-def query_variable(name: str, label: str, query: str, all_value: str | None = ".*") -> JSON:
-    """A multi-select variable with an All option: `all_value`, or (None) every listed value."""
+def query_variable(
+    name: str, label: str, query: str, all_value: str | None = ".*", current: str | None = None
+) -> JSON:
+    """A multi-select variable with an All option: `all_value`, or (None) every listed value.
+    `current`: the value selected when the dashboard opens (if Grafana lists it), else All."""
     variable: JSON = {
         "name": name,
         "label": label,
@@ -86,7 +91,7 @@ def query_variable(name: str, label: str, query: str, all_value: str | None = ".
         "includeAll": True,
         "multi": True,
         "sort": 1,
-        "current": {},
+        "current": {} if current is None else {"text": [current], "value": [current]},
         "options": [],
         "hide": 0,
         "regex": "",
@@ -94,6 +99,34 @@ def query_variable(name: str, label: str, query: str, all_value: str | None = ".
     if all_value is not None:
         variable["allValue"] = all_value
     return variable
+
+
+def value_mapping(texts: dict[int, tuple[str, str]]) -> JSON:
+    """Numbers shown as words: {value: (text, colour)}."""
+    return {
+        "type": "value",
+        "options": {
+            str(value): {"text": text, "color": color, "index": index + 1}
+            for index, (value, (text, color)) in enumerate(sorted(texts.items()))
+        },
+    }
+
+
+def annotation(name: str, expr: str, *, color: str, title: str, text: str, tags: str) -> JSON:
+    """A Prometheus annotation: one mark per series of `expr` while it has a value."""
+    return {
+        "name": name,
+        "datasource": DATASOURCE,
+        "enable": True,
+        "hide": False,
+        "iconColor": color,
+        "expr": expr,
+        "step": "60s",
+        "titleFormat": title,
+        "textFormat": text,
+        "tagKeys": tags,
+        "useValueForTime": False,
+    }
 
 
 def datasource_variable() -> JSON:
@@ -178,7 +211,7 @@ def _field_defaults(panel: Panel) -> JSON:
     defaults: JSON = {
         "unit": panel.unit,
         "noValue": NO_TRAFFIC,
-        "mappings": [NO_TRAFFIC_MAPPING],
+        "mappings": [NO_TRAFFIC_MAPPING, *panel.mappings],
         "color": {"mode": "palette-classic"},
         "thresholds": _thresholds(panel),
     }

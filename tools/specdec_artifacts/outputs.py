@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from specdec_artifacts import alertmanager, dashboard, kube, rules
+from specdec_artifacts import alertmanager, dashboard, kube, links, mixin, rules
 from specdec_artifacts.settings import REPO_ROOT, Settings
 
 HEADER = (
@@ -28,10 +28,20 @@ DASHBOARD_FILE = "dashboards/vllm-specdec.json"
 GENERATED_DEPLOY = "deploy/monitoring/generated"
 GENERATED_ALERTMANAGER = "deploy/monitoring/alertmanager/generated"
 """The AlertmanagerConfig is an optional component of deploy/monitoring: its own folder."""
+MIXIN_FILE = "mixin/mixin.libsonnet"
+MIXIN_JSONNETFILE = "mixin/jsonnetfile.json"
+"""The monitoring mixin (mixin.py) and its jsonnet-bundler file."""
+LINKS_COMPONENT = "deploy/monitoring/links/kustomization.yaml"
+"""The optional Component setting the runbook and Grafana URLs from the overlay (links.py)."""
 EXAMPLE_GENERATED = "deploy/examples/llama-ngram/generated"
 SPECULATIVE_CONFIG_FILE = f"{EXAMPLE_GENERATED}/speculative-config.yaml"
 """vLLM's --speculative-config and the sidecar's method in the example, from alerts/config.toml."""
 
+LINKS_HEADER = (
+    "# Sets the runbook and Grafana base URLs of deploy/monitoring from the ConfigMap\n"
+    "# specdec-links (keys runbook, grafana) of the overlay that lists this Component:\n"
+    '# docs/deploy.md, "Runbook and Grafana links".\n'
+)
 
 LINE_WIDTH = 4096
 """Never fold a one-line string (an annotation, a URL) across lines: they read and grep whole."""
@@ -47,19 +57,24 @@ class Output:
 def all_outputs(settings: Settings) -> list[Output]:
     groups = rules.rule_groups(settings)
     board = dashboard.dashboard(settings)
+    rule = kube.prometheus_rule(groups)
+    dashboards = kube.dashboards_config_map({Path(DASHBOARD_FILE).name: board})
     return [
         Output(RULES_FILE, to_yaml({"groups": groups})),
         Output(ALERTMANAGER_FILE, to_yaml(alertmanager.subtree(settings), SUBTREE_HEADER)),
         Output(DASHBOARD_FILE, kube.dashboard_json(board)),
-        Output(f"{GENERATED_DEPLOY}/prometheusrule.yaml", to_yaml(kube.prometheus_rule(groups))),
+        Output(f"{GENERATED_DEPLOY}/prometheusrule.yaml", to_yaml(rule)),
+        Output(f"{GENERATED_DEPLOY}/grafana-dashboards.yaml", to_yaml(dashboards)),
         Output(
-            f"{GENERATED_DEPLOY}/grafana-dashboards.yaml",
-            to_yaml(kube.dashboards_config_map({Path(DASHBOARD_FILE).name: board})),
+            LINKS_COMPONENT,
+            to_yaml(links.links_component(settings.links, rule, dashboards), LINKS_HEADER),
         ),
         Output(
             f"{GENERATED_ALERTMANAGER}/alertmanagerconfig.yaml",
             to_yaml(alertmanager.alertmanager_config_resource(settings)),
         ),
+        Output(MIXIN_FILE, mixin.mixin_text(settings)),
+        Output(MIXIN_JSONNETFILE, mixin.JSONNETFILE),
         Output(
             SPECULATIVE_CONFIG_FILE,
             to_yaml(kube.speculative_config_map(settings.example_deployment)),

@@ -34,6 +34,10 @@ INHIBITED_ALERTS = (
     "SpecDecodeTapCoverageLow",
 )
 """Per-pod alerts whose numbers cannot be trusted while that pod's sidecar or vLLM is down."""
+RUNBOOK_ANCHOR = "#"
+"""runbook_url = the runbook's URL, this, the alert's name in lower case (one section each)."""
+DASHBOARD_PATH = "/d/"
+"""dashboard_url = Grafana's base URL, this, the dashboard's uid and slug, the variables."""
 ALERT_PREFIX = "SpecDecode"
 """Every alert of ours starts with it: the Alertmanager routes match on it."""
 
@@ -502,7 +506,7 @@ def _alert(
     rule["annotations"] = {
         "summary": summary,
         "description": description,
-        "runbook_url": f"{settings.links.runbook}#{name.lower()}",
+        "runbook_url": f"{settings.links.runbook}{RUNBOOK_ANCHOR}{name.lower()}",
         "dashboard_url": _dashboard_url(settings, (*settings.cluster, *dashboard_vars)),
     }
     return rule
@@ -519,7 +523,7 @@ _DASHBOARD_VARIABLE = {
 
 def _dashboard_url(settings: Settings, labels: tuple[str, ...]) -> str:
     links = settings.links
-    url = f"{links.grafana}/d/{links.dashboard_uid}/{links.dashboard_slug}"
+    url = f"{links.grafana}{DASHBOARD_PATH}{links.dashboard_uid}/{links.dashboard_slug}"
     query = "&".join(
         f"var-{_DASHBOARD_VARIABLE.get(label, 'cluster')}={{{{ $labels.{label} | urlquery }}}}"
         for label in labels

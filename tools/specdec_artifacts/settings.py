@@ -51,8 +51,9 @@ class _Table(BaseModel):
 class Selectors(_Table):
     sidecar: str = Field(min_length=1)
     """Matchers of the sidecar's series (the PodMonitor's job)."""
-    vllm: str = Field(min_length=1)
-    """Matchers of vLLM's own series, scraped by Prometheus straight from vLLM."""
+    vllm_job: str = Field(min_length=1)
+    """The job of vLLM's own series (scraped by Prometheus straight from vLLM): the default of
+    the dashboard's `vllm_job` variable, which lists every job those series carry."""
     cluster_label: LabelName
     """The label naming the cluster (Thanos, Mimir); empty: one cluster, no such label."""
 
@@ -91,9 +92,20 @@ class Thresholds(_Table):
 
 class Links(_Table):
     runbook: str
+    """The runbook's URL; each alert links to `<runbook>#<alertname lower case>`."""
     grafana: str
+    """Grafana's base URL; each alert links to `<grafana>/d/<uid>/<slug>?var-...`."""
     dashboard_uid: str
     dashboard_slug: str
+
+    @field_validator("runbook", "grafana")
+    @classmethod
+    def _splits_where_kustomize_cuts(cls, value: str) -> str:
+        """deploy/monitoring/links replaces these bases at `#`, `/d/` and `"`."""
+        for delimiter in ('"', "#", "/d/"):
+            if delimiter in value:
+                raise ValueError(f"must not contain {delimiter!r}")
+        return value
 
 
 class AlertPolicy(_Table):
