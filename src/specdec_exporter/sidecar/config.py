@@ -35,9 +35,7 @@ DEFAULT_MAX_MODELS = 64
 """vLLM serves one model per server; a few more cover renames and a shared sidecar."""
 DEFAULT_MODEL_EXPIRY = 600.0
 """Seconds of successful polls without a model before its per-model tap series go."""
-DEFAULT_RUNBOOK_URL = (
-    "https://github.com/vllm-specdec-exporter/vllm-specdec-exporter/blob/main/docs/runbook.md"
-)
+DEFAULT_RUNBOOK_URL = "https://runbook.unset.invalid/docs/runbook.md"
 """The runbook the live page links each verdict to: `[links] runbook` of alerts/config.toml (a
 test keeps the two equal)."""
 GENERATION_CONFIG_FILE = "generation_config.json"
