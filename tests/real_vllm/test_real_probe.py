@@ -2,10 +2,11 @@
 PYTHONPATH=DIR (nothing installed into vLLM's venv), with one API server and with two.
 
 A mixed load: no temperature (the model's generation config says 0.6), streams without
-include_usage, n = 2, a list of prompts, next to requests whose responses carry their own
-figures. The probe's per-bucket sums must equal vLLM's own spec_decode counters exactly, each bucket
-fed only by requests that report themselves must equal their sum, the per-batch-bucket sums must
-equal the totals too, and the latency histograms must count what vLLM's own count.
+include_usage, n = 2, a list of prompts, /v1/responses, next to requests whose responses carry
+their own figures. The probe's per-bucket sums must equal vLLM's own spec_decode counters
+exactly, each bucket fed only by requests that report themselves must equal their sum, the
+per-batch-bucket sums must equal the totals too, and the latency histograms must count what
+vLLM's own count.
 """
 
 from __future__ import annotations
@@ -123,6 +124,13 @@ def load() -> list[Send]:
             "/v1/completions", completion_body(10, 0.3, [PROMPTS[0], PROMPTS[1]]), 2, "0-0.5", False
         ),
         Send("/v1/completions", completion_body(11, 1.2, PROMPTS[3], n=2), 2, "1.0+", False),
+        Send(
+            "/v1/responses",
+            {"model": MODEL, "input": PROMPTS[5], "max_output_tokens": 40, "temperature": 1.2},
+            1,
+            "1.0+",
+            False,
+        ),
     ]
 
 
@@ -264,3 +272,32 @@ def test_the_probe_splits_exactly_what_vllm_counted(probed_vllm: Any) -> None:
         ours_sum = probe.total(f"{ours}_sum") - start.total(f"{ours}_sum")
         theirs_sum = probe.total(f"{theirs}_sum") - start.total(f"{theirs}_sum")
         assert ours_sum == pytest.approx(theirs_sum, rel=1e-9, abs=1e-9)
+
+
+def test_a_sequence_ended_by_a_stop_string_is_counted_without_figures(probed_vllm: Any) -> None:
+    """The front end's detokenizer matches stop strings before the engine finishes the sequence,
+    and the engine sends per-sequence figures only with its own finish: vLLM counted the steps,
+    the sequence has no figures (its response says "metrics": null too). docs/probe.md says so."""
+    body = completion_body(12, 0.0, PROMPTS[4], max_tokens=40)
+    with httpx.Client(base_url=probed_vllm.url, timeout=120, trust_env=False) as client:
+        text = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+        stop = text[len(text) // 2 :][:4]
+        assert stop, text
+        before_text = client.get("/metrics").text
+        before = settled_reading(client, 0)
+        response = client.post("/v1/completions", json=body | {"stop": [stop]}).json()
+        after = settled_reading(client, before.requests_finished + 1)
+        probe, start = Probe(client.get("/metrics").text), Probe(before_text)
+    assert response["choices"][0]["finish_reason"] == "stop"
+    assert response.get("metrics") is None
+
+    def delta(sample: str) -> float:
+        return probe.total(sample, temperature_bucket="0") - start.total(
+            sample, temperature_bucket="0"
+        )
+
+    assert delta(f"{names.SEQUENCES}_total") == 1
+    assert delta(f"{names.SPEC_SEQUENCES}_total") == 0
+    assert delta(f"{names.DRAFTS}_total") == 0
+    assert (after.spec - before.spec).drafts > 0  # vLLM counted the steps before the stop
+    assert probe.batch().drafts - start.batch().drafts == (after.spec - before.spec).drafts
