@@ -47,6 +47,10 @@ RUN python -m pip install --no-cache-dir --no-deps --no-index /wheels/*.whl \
     && python -m pip check \
     && rm -rf /wheels \
     && python -m pip uninstall --yes --quiet setuptools wheel pip
+# The engine probe, for vLLM's PYTHONPATH: pure-Python sources (never the compiled tap) and a
+# minimal dist-info with the vllm.stat_logger_plugins entry point. The probe component's init
+# container copies this directory into the vLLM pod (deploy/components/probe, docs/deploy.md).
+RUN specdec-exporter install-probe --quiet /opt/specdec-probe
 USER 10001:10001
 EXPOSE 10088 10089
 ENTRYPOINT ["specdec-exporter"]

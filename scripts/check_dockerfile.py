@@ -6,9 +6,10 @@ replays each stage: COPY into a scratch root, each RUN with `python` bound to a 
 stage and absolute paths moved under the scratch root. A RUN of apt-get is not replayed as written
 (it would empty this machine's package lists): the packages it installs must be installed here,
 and are installed when missing and this runs as root. Then, in the final stage's venv, the tap's
-modules are the compiled ones, every command answers --help or, where the image leaves its dev
-tools out, says so in one line; and the ENTRYPOINT + CMD, given SPECDEC_LISTEN, serves /healthz
-there.
+modules are the compiled ones, the engine probe's copy (/opt/specdec-probe) is pure Python, matches
+its RECORD and loads through its entry point with PYTHONPATH set, every command answers --help or,
+where the image leaves its dev tools out, says so in one line; and the ENTRYPOINT + CMD, given
+SPECDEC_LISTEN, serves /healthz there.
 Run: python scripts/check_dockerfile.py
 """
 
@@ -92,8 +93,11 @@ def ensure_installed(packages: list[str]) -> None:
 
 
 def run(command: str, venv: Path, scratch: Path, cwd: Path) -> None:
-    moved = re.sub(r"(?<![\w.])/(wheels|src|deps)\b", lambda m: str(scratch / m.group(1)), command)
+    moved = re.sub(
+        r"(?<![\w.])/(wheels|src|deps|opt)\b", lambda m: str(scratch / m.group(1)), command
+    )
     moved = re.sub(r"\bpython\b", str(venv / "bin" / "python"), moved)
+    moved = re.sub(r"(?<![\w/.-])specdec-exporter\b", str(venv / "bin" / "specdec-exporter"), moved)
     print(f"+ {moved}", flush=True)
     subprocess.run(moved, shell=True, check=True, cwd=cwd)
 
@@ -139,6 +143,64 @@ def check_compiled(venv: Path) -> None:
     )
     subprocess.run([str(venv / "bin" / "python"), "-c", probe, *modules], check=True, cwd="/")
     print(f"compiled tap modules: {len(modules)}")
+
+
+PROBE_COPY = "/opt/specdec-probe"
+"""Where the image holds the engine probe (the probe component's init container copies it)."""
+
+_PROBE_LOAD_CHECK = """
+import sys
+from importlib.metadata import distributions, entry_points
+copy = sys.argv[1]
+(ep,) = entry_points(group="vllm.stat_logger_plugins", name="specdec_probe")
+(dist,) = [d for d in distributions(path=[copy])]
+assert ep.dist is not None and ep.dist.name == dist.name, (ep.dist, dist)
+plugin = ep.load()
+loaded = {n: m.__file__ for n, m in sys.modules.items() if n.split(".")[0] == "specdec_exporter"}
+outside = {n: f for n, f in loaded.items() if not (f or "").startswith(copy + "/")}
+assert not outside, f"loaded from outside the copy: {outside}"
+assert all(f.endswith(".py") for f in loaded.values()), loaded
+print(f"{ep.value} loads from the copy ({len(loaded)} modules)")
+"""
+
+
+def check_probe_copy(venv: Path, scratch: Path, fake_vllm: Path) -> None:
+    """The image's probe copy is pure Python, exactly what its RECORD lists, and loadable.
+
+    Loaded by the final stage's interpreter with PYTHONPATH=copy (as vLLM loads it) and a stub
+    `vllm.v1.metrics.loggers.StatLoggerBase` (no vLLM here): the entry point must resolve through
+    importlib.metadata, and every specdec_exporter module must come from the copy as a .py file
+    (the installed package next to it is the compiled one)."""
+    import base64  # noqa: PLC0415
+    import hashlib  # noqa: PLC0415
+
+    copy = scratch / PROBE_COPY.lstrip("/")
+    found = {p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()}
+    (record,) = [name for name in found if name.endswith(".dist-info/RECORD")]
+    listed = {}
+    for line in (copy / record).read_text(encoding="utf-8").splitlines():
+        name, digest, _ = line.rsplit(",", 2)
+        listed[name] = digest
+    assert found == set(listed), f"files not in RECORD: {found ^ set(listed)}"
+    for name, digest in listed.items():
+        if digest:
+            data = (copy / name).read_bytes()
+            ours = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert digest == f"sha256={ours}", f"{name}: content differs from RECORD"
+    code = [name for name in found if ".dist-info/" not in name]
+    assert code and all(name.endswith(".py") for name in code), f"not pure Python: {code}"
+    stub = fake_vllm / "vllm" / "v1" / "metrics"
+    stub.mkdir(parents=True)
+    for package in (stub.parents[1], stub.parent, stub):
+        (package / "__init__.py").write_text("")
+    (stub / "loggers.py").write_text("class StatLoggerBase:\n    pass\n")
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-c", _PROBE_LOAD_CHECK, str(copy)],
+        check=True,
+        cwd="/",
+        env={"PYTHONPATH": f"{copy}:{fake_vllm}", "PATH": "/usr/bin:/bin"},
+    )
+    print(f"probe copy: {len(code)} Python files + dist-info, pure Python, loadable")
 
 
 def free_port() -> int:
@@ -208,6 +270,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dockerfile-") as scratch:
         venv = replay(steps, Path(scratch))
         check_compiled(venv)
+        check_probe_copy(venv, Path(scratch), Path(scratch) / "fake-vllm")
         check_commands(venv)
         start_entrypoint(steps, venv)
     print("Dockerfile commands OK")
