@@ -75,7 +75,9 @@ def create_app(
                 "up": state.up,
                 "window_seconds": state.window_seconds,
                 "entries": [entry.as_json() for entry in state.report],
+                "temperature_split_source": state.temperature_split_source,
                 "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
+                "batch_buckets": [row.as_json() for row in state.batch_buckets],
                 "tables": [
                     {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
                     for title, headers, rows in tables()

@@ -24,6 +24,7 @@ from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.poller import Poller, PollState
 from specdec_exporter.sidecar.scraper import Scraper
+from specdec_exporter.sidecar.split_collector import SplitCollector, TapSplitGate
 from specdec_exporter.term import Cell
 
 log = logging.getLogger("specdec_exporter")
@@ -53,9 +54,7 @@ async def serve(settings: Settings) -> int:
             snapshot = poller.state.snapshot
             return None if snapshot is None else snapshot.num_speculative_tokens(model)
 
-        tap = (
-            _TapParts(settings, registry, num_speculative_tokens) if settings.proxy_listen else None
-        )
+        tap = _TapParts(settings, num_speculative_tokens) if settings.proxy_listen else None
 
         def tap_counts() -> dict[BucketKey, Totals]:
             assert tap is not None
@@ -69,6 +68,8 @@ async def serve(settings: Settings) -> int:
             criteria=settings.criteria,
             log_interval=settings.log_interval,
             tap_counts=tap_counts if tap else None,
+            tap_reset=tap.stats.reset if tap else None,
+            calibration=settings.loaded_calibration,
             max_models=settings.max_models,
             model_expiry=settings.model_expiry,
         )
@@ -82,6 +83,9 @@ async def serve(settings: Settings) -> int:
                 coverage_enabled=tap is not None,
             )
         )
+        registry.register(SplitCollector(poller.state))
+        if tap is not None:
+            registry.register(TapSplitGate(tap.stats, poller.state))
         tap_listening = asyncio.Event()
 
         def not_ready() -> str | None:
@@ -325,16 +329,16 @@ class _TapParts:
     def __init__(
         self,
         settings: Settings,
-        registry: CollectorRegistry,
         num_speculative_tokens: Callable[[str], int | None],
     ) -> None:
+        """Its stats are registered through ``TapSplitGate`` (exported while the tap is the
+        temperature split's source)."""
         from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
         from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 
         self.stats = RequestStats(
             TemperatureBuckets(settings.temperature_buckets), num_speculative_tokens
         )
-        self.stats.register(registry)
         self.landing_tables: list[tuple[str, LandingRows]] = [
             ("Acceptance by temperature bucket (request tap, sidecar window)", bucket_window_rows),
             ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows),
