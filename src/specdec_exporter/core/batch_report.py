@@ -162,7 +162,7 @@ def batch_entries(
     from the calibration's nearest concurrency when c comes from a calibration; ordered by
     model, engine and bucket size."""
     rows = []
-    for key in sorted(deltas, key=_order):
+    for key in sorted(deltas, key=batch_key_order):
         model, engine, bucket = key
         counts = deltas[key]
         sizes = batch_range(bucket)
@@ -205,7 +205,8 @@ def batch_entries(
     return rows
 
 
-def _order(key: BatchKey) -> tuple[str, int, str, int, str]:
+def batch_key_order(key: BatchKey) -> tuple[str, int, str, int, str]:
+    """Model, engine (numeric), then bucket by size."""
     model, engine, bucket = key
     sizes = batch_range(bucket)
     numeric = engine.isascii() and engine.isdigit()

@@ -14,6 +14,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from specdec_exporter.core.batch_report import batch_key_order
 from specdec_exporter.core.probe_parse import HistogramCounts, ProbeSnapshot
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.split import SPLIT_SOURCES
@@ -137,7 +138,7 @@ def batch_families(probe: ProbeSnapshot) -> Iterator[Metric]:
             labels=BATCH_LABELS,
         ),
     }
-    for key, totals in sorted(probe.batch.items()):
+    for key, totals in sorted(probe.batch.items(), key=lambda item: batch_key_order(item[0])):
         for attribute, family in families.items():
             family.add_metric(list(key), getattr(totals, attribute))
     yield from families.values()
