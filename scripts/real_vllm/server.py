@@ -22,7 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -283,9 +283,10 @@ def server_command(layout: Layout, port: int, spec: bool, extra_args: Sequence[s
     return [*command, *extra_args]
 
 
-def server_env(layout: Layout) -> dict[str, str]:
+def server_env(layout: Layout, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: ours, with vLLM's caches under the layout, plus ``env``."""
     cache = layout.home / "cache"
-    return dict(
+    base = dict(
         os.environ,
         VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),  # GiB
         VLLM_CACHE_ROOT=str(cache / "vllm"),
@@ -295,6 +296,7 @@ def server_env(layout: Layout) -> dict[str, str]:
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
     )
+    return {**base, **(env or {})}
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -417,6 +419,7 @@ def start(
     name: str | None = None,
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
     detach: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Server:
     """Start a server on a free loopback port and wait until it is ready.
 
@@ -437,7 +440,7 @@ def start(
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_env(layout),
+            env=server_env(layout, env),
             start_new_session=True,
             preexec_fn=None if detach else _die_with_parent,  # noqa: PLW1509
         )

@@ -23,8 +23,9 @@ COMMANDS: dict[str, str] = {
     "demo": "simulator + sidecar + load, with a live table",
     "sweep": "acceptance per temperature: the sweep experiment",
     "calibrate": "measure the real speedup against a plain server and fit the draft cost ratio",
+    "install-probe": "write the engine probe (a vLLM plugin) into a directory for PYTHONPATH",
 }
-"""Each command is the module ``specdec_exporter.commands.<name>``."""
+"""Each command is the module ``specdec_exporter.commands.<name>`` (``-`` spelled ``_``)."""
 
 EXIT_USAGE = 64
 """A usage or config error (sysexits.h EX_USAGE). No verdict of `check` uses it, so a CI gate
@@ -67,7 +68,8 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def load_command(name: str) -> CommandModule:
-    return cast(CommandModule, importlib.import_module(f"specdec_exporter.commands.{name}"))
+    module = f"specdec_exporter.commands.{name.replace('-', '_')}"
+    return cast(CommandModule, importlib.import_module(module))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

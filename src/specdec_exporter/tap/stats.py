@@ -17,56 +17,8 @@ from prometheus_client.utils import floatToGoString
 
 from specdec_exporter.core.acceptance import acceptance_rate, mean_acceptance_length
 from specdec_exporter.core.buckets import TemperatureBuckets
+from specdec_exporter.core.histogram_bounds import ACCEPTANCE_RATE_BOUNDS, TPOT_BOUNDS, TTFT_BOUNDS
 from specdec_exporter.tap.spec import SpecDecodeSummary
-
-ACCEPTANCE_RATE_BOUNDS = tuple(round(0.05 * step, 2) for step in range(1, 21))
-TTFT_BOUNDS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-"""vLLM's own ``vllm:time_to_first_token_seconds`` buckets, so the two can be compared."""
-TPOT_BOUNDS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-"""vLLM's own ``vllm:request_time_per_output_token_seconds`` buckets (0.33)."""
 
 BUCKET_LABELS = ("model_name", "temperature_bucket")
 

@@ -1,0 +1,312 @@
+"""The engine probe: a vLLM stat-logger plugin (entry point ``vllm.stat_logger_plugins``).
+
+vLLM's ``AsyncLLM`` makes one ``SpecdecProbeStatLogger`` per engine index in every API-server
+process. The first one starts the probe for the process (``start``): it reads the bucket edges
+from the environment, checks every vLLM name the probe relies on (``hooks.EXPECTATIONS``),
+registers the families, wraps ``OutputProcessor._update_stats_from_finished`` once, sets the info
+series and logs one line. Two splits, each switched off alone when it cannot work:
+
+- temperature: per finished sequence, from the request state the wrapped method receives
+  (``temperature``, ``spec_decode_metrics``, ``stats``);
+- batch: per engine step, from ``record()`` (``spec_decoding_stats``, ``num_running_reqs``).
+
+Nothing here raises into vLLM after start-up: an error inside a hook is counted in
+``specdec_probe_errors_total{hook}`` and vLLM goes on. The probe reads no prompt, no output text
+and no token ids: only the temperature, the speculative counts and the timing stats.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
+
+from specdec_exporter import __version__
+from specdec_exporter.core.buckets import (
+    BATCH_BUCKETS_ENV,
+    DEFAULT_BATCH_EDGES,
+    DEFAULT_EDGES,
+    TEMPERATURE_BUCKETS_ENV,
+    BatchBuckets,
+    TemperatureBuckets,
+    parse_edges,
+)
+from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
+from specdec_exporter.probe import hooks
+from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
+from specdec_exporter.probe.families import HOOK_FINISHED, HOOK_RECORD, Families
+
+LOG = logging.getLogger("vllm.specdec_probe")
+"""A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
+WRAPPED_MARK = "__specdec_probe_wrapped__"
+REASON_LIMIT = 300
+"""The info series' ``reason`` label is cut to this many characters."""
+
+
+@dataclass(slots=True)
+class ProbeState:
+    """What the probe knows in this process, set once by ``start``."""
+
+    families: Families
+    model_name: str
+    temperature_buckets: TemperatureBuckets | None
+    """None: the temperature split is off."""
+    batch_buckets: BatchBuckets | None
+    """None: the batch split is off."""
+    positions: int
+    """k, the configured number of speculative tokens (0 without speculation)."""
+
+    def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """One finished sequence (the wrapped method's arguments). Never raises."""
+        try:
+            buckets = self.temperature_buckets
+            if buckets is None:
+                return
+            req_state = args[0] if args else kwargs["req_state"]
+            temperature = req_state.temperature
+            if temperature is None:
+                return  # a pooling request: no sampled sequence
+            if not _is_valid_temperature(temperature):
+                raise ValueError("temperature is not a finite non-negative number")
+            metrics = req_state.spec_decode_metrics
+            figures = None
+            positions = self.positions
+            if metrics is not None:
+                figures = sequence_figures(metrics.histogram, metrics.num_draft_tokens)
+                positions = max(positions, len(figures.accepted_per_position))
+            series = self.families.temperature_series(
+                self.model_name, buckets.label_for(float(temperature)), positions
+            )
+            series.sequences.inc()
+            if figures is not None:
+                series.spec_sequences.inc()
+                series.drafts.inc(figures.drafts)
+                series.draft_tokens.inc(figures.draft_tokens)
+                series.accepted_tokens.inc(figures.accepted_tokens)
+                for position, accepted in enumerate(figures.accepted_per_position):
+                    if accepted:
+                        series.accepted_per_position[position].inc(accepted)
+                rate = figures.acceptance_rate
+                if rate is not None:
+                    series.acceptance_rate.observe(rate)
+            stats = req_state.stats
+            if stats is not None:
+                series.ttft.observe(stats.first_token_latency)
+                series.tpot.observe(
+                    time_per_output_token(
+                        stats.first_token_ts, stats.last_token_ts, stats.num_generation_tokens
+                    )
+                )
+        except Exception:
+            self.families.count_error(HOOK_FINISHED)
+
+    def observe_step(self, scheduler_stats: Any, engine_idx: int) -> None:
+        """One engine step's scheduler stats. Never raises."""
+        try:
+            buckets = self.batch_buckets
+            if buckets is None or scheduler_stats is None:
+                return
+            spec = scheduler_stats.spec_decoding_stats
+            if spec is None:
+                return  # no draft tokens in this step: vLLM's counters do not move either
+            series = self.families.batch_series(
+                self.model_name,
+                str(engine_idx),
+                buckets.label_for(int(scheduler_stats.num_running_reqs)),
+            )
+            series.steps.inc()
+            series.drafts.inc(spec.num_drafts)
+            series.draft_tokens.inc(spec.num_draft_tokens)
+            series.accepted_tokens.inc(spec.num_accepted_tokens)
+        except Exception:
+            self.families.count_error(HOOK_RECORD)
+
+
+_STATE: ProbeState | None = None
+_START_LOCK = threading.Lock()
+REGISTRY: Any = None
+"""The registry the families go into; None: prometheus_client's default (vLLM's /metrics)."""
+
+
+class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
+    """vLLM makes one per engine index; all of a process share one ``ProbeState``."""
+
+    def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+        self.engine_index = engine_index
+        self.state = start(vllm_config, engine_index)
+
+    def record(
+        self,
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        state = self.state
+        if state is not None:
+            state.observe_step(scheduler_stats, engine_idx)
+
+    def log_engine_initialized(self) -> None:
+        return None
+
+    def log(self) -> None:
+        return None
+
+
+def start(
+    vllm_config: Any, engine_index: int, environ: Mapping[str, str] = os.environ
+) -> ProbeState | None:
+    """The process's probe, started on first use. Never raises: on a failure it logs one line and
+    returns None (the probe stays out of the way)."""
+    global _STATE  # noqa: PLW0603  (one probe per process, shared by vLLM's per-engine loggers)
+    with _START_LOCK:
+        try:
+            if _STATE is None:
+                _STATE = _start(vllm_config, environ)
+            _precreate_batch(_STATE, engine_index)
+            return _STATE
+        except Exception as exc:
+            LOG.warning(
+                "specdec probe: off, start-up failed (%s: %s); vLLM %s runs without it",
+                type(exc).__name__,
+                exc,
+                _vllm_version(),
+            )
+            return None
+
+
+def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
+    off: dict[str, list[str]] = hooks.check_imported()
+    temperature_buckets = _edges(
+        environ, TEMPERATURE_BUCKETS_ENV, DEFAULT_EDGES, TemperatureBuckets
+    )
+    batch_buckets = _edges(environ, BATCH_BUCKETS_ENV, DEFAULT_BATCH_EDGES, BatchBuckets)
+    for split, edges in (
+        (hooks.TEMPERATURE_SPLIT, temperature_buckets),
+        (hooks.BATCH_SPLIT, batch_buckets),
+    ):
+        if isinstance(edges, str):
+            off[split].append(edges)
+    speculative = getattr(vllm_config, "speculative_config", None)
+    positions = int(getattr(speculative, "num_speculative_tokens", 0) or 0)
+    if speculative is None:
+        for split in hooks.SPLITS:
+            off[split].append("vLLM runs without --speculative-config")
+    observability = getattr(vllm_config, "observability_config", None)
+    if getattr(observability, "per_request_spec_decode_metrics", None) == "none":
+        off[hooks.TEMPERATURE_SPLIT].append(
+            "vLLM runs without --per-request-spec-decode-metrics summary"
+        )
+    if off[hooks.TEMPERATURE_SPLIT]:
+        temperature_buckets = None
+    if off[hooks.BATCH_SPLIT]:
+        batch_buckets = None
+
+    families = Families() if REGISTRY is None else Families(REGISTRY)
+    state = ProbeState(
+        families=families,
+        model_name=_model_name(vllm_config),
+        temperature_buckets=temperature_buckets,
+        batch_buckets=batch_buckets,
+        positions=positions,
+    )
+    if temperature_buckets is not None:
+        try:
+            _wrap_finished()
+        except Exception as exc:
+            off[hooks.TEMPERATURE_SPLIT].append(f"cannot wrap the hook ({type(exc).__name__})")
+            state.temperature_buckets = temperature_buckets = None
+    if temperature_buckets is not None:
+        for label in temperature_buckets.labels:
+            families.temperature_series(state.model_name, label, positions)
+
+    reason = "; ".join(
+        f"{split} split off: {', '.join(problems)}" for split, problems in off.items() if problems
+    )
+    families.info.labels(
+        __version__,
+        _vllm_version(),
+        "on" if temperature_buckets is not None else "off",
+        "on" if batch_buckets is not None else "off",
+        reason[:REASON_LIMIT],
+    ).set(1)
+    if reason:
+        LOG.warning("specdec probe %s in vLLM %s: %s", __version__, _vllm_version(), reason)
+    else:
+        LOG.info(
+            "specdec probe %s on in vLLM %s: temperature buckets %s, batch buckets %s",
+            __version__,
+            _vllm_version(),
+            ",".join(temperature_buckets.labels) if temperature_buckets else "",
+            ",".join(batch_buckets.labels) if batch_buckets else "",
+        )
+    return state
+
+
+def _edges(
+    environ: Mapping[str, str],
+    variable: str,
+    default: tuple[float, ...] | tuple[int, ...],
+    make: Callable[[tuple[float, ...]], Any],
+) -> Any:
+    """The buckets made from ``variable`` (unset or empty: ``default``), or what is wrong (str)."""
+    text = environ.get(variable, "").strip()
+    try:
+        return make(parse_edges(text) if text else tuple(float(edge) for edge in default))
+    except ValueError as exc:
+        return f"invalid {variable}={text!r} ({exc})"
+
+
+def _precreate_batch(state: ProbeState, engine_index: int) -> None:
+    if state.batch_buckets is not None:
+        for label in state.batch_buckets.labels:
+            state.families.batch_series(state.model_name, str(engine_index), label)
+
+
+def _wrap_finished() -> None:
+    """Wrap ``OutputProcessor._update_stats_from_finished`` once per process (idempotent).
+
+    vLLM's method runs first and unchanged; the probe then reads the same request state.
+    """
+    module = sys.modules.get(hooks.OUTPUT_PROCESSOR_MODULE)
+    if module is None:
+        import importlib  # noqa: PLC0415
+
+        module = importlib.import_module(hooks.OUTPUT_PROCESSOR_MODULE)
+    cls = getattr(module, hooks.OUTPUT_PROCESSOR_CLASS)
+    original = getattr(cls, hooks.FINISHED_METHOD)
+    if getattr(original, WRAPPED_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        current = _STATE
+        if current is not None:
+            current.observe_finished(args, kwargs)
+        return result
+
+    setattr(wrapper, WRAPPED_MARK, True)
+    setattr(cls, hooks.FINISHED_METHOD, wrapper)
+
+
+def _model_name(vllm_config: Any) -> str:
+    """vLLM's own ``model_name`` label: ``model_config.served_model_name`` (the first one)."""
+    name = vllm_config.model_config.served_model_name
+    if isinstance(name, list | tuple):
+        name = name[0]
+    return str(name)
+
+
+def _vllm_version() -> str:
+    version = getattr(sys.modules.get("vllm"), "__version__", None)
+    return str(version) if version else "unknown"

@@ -1,0 +1,40 @@
+"""One sequence's figures from its histogram, counted as vLLM's step counters count them."""
+
+from __future__ import annotations
+
+from specdec_exporter.probe.counting import SequenceFigures, sequence_figures, time_per_output_token
+
+
+def observe_draft_totals(steps: list[tuple[int, int]], k: int) -> SequenceFigures:
+    """vLLM's ``SpecDecodingStats.observe_draft`` over (draft tokens, accepted) steps."""
+    per_position = [0] * k
+    for _, accepted in steps:
+        for position in range(accepted):
+            per_position[position] += 1
+    return SequenceFigures(
+        drafts=len(steps),
+        draft_tokens=sum(drafted for drafted, _ in steps),
+        accepted_tokens=sum(accepted for _, accepted in steps),
+        accepted_per_position=tuple(per_position),
+    )
+
+
+def test_a_histogram_gives_the_step_counters_of_its_steps() -> None:
+    steps = [(4, 0), (4, 0), (4, 0), (4, 1), (4, 2), (4, 2), (4, 4), (3, 4)]
+    histogram = [3, 1, 2, 0, 2]
+    figures = sequence_figures(histogram, 31)
+    assert figures == SequenceFigures(8, 31, 13, (5, 4, 2, 2))
+    assert figures == observe_draft_totals(steps, 4)
+    assert figures.acceptance_rate == 13 / 31
+
+
+def test_a_sequence_that_never_drafted() -> None:
+    figures = sequence_figures([0, 0, 0], 0)
+    assert figures == SequenceFigures(0, 0, 0, (0, 0))
+    assert figures.acceptance_rate is None
+
+
+def test_time_per_output_token_as_vllm_computes_it() -> None:
+    assert time_per_output_token(10.0, 12.0, 5) == 0.5
+    assert time_per_output_token(10.0, 10.0, 1) == 0
+    assert time_per_output_token(0.0, 0.0, 0) == 0

@@ -1,0 +1,344 @@
+"""The probe inside a fake vLLM: literal numbers in, literal series out; a changed vLLM, a failing
+hook and bad bucket edges leave vLLM running."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterator
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import fake_vllm_modules as fake
+import pytest
+from prometheus_client import CollectorRegistry
+
+from specdec_exporter.core import probe_names as names
+
+MODEL = "tiny-llama"
+
+
+def vllm_config(
+    k: int | None = 4, per_request: str = "summary", served: Any = (MODEL, "alias")
+) -> Any:
+    return SimpleNamespace(
+        model_config=SimpleNamespace(served_model_name=list(served)),
+        speculative_config=None if k is None else SimpleNamespace(num_speculative_tokens=k),
+        observability_config=SimpleNamespace(per_request_spec_decode_metrics=per_request),
+    )
+
+
+class Probe:
+    """The plugin module imported into a fake vLLM, with its own registry."""
+
+    def __init__(self, modules: dict[str, ModuleType], registry: CollectorRegistry) -> None:
+        self.modules = modules
+        self.registry = registry
+        self.plugin: Any = importlib.import_module("specdec_exporter.probe.plugin")
+        self.plugin.REGISTRY = registry
+
+    def logger(self, engine_index: int = 0, **config: Any) -> Any:
+        return self.plugin.SpecdecProbeStatLogger(vllm_config(**config), engine_index)
+
+    def processor(self) -> Any:
+        return self.modules["vllm.v1.engine.output_processor"].OutputProcessor()
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, labels)
+
+    def temperature(self, name: str, bucket: str, **labels: str) -> float | None:
+        return self.value(name, model_name=MODEL, temperature_bucket=bucket, **labels)
+
+    def info(self) -> dict[str, str]:
+        samples = [
+            sample
+            for metric in self.registry.collect()
+            if metric.name == names.INFO
+            for sample in metric.samples
+        ]
+        assert len(samples) == 1 and samples[0].value == 1
+        return dict(samples[0].labels)
+
+
+@pytest.fixture
+def probe(request: pytest.FixtureRequest) -> Iterator[Probe]:
+    changes = getattr(request, "param", frozenset())
+    with fake.installed(changes) as modules:
+        yield Probe(modules, CollectorRegistry())
+
+
+def state(
+    temperature: float | None,
+    histogram: list[int] | None,
+    draft_tokens: int = 0,
+    stats: fake.RequestStateStats | None = None,
+) -> fake.RequestState:
+    metrics = None
+    if histogram is not None:
+        metrics = fake.RequestSpecDecodeMetrics(len(histogram) - 1, histogram, draft_tokens)
+    return fake.RequestState("r", "a secret prompt", temperature, metrics, stats)
+
+
+def test_one_sequence_adds_what_vllm_counted_for_it(probe: Probe) -> None:
+    probe.logger()
+    timing = fake.RequestStateStats(
+        num_generation_tokens=5, first_token_ts=10.0, last_token_ts=12.0, first_token_latency=0.3
+    )
+    processor = probe.processor()
+    result = processor._update_stats_from_finished(state(0.6, [3, 1, 2, 0, 2], 32, timing), 1, None)
+
+    assert result == "vllm's own result" and len(processor.finished) == 1
+    bucket = "0.5-0.7"
+    assert probe.temperature("specdec_probe_sequences_total", bucket) == 1
+    assert probe.temperature("specdec_probe_spec_sequences_total", bucket) == 1
+    assert probe.temperature("specdec_probe_drafts_total", bucket) == 8
+    assert probe.temperature("specdec_probe_draft_tokens_total", bucket) == 32
+    assert probe.temperature("specdec_probe_accepted_tokens_total", bucket) == 13
+    per_position = [
+        probe.temperature(
+            "specdec_probe_accepted_tokens_per_position_total", bucket, position=str(i)
+        )
+        for i in range(4)
+    ]
+    assert per_position == [5, 4, 2, 2]
+    assert probe.temperature("specdec_probe_acceptance_rate_sum", bucket) == 13 / 32
+    assert probe.temperature("specdec_probe_acceptance_rate_bucket", bucket, le="0.4") == 0
+    assert probe.temperature("specdec_probe_acceptance_rate_bucket", bucket, le="0.45") == 1
+    assert probe.temperature("specdec_probe_time_to_first_token_seconds_sum", bucket) == 0.3
+    assert probe.temperature("specdec_probe_time_per_output_token_seconds_sum", bucket) == 0.5
+    for other in ("0", "0-0.5", "0.7-1.0", "1.0+"):
+        assert probe.temperature("specdec_probe_sequences_total", other) == 0
+
+
+def test_buckets_greedy_n2_children_and_sequences_without_figures(probe: Probe) -> None:
+    probe.logger()
+    processor = probe.processor()
+    finish = processor._update_stats_from_finished
+    finish(state(0.0, [1, 0, 0, 0, 1], 8), 1, None)  # greedy
+    finish(state(1.0, [2, 1, 0, 0, 0], 12), 1, None)  # n = 2: one call per child
+    finish(req_state=state(1.0, [0, 0, 0, 0, 3], 12), finish_reason=1, iteration_stats=None)
+    finish(state(1.5, None), 1, None)  # no per-sequence figures (flag off for it)
+    finish(state(None, None), 1, None)  # a pooling request: no sampled sequence
+
+    assert probe.temperature("specdec_probe_sequences_total", "0") == 1
+    assert probe.temperature("specdec_probe_accepted_tokens_total", "0") == 4
+    assert probe.temperature("specdec_probe_sequences_total", "0.7-1.0") == 2
+    assert probe.temperature("specdec_probe_drafts_total", "0.7-1.0") == 3 + 3
+    assert probe.temperature("specdec_probe_draft_tokens_total", "0.7-1.0") == 24
+    assert probe.temperature("specdec_probe_accepted_tokens_total", "0.7-1.0") == 1 + 12
+    assert probe.temperature("specdec_probe_acceptance_rate_count", "0.7-1.0") == 2
+    assert probe.temperature("specdec_probe_sequences_total", "1.0+") == 1
+    assert probe.temperature("specdec_probe_spec_sequences_total", "1.0+") == 0
+    assert probe.temperature("specdec_probe_drafts_total", "1.0+") == 0
+    sequences = sum(
+        probe.temperature("specdec_probe_sequences_total", bucket) or 0
+        for bucket in ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+")
+    )
+    assert sequences == 4
+
+
+def test_record_splits_each_step_by_running_batch_and_engine(probe: Probe) -> None:
+    loggers = [probe.logger(0), probe.logger(1)]
+    step = fake.SpecDecodingStats(4, num_drafts=3, num_draft_tokens=12, num_accepted_tokens=7)
+    loggers[0].record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), None)
+    loggers[0].record(fake.SchedulerStats(num_running_reqs=4, spec_decoding_stats=step), None)
+    loggers[1].record(
+        fake.SchedulerStats(num_running_reqs=70, spec_decoding_stats=step), None, engine_idx=1
+    )
+    loggers[0].record(fake.SchedulerStats(num_running_reqs=2), None)  # no drafts this step
+    loggers[0].record(None, None)
+
+    def batch(name: str, engine: str, bucket: str) -> float | None:
+        return probe.value(name, model_name=MODEL, engine=engine, batch_bucket=bucket)
+
+    assert batch("specdec_probe_batch_steps_total", "0", "2-4") == 2
+    assert batch("specdec_probe_batch_drafts_total", "0", "2-4") == 6
+    assert batch("specdec_probe_batch_draft_tokens_total", "0", "2-4") == 24
+    assert batch("specdec_probe_batch_accepted_tokens_total", "0", "2-4") == 14
+    assert batch("specdec_probe_batch_steps_total", "1", "65+") == 1
+    assert batch("specdec_probe_batch_steps_total", "1", "1") == 0  # made up front per engine
+    assert batch("specdec_probe_batch_steps_total", "0", "65+") == 0
+
+
+def test_series_are_made_up_front_and_the_info_says_both_splits_are_on(probe: Probe) -> None:
+    probe.logger()
+    assert probe.info() == {
+        "version": importlib.import_module("specdec_exporter").__version__,
+        "vllm_version": fake.VERSION,
+        "temperature_split": "on",
+        "batch_split": "on",
+        "reason": "",
+    }
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+    assert probe.value("specdec_probe_errors_total", hook="finished") == 0
+    assert (
+        probe.temperature("specdec_probe_accepted_tokens_per_position_total", "1.0+", position="3")
+        == 0
+    )
+    assert probe.temperature("specdec_probe_time_to_first_token_seconds_count", "0") == 0
+
+
+def test_the_hook_is_installed_once_per_process(probe: Probe) -> None:
+    for engine in range(3):
+        probe.logger(engine)
+    probe.processor()._update_stats_from_finished(state(0.2, [0, 1]), 1, None)
+    assert probe.temperature("specdec_probe_sequences_total", "0-0.5") == 1
+
+
+@pytest.mark.parametrize(
+    ("probe", "missing"),
+    [
+        (frozenset({"finished-method"}), "OutputProcessor._update_stats_from_finished: missing"),
+        (frozenset({"request-state"}), "RequestState: no attribute spec_decode_metrics"),
+    ],
+    indirect=["probe"],
+)
+def test_changed_private_names_turn_off_only_the_temperature_split(
+    probe: Probe, missing: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="vllm.specdec_probe"):
+        logger = probe.logger()
+        probe.logger(1)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 1, lines
+    assert caplog.records[0].levelno == logging.WARNING
+    assert f"vLLM {fake.VERSION}+changed" in lines[0] and missing in lines[0]
+    info = probe.info()
+    assert info["temperature_split"] == "off" and info["batch_split"] == "on"
+    assert missing in info["reason"]
+    assert probe.temperature("specdec_probe_sequences_total", "0") is None
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=2)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), None)
+    assert (
+        probe.value(
+            "specdec_probe_batch_accepted_tokens_total",
+            model_name=MODEL,
+            engine="0",
+            batch_bucket="1",
+        )
+        == 2
+    )
+
+
+@pytest.mark.parametrize("probe", [frozenset({"scheduler-stats"})], indirect=True)
+def test_a_changed_scheduler_stats_turns_off_only_the_batch_split(
+    probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="vllm.specdec_probe"):
+        logger = probe.logger()
+    assert len(caplog.records) == 1
+    assert "SchedulerStats: no attribute num_running_reqs" in caplog.records[0].getMessage()
+    info = probe.info()
+    assert (info["temperature_split"], info["batch_split"]) == ("on", "off")
+    logger.record(SimpleNamespace(spec_decoding_stats=object()), None)
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
+def test_an_error_inside_a_hook_is_counted_never_raised(probe: Probe) -> None:
+    logger = probe.logger()
+    processor = probe.processor()
+    broken = state(0.6, [1, "x", 0, 0, 0], 4)  # type: ignore[list-item]
+    assert processor._update_stats_from_finished(broken, 1, None) == "vllm's own result"
+    processor._update_stats_from_finished(state(float("nan"), None), 1, None)
+    logger.record(SimpleNamespace(spec_decoding_stats=SimpleNamespace()), None)
+    assert probe.value("specdec_probe_errors_total", hook="finished") == 2
+    assert probe.value("specdec_probe_errors_total", hook="record") == 1
+    processor._update_stats_from_finished(state(0.6, [0, 1], 1), 1, None)
+    assert probe.temperature("specdec_probe_accepted_tokens_total", "0.5-0.7") == 1
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "off"),
+    [
+        ("SPECDEC_TEMPERATURE_BUCKETS", "0.5,warm", "temperature_split"),
+        ("SPECDEC_TEMPERATURE_BUCKETS", "0.7,0.5", "temperature_split"),
+        ("SPECDEC_BATCH_BUCKETS", "4,2", "batch_split"),
+        ("SPECDEC_BATCH_BUCKETS", "1.5", "batch_split"),
+    ],
+)
+def test_invalid_edges_give_one_line_and_that_split_off(
+    probe: Probe,
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    variable: str,
+    value: str,
+    off: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with caplog.at_level(logging.INFO, logger="vllm.specdec_probe"):
+        probe.logger()
+    assert len(caplog.records) == 1
+    assert f"invalid {variable}={value!r}" in caplog.records[0].getMessage()
+    info = probe.info()
+    assert info[off] == "off"
+    assert variable in info["reason"]
+    other = "batch_split" if off == "temperature_split" else "temperature_split"
+    assert info[other] == "on"
+
+
+def test_edges_come_from_the_environment(probe: Probe, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_TEMPERATURE_BUCKETS", "0.3")
+    monkeypatch.setenv("SPECDEC_BATCH_BUCKETS", "2")
+    logger = probe.logger()
+    probe.processor()._update_stats_from_finished(state(0.6, [0, 1], 1), 1, None)
+    assert probe.temperature("specdec_probe_accepted_tokens_total", "0.3+") == 1
+    step = fake.SpecDecodingStats(1, num_drafts=1, num_draft_tokens=1, num_accepted_tokens=1)
+    logger.record(fake.SchedulerStats(num_running_reqs=5, spec_decoding_stats=step), None)
+    assert (
+        probe.value(
+            "specdec_probe_batch_steps_total", model_name=MODEL, engine="0", batch_bucket="3+"
+        )
+        == 1
+    )
+
+
+def test_without_the_per_request_flag_the_temperature_split_says_why(probe: Probe) -> None:
+    probe.logger(per_request="none")
+    info = probe.info()
+    assert info["temperature_split"] == "off"
+    assert "--per-request-spec-decode-metrics summary" in info["reason"]
+
+
+def test_without_speculation_both_splits_are_off(probe: Probe) -> None:
+    probe.logger(k=None)
+    info = probe.info()
+    assert (info["temperature_split"], info["batch_split"]) == ("off", "off")
+    assert "--speculative-config" in info["reason"]
+
+
+def test_a_failed_start_leaves_vllm_running(probe: Probe, caplog: pytest.LogCaptureFixture) -> None:
+    config = vllm_config()
+    del config.model_config.served_model_name
+    with caplog.at_level(logging.INFO, logger="vllm.specdec_probe"):
+        logger = probe.plugin.SpecdecProbeStatLogger(config, 0)
+    assert logger.state is None
+    assert len(caplog.records) == 1 and "start-up failed" in caplog.records[0].getMessage()
+    logger.record(None, None)
+    logger.log_engine_initialized()
+
+
+class Watched:
+    """A request state that remembers every attribute read of it."""
+
+    def __init__(self, inner: fake.RequestState) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "read", [])
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("_inner", "read"):
+            return object.__getattribute__(self, name)
+        object.__getattribute__(self, "read").append(name)
+        return getattr(object.__getattribute__(self, "_inner"), name)
+
+
+def test_the_probe_never_reads_prompts_or_completions(
+    probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It reads the temperature, the speculative figures and the timing stats, nothing else."""
+    with caplog.at_level(logging.DEBUG):
+        probe.logger()
+        watched = Watched(state(0.6, [0, 1], 1, fake.RequestStateStats(num_generation_tokens=2)))
+        probe.processor()._update_stats_from_finished(watched, 1, None)
+    assert set(watched.read) == {"temperature", "spec_decode_metrics", "stats"}
+    assert "secret" not in caplog.text
