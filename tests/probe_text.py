@@ -34,10 +34,19 @@ def probe_text(
         vllm_version="0.33.0",
         temperature_split=temperature_split,
         engines=1,
+        positions=4,
     )
     for _ in range(rounds):
         for temperature, histogram, draft_tokens in SEQUENCES:
-            series.record_sequence(temperature, histogram, draft_tokens, ttft=0.05, tpot=0.02)
+            series.record_sequence(
+                temperature,
+                histogram,
+                draft_tokens,
+                ttft=0.05,
+                first_token_at=2.0,
+                last_token_at=2.5,
+                generated=3,
+            )
         for engine, running, drafts, draft_tokens, accepted in STEPS:
             series.record_step(engine, running, drafts, draft_tokens, accepted)
     source = MultiprocessView(registry) if multiprocess else registry

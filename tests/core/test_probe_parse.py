@@ -8,6 +8,7 @@ from probe_text import probe_text
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.exposition import ExpositionError
 from specdec_exporter.core.probe_parse import NO_PROBE, parse_probe
+from specdec_exporter.devtools.sim.probe import SPLIT_OFF_WITHOUT_METRICS
 from variants import MODEL, capture
 
 LITERAL = """\
@@ -54,7 +55,8 @@ def test_a_vllm_without_the_probe_gives_no_probe() -> None:
 def test_split_off_when_the_probe_says_so() -> None:
     probe = parse_probe(probe_text(temperature_split=False))
     assert probe.info is not None and not probe.temperature_split and probe.batch_split
-    assert probe.info.reason == "--per-request-spec-decode-metrics is none"
+    assert probe.info.reason == SPLIT_OFF_WITHOUT_METRICS
+    assert probe.temperature == {}  # the real probe makes no series for a split that is off
 
 
 def test_the_multiprocess_rendering_reads_the_same() -> None:

@@ -376,14 +376,14 @@ class Engine:
         self.sim.truth.record_finish(self.index, request.temperature_key, reason)
         probe = self.sim.telemetry.probe
         if probe is not None and request.active:  # a client's abort never reaches the probe
-            stats = request.stats
-            spec = self.sim.config.per_request_spec_decode_metrics != "none"
             probe.record_sequence(
                 request.temperature,
-                stats.histogram if spec else None,
-                stats.num_draft_tokens,
+                request.stats.histogram,
+                request.stats.num_draft_tokens,
                 ttft=first - request.arrival,
-                tpot=(now - first) / (request.generated - 1) if request.generated > 1 else 0.0,
+                first_token_at=first,
+                last_token_at=now,
+                generated=request.generated,
             )
 
     def _publish_load(self) -> None:

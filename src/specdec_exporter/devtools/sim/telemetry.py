@@ -252,6 +252,7 @@ class Telemetry:
                 vllm_version=VLLM_VERSION,
                 temperature_split=config.per_request_spec_decode_metrics != "none",
                 engines=config.data_parallel_size,
+                positions=config.k_max,
             )
             if config.probe and config.speculative is not None
             else None
