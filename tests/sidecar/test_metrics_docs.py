@@ -15,6 +15,7 @@ from test_poller_collector import poll_all
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.stats import RequestStats
+from probe_text import probe_text
 from variants import FIXTURES, MODEL, capture, with_engines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,8 @@ def families_of(text: str) -> set[Family]:
 
 async def real_families() -> set[Family]:
     _, registry = await poll_all(
-        [capture("t0"), with_engines(capture("t3"), 2)], tap_counts={(MODEL, "0"): Totals()}
+        [capture("t0"), with_engines(capture("t3"), 2) + probe_text()],
+        tap_counts={(MODEL, "0"): Totals()},
     )
     v0 = (FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.t3.prom").read_text()
     _, v0_registry = await poll_all([v0])
