@@ -30,7 +30,7 @@ specdec_probe_batch_drafts_total{batch_bucket="2-4",engine="1",model_name="m"} 1
 specdec_probe_batch_draft_tokens_total{batch_bucket="2-4",engine="1",model_name="m"} 48.0
 specdec_probe_batch_accepted_tokens_total{batch_bucket="2-4",engine="1",model_name="m"} 20.0
 specdec_probe_errors_total{hook="record"} 0.0
-"""
+"""  # noqa: E501
 
 
 def test_literal_counts_in_any_label_order_without_created() -> None:

@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 from test_poller_collector import poll_all
 
+from probe_text import probe_text
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.stats import RequestStats
-from probe_text import probe_text
 from variants import FIXTURES, MODEL, capture, with_engines
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -183,3 +183,17 @@ def test_the_sidecar_reads_the_temperature_edges_from_the_probes_variable(
     assert Settings().temperature_buckets == (0.3, 0.9)
     prefix = Settings.model_config.get("env_prefix", "")
     assert f"{prefix}temperature_buckets".upper() == TEMPERATURE_BUCKETS_ENV
+
+
+def test_the_taps_reset_zeroes_every_count() -> None:
+    from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
+    from specdec_exporter.core.request_metrics import SpecDecodeSummary  # noqa: PLC0415
+    from specdec_exporter.tap.stats import RequestRecord, RequestStats  # noqa: PLC0415
+
+    stats = RequestStats(TemperatureBuckets(), lambda model: 4)
+    stats.record(RequestRecord(MODEL, "0", SpecDecodeSummary(2, 8, 4, 4)))
+    assert [
+        row.draft_tokens for row in stats.bucket_summary() if row.temperature_bucket == "0"
+    ] == [8]
+    stats.reset()
+    assert stats.bucket_summary() == []
