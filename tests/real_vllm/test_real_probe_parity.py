@@ -10,6 +10,8 @@ The real probe is loaded as users load it: `install-probe DIR`, then PYTHONPATH=
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +22,7 @@ from real_vllm.conftest import SERVER, announcer, fail_loudly
 from real_vllm.shapes import family_table, readable_diff, render_family_table
 from real_vllm.test_real_sim_parity import sim_config_for
 from real_vllm.traffic import MODEL, PROMPTS, Reading, samples, settled_reading
+from scrape_spy import ScrapeSpy
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.devtools.sim.server import RunningSimulator, running_simulator
 from specdec_exporter.probe.install import install
@@ -192,3 +195,43 @@ def test_same_meaning_after_the_same_requests(
     assert real["sequences"] == {"0": 1, "0-0.5": 2, "0.5-0.7": 1, "0.7-1.0": 1, "1.0+": 2}
     assert real["latency_observations"] == (7, 7)
     assert json.dumps(simulated, sort_keys=True) == json.dumps(real, sort_keys=True)
+
+
+def test_check_takes_the_split_from_the_real_probe_without_a_tap(probed_vllm: Any) -> None:
+    """`check` alone: acceptance by temperature bucket and by running batch from the probe,
+    over the same two scrapes as vLLM's own counters, so their sums equal exactly."""
+    items = load()
+    sequences = sum(count for _, _, count in items)
+    with (
+        httpx.Client(base_url=probed_vllm.url, timeout=120, trust_env=False) as client,
+        ScrapeSpy(probed_vllm.url).running() as spy,
+    ):
+        before = settled_reading(client, 0)
+        check = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "specdec_exporter.cli", "check"),
+                *("--vllm-url", spy.url, "--window", "60", "--json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert spy.wait_for_scrapes(1, timeout_s=60), "check never scraped"
+        for path, body, _ in items:
+            if body.get("stream"):
+                with client.stream("POST", path, json=body) as response:
+                    response.raise_for_status()
+                    response.read()
+            else:
+                client.post(path, json=body).raise_for_status()
+        settled_reading(client, before.requests_finished + sequences)
+        stdout, stderr = check.communicate(timeout=120)
+    assert spy.scrapes == 2, stderr
+    result = json.loads(stdout)
+    assert result["temperature_split_source"] == "probe"
+    [model] = [row for row in result["entries"] if row["engine"] == "all"]
+    assert model["draft_tokens"] > 0
+    for field in ("drafts", "draft_tokens", "accepted_tokens"):
+        assert sum(row[field] for row in result["buckets"]) == model[field], field
+        assert sum(row[field] for row in result["batch_buckets"]) == model[field], field
+    assert sum(row["requests"] for row in result["buckets"]) == sequences
