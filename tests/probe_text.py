@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specdec_exporter.devtools.sim.probe import ProbeSeries
+from specdec_exporter.devtools.sim.probe import ProbeSeries, split_problems
 from specdec_exporter.devtools.sim.telemetry import MultiprocessView
 from variants import MODEL
 
@@ -32,7 +32,7 @@ def probe_text(
         registry,
         model=MODEL,
         vllm_version="0.33.0",
-        temperature_split=temperature_split,
+        problems=split_problems(True, temperature_split),
         engines=1,
         positions=4,
     )

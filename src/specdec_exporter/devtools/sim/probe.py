@@ -21,10 +21,21 @@ from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
 from specdec_exporter.probe.families import Families
 
-SPLIT_OFF_WITHOUT_METRICS = (
-    "temperature split off: vLLM runs without --per-request-spec-decode-metrics summary"
-)
+NO_SPECULATION = "vLLM runs without --speculative-config"
+NO_PER_REQUEST_METRICS = "vLLM runs without --per-request-spec-decode-metrics summary"
+SPLIT_OFF_WITHOUT_METRICS = f"temperature split off: {NO_PER_REQUEST_METRICS}"
 """The real probe's info reason when vLLM gives no per-sequence speculative figures."""
+
+
+def split_problems(speculative: bool, per_request_metrics: bool) -> dict[str, list[str]]:
+    """Why each split is off, as the real probe words it (empty lists: both on)."""
+    problems: dict[str, list[str]] = {"temperature": [], "batch": []}
+    if not speculative:
+        for split in problems.values():
+            split.append(NO_SPECULATION)
+    if not per_request_metrics:
+        problems["temperature"].append(NO_PER_REQUEST_METRICS)
+    return problems
 
 
 class ProbeSeries:
@@ -36,27 +47,31 @@ class ProbeSeries:
         *,
         model: str,
         vllm_version: str,
-        temperature_split: bool,
+        problems: dict[str, list[str]],
         engines: int,
         positions: int,
     ) -> None:
         self.model = model
         self.families = Families(registry)
-        self.temperatures = TemperatureBuckets() if temperature_split else None
-        self.batches = BatchBuckets()
+        self.temperatures = None if problems["temperature"] else TemperatureBuckets()
+        self.batches = None if problems["batch"] else BatchBuckets()
         self.positions = positions
         if self.temperatures is not None:
             for label in self.temperatures.labels:
                 self.families.temperature_series(model, label, positions)
-        for engine in range(engines):
-            for label in self.batches.labels:
-                self.families.batch_series(model, str(engine), label)
+        if self.batches is not None:
+            for engine in range(engines):
+                for label in self.batches.labels:
+                    self.families.batch_series(model, str(engine), label)
+        reason = "; ".join(
+            f"{split} split off: {', '.join(why)}" for split, why in problems.items() if why
+        )
         self.families.info.labels(
             __version__,
             vllm_version,
-            "on" if temperature_split else "off",
-            "on",
-            "" if temperature_split else SPLIT_OFF_WITHOUT_METRICS,
+            "off" if problems["temperature"] else "on",
+            "off" if problems["batch"] else "on",
+            reason,
         ).set(1)
 
     def record_sequence(
@@ -95,6 +110,8 @@ class ProbeSeries:
         self, engine: int, running: int, drafts: int, draft_tokens: int, accepted: int
     ) -> None:
         """One engine step that drafted."""
+        if self.batches is None:
+            return
         series = self.families.batch_series(
             self.model, str(engine), self.batches.label_for(running)
         )

@@ -34,7 +34,7 @@ from specdec_exporter.devtools.sim.families import (
     Family,
     bucket_edges,
 )
-from specdec_exporter.devtools.sim.probe import ProbeSeries
+from specdec_exporter.devtools.sim.probe import ProbeSeries, split_problems
 from specdec_exporter.devtools.sim.settings import VLLM_VERSION, MetricNames, SimConfig
 
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
@@ -250,11 +250,13 @@ class Telemetry:
                 self.registry,
                 model=config.served_model_name,
                 vllm_version=VLLM_VERSION,
-                temperature_split=config.per_request_spec_decode_metrics != "none",
+                problems=split_problems(
+                    config.speculative is not None, config.per_request_spec_decode_metrics != "none"
+                ),
                 engines=config.data_parallel_size,
                 positions=config.k_max,
             )
-            if config.probe and config.speculative is not None
+            if config.probe
             else None
         )
 
