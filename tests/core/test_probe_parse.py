@@ -99,3 +99,11 @@ def test_more_accepted_than_drafted_drops_the_bucket() -> None:
 def test_a_mangled_probe_line_is_an_exposition_error() -> None:
     with pytest.raises(ExpositionError, match="probe"):
         parse_probe('specdec_probe_drafts_total{model_name="m} 1\n')
+
+
+def test_a_batch_bucket_with_more_accepted_than_drafted_is_dropped() -> None:
+    probe = parse_probe(LITERAL.replace("} 20.0", "} 49.0"))
+    assert probe.batch == {} and probe.temperature
+    assert [(item.name, item.key) for item in probe.invalid] == [
+        ("specdec_probe_batch_accepted_tokens", ("m", "1/2-4"))
+    ]

@@ -133,8 +133,8 @@ def parse_probe(text: str) -> ProbeSnapshot:
     bad_names = {(item.name, item.key) for item in invalid}
     valid = [s for s in samples if (s[0], _series_key(s[1])) not in bad_names]
     temperature, over = _temperature(valid, {item.key for item in invalid})
-    batch = _batch(valid, {item.key for item in invalid})
-    return ProbeSnapshot(_info(valid), temperature, batch, (*invalid, *over))
+    batch, batch_over = _batch(valid, {item.key for item in invalid})
+    return ProbeSnapshot(_info(valid), temperature, batch, (*invalid, *over, *batch_over))
 
 
 def _strip_exemplar(line: str) -> str:
@@ -240,7 +240,9 @@ def _temperature(
     return buckets, over
 
 
-def _batch(samples: Iterable[Sample], bad: set[tuple[str, str]]) -> dict[BatchKey, Totals]:
+def _batch(
+    samples: Iterable[Sample], bad: set[tuple[str, str]]
+) -> tuple[dict[BatchKey, Totals], list[InvalidSeries]]:
     values: dict[BatchKey, dict[str, float]] = {}
     for name, labels, value in samples:
         field_name = _BATCH_COUNTERS.get(name.removesuffix("_total"))
@@ -252,16 +254,25 @@ def _batch(samples: Iterable[Sample], bad: set[tuple[str, str]]) -> dict[BatchKe
             labels.get(names.BATCH_BUCKET, ""),
         )
         values.setdefault(key, {})[field_name] = value
-    return {
-        key: Totals(
+    batch: dict[BatchKey, Totals] = {}
+    over: list[InvalidSeries] = []
+    for key, own in values.items():
+        series_key = (key[0], f"{key[1]}/{key[2]}")
+        if series_key in bad:
+            continue
+        totals = Totals(
             drafts=own.get("drafts", 0.0),
             draft_tokens=own.get("draft_tokens", 0.0),
             accepted_tokens=own.get("accepted_tokens", 0.0),
             steps=own.get("steps", 0.0),
         )
-        for key, own in values.items()
-        if (key[0], f"{key[1]}/{key[2]}") not in bad
-    }
+        if totals.accepted_tokens > totals.draft_tokens:
+            over.append(
+                InvalidSeries(names.BATCH_ACCEPTED_TOKENS, series_key, "accepted_over_drafted")
+            )
+        else:
+            batch[key] = totals
+    return batch, over
 
 
 def _position(labels: dict[str, str]) -> int:
