@@ -164,3 +164,8 @@ def test_a_directory_that_cannot_be_written_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("specdec-exporter install-probe: cannot write the probe into ")
     assert err.count("\n") == 1
+
+
+def test_a_missing_directory_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["install-probe"]) == 64
+    assert capsys.readouterr().err == "specdec-exporter install-probe: error: DIR is required\n"

@@ -312,6 +312,7 @@ def test_a_failed_start_leaves_vllm_running(probe: Probe, caplog: pytest.LogCapt
     del config.model_config.served_model_name
     with caplog.at_level(logging.INFO, logger="vllm.specdec_probe"):
         logger = probe.plugin.SpecdecProbeStatLogger(config, 0)
+        assert probe.plugin.SpecdecProbeStatLogger(vllm_config(), 1).state is None
     assert logger.state is None
     assert len(caplog.records) == 1 and "start-up failed" in caplog.records[0].getMessage()
     logger.record(None, None)

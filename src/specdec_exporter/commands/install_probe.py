@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specdec_exporter.cli import EXIT_USAGE
 from specdec_exporter.probe.install import InstallError, install
 
 EXIT_CANNOT_WRITE = 73
@@ -17,6 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "directory",
         metavar="DIR",
         type=Path,
+        nargs="?",  # checked in main, so that a mistyped flag is reported as such first
         help="where to write the probe (created if needed); start vLLM with PYTHONPATH=DIR "
         "and --per-request-spec-decode-metrics summary",
     )
@@ -24,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.directory is None:
+        print("specdec-exporter install-probe: error: DIR is required", file=sys.stderr)
+        return EXIT_USAGE
     try:
         written = install(args.directory)
     except InstallError as exc:

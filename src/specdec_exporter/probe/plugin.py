@@ -130,6 +130,9 @@ class ProbeState:
 
 
 _STATE: ProbeState | None = None
+_START_FAILED = False
+"""Set once a start failed: the other engines' loggers of the process stay off without a second
+line."""
 _START_LOCK = threading.Lock()
 REGISTRY: Any = None
 """The registry the families go into; None: prometheus_client's default (vLLM's /metrics)."""
@@ -167,14 +170,17 @@ def start(
 ) -> ProbeState | None:
     """The process's probe, started on first use. Never raises: on a failure it logs one line and
     returns None (the probe stays out of the way)."""
-    global _STATE  # noqa: PLW0603  (one probe per process, shared by vLLM's per-engine loggers)
+    global _STATE, _START_FAILED  # noqa: PLW0603  (one probe per process, for every engine)
     with _START_LOCK:
+        if _START_FAILED:
+            return None
         try:
             if _STATE is None:
                 _STATE = _start(vllm_config, environ)
             _precreate_batch(_STATE, engine_index)
             return _STATE
         except Exception as exc:
+            _START_FAILED = True
             LOG.warning(
                 "specdec probe: off, start-up failed (%s: %s); vLLM %s runs without it",
                 type(exc).__name__,
