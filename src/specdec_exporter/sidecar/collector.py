@@ -222,9 +222,9 @@ class SpecDecodeCollector(Collector):
             "specdec_request_coverage_ratio",
             f"Draft tokens attributed to a temperature bucket by the split's source (engine probe "
             f"or request tap, specdec_temperature_split_info) / draft tokens counted by vLLM "
-            f"{self._window_help}; below 1: vLLM's --per-request-spec-decode-metrics is off, "
-            f"requests still running, or with the tap: traffic bypassing it, n > 1, streams "
-            f"without include_usage.",
+            f"{self._window_help}; below 1: requests still running, aborted or ended by a stop "
+            f"string, vLLM's --per-request-spec-decode-metrics off, or with the tap: traffic "
+            f"bypassing it, n > 1, streams without include_usage.",
             labels=["model_name"],
         )
         for model, value in sorted(self._state.coverage.items()):
