@@ -63,7 +63,7 @@ async def test_metrics_health_and_landing() -> None:
 
 async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it() -> None:
     """The drafter degrades: the bucket reads its window (0.1, below threshold), not its past."""
-    tap = TapParts(Settings(proxy_listen="127.0.0.1:0"), CollectorRegistry())
+    tap = TapParts(Settings(proxy_listen="127.0.0.1:0"))
     clock = Clock()
     poller = Poller(
         ScriptedSource([capture(t) for t in ("t0", "t1", "t2", "t3")]),

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 from test_poller_collector import poll_all
 
+from probe_text import probe_text
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.tap.stats import RequestStats
@@ -38,7 +39,8 @@ def families_of(text: str) -> set[Family]:
 
 async def real_families() -> set[Family]:
     _, registry = await poll_all(
-        [capture("t0"), with_engines(capture("t3"), 2)], tap_counts={(MODEL, "0"): Totals()}
+        [capture("t0"), with_engines(capture("t3"), 2) + probe_text()],
+        tap_counts={(MODEL, "0"): Totals()},
     )
     v0 = (FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.t3.prom").read_text()
     _, v0_registry = await poll_all([v0])

@@ -292,8 +292,11 @@ def test_load_levels_render_from_the_reports_batch_buckets() -> None:
     assert NO_LOAD_LEVELS not in page
 
 
-def test_without_the_probe_the_load_level_section_says_what_it_needs() -> None:
-    inputs = page_inputs({}, [], CollectorRegistry())
+@pytest.mark.parametrize("report", [{}, {"temperature_split_source": "tap", "batch_buckets": []}])
+def test_without_the_probe_the_load_level_section_says_what_it_needs(
+    report: dict[str, object],
+) -> None:
+    inputs = page_inputs(report, [], CollectorRegistry())
     assert inputs.load_levels is None
     page = render_page(PollState(), "http://vllm:8000", inputs, refresh=5, now=START)
     assert f"<h2>Acceptance by load level</h2><p class='note'>{NO_LOAD_LEVELS}</p>" in page

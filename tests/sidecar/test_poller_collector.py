@@ -13,13 +13,16 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from probe_text import probe_text
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import parse
+from specdec_exporter.core.probe_parse import parse_probe
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scrape, ScrapeError
+from specdec_exporter.sidecar.split_collector import SplitCollector
 from variants import FIXTURES, MODEL, capture, with_engines
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +39,7 @@ class ScriptedSource:
         body = self._bodies.pop(0)
         if isinstance(body, ScrapeError):
             raise body
-        return Scrape(parse(body), duration=0.0125)
+        return Scrape(parse(body), duration=0.0125, probe=parse_probe(body))
 
 
 class Clock:
@@ -77,6 +80,7 @@ async def poll_all(
             coverage_enabled=tap_counts is not None,
         )
     )
+    registry.register(SplitCollector(poller.state))
     for _ in bodies:
         await poller.poll_once()
         clock.now += 5
@@ -256,8 +260,10 @@ async def test_history_keeps_one_point_per_poll_and_a_gap_for_a_failed_poll() ->
 
 
 async def test_golden_exposition(update_golden: bool) -> None:
+    """Two engines, the engine probe on (so it feeds the split though a tap is on too)."""
     _, registry = await poll_all(
-        [capture("t0"), with_engines(capture("t3"), 2)], tap_counts={(MODEL, "0"): Totals()}
+        [capture("t0"), with_engines(capture("t3"), 2) + probe_text()],
+        tap_counts={(MODEL, "0"): Totals()},
     )
     text = generate_latest(registry).decode()
     golden = GOLDEN / "exporter_two_engines.prom"

@@ -13,6 +13,7 @@ import httpx
 from pydantic import Field
 
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
+from specdec_exporter.core.batch_report import CONCURRENCY_IS_NOT_BATCH_SIZE, batch_entries
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import SeriesKey, Snapshot
 from specdec_exporter.core.report import (
@@ -26,6 +27,13 @@ from specdec_exporter.core.verdict import Verdict, explain, verdict
 from specdec_exporter.options import HttpUrl
 from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
+from specdec_exporter.sidecar.split import SplitSource
+from specdec_exporter.sidecar.split_report import (
+    SPLIT_TITLES,
+    batch_table,
+    batch_window,
+    probe_bucket_counts,
+)
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
 
@@ -39,7 +47,7 @@ class CheckSettings(FlagsOnly):
     sidecar_url: HttpUrl | None = Field(
         None,
         description="a sidecar running the request tap: adds acceptance per temperature "
-        "bucket over the same window",
+        "bucket over the same window (not needed with the engine probe on vLLM)",
     )
     as_json: bool = Field(False, alias="json", description="print one JSON object")
 
@@ -61,15 +69,25 @@ def main(args: argparse.Namespace) -> int:
     cost: DraftCost = outcome["cost"]
     final = _legacy_verdict(snapshot, settings) or overall_verdict(entries)
     buckets = outcome.get("buckets")
+    source: SplitSource = outcome["split_source"]
+    batches = outcome["batch_buckets"]
+    calibration = settings.loaded_calibration
+    schedule = None if calibration is None else calibration.schedule
     if options.as_json:
         result = _as_json(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final)
+        result["temperature_split_source"] = source
         if buckets is not None:
             result["buckets"] = [bucket.as_json() for bucket in buckets]
+        result["batch_buckets"] = [row.as_json() for row in batches]
+        result["proposed_schedule"] = None if schedule is None else schedule.model_dump()
+        result["batch_bucket_note"] = CONCURRENCY_IS_NOT_BATCH_SIZE
         print(json.dumps(result, indent=2))
     else:
         print(_as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final))
         if buckets is not None:
-            print("\n" + bucket_table(buckets))
+            print("\n" + bucket_table(buckets, SPLIT_TITLES[source]))
+        if batches:
+            print("\n" + batch_table(batches, schedule))
     return final.exit_code
 
 
@@ -102,7 +120,13 @@ async def _measure(
     measured = timeline.window()
     served = sorted(second.snapshot.models)
     cost = settings.draft_cost_for(served[0] if len(served) == 1 else None)
-    if tap:
+    # The probe wins over the tap, as in the sidecar (sidecar/split.py): it counts every sequence.
+    source: SplitSource = (
+        "probe" if second.probe.temperature_split else "tap" if tap is not None else "none"
+    )
+    if source == "probe":
+        tap_before, tap_after = probe_bucket_counts(first.probe), probe_bucket_counts(second.probe)
+    if source != "none":
         outcome["buckets"] = bucket_rows(
             tap_before,
             tap_after,
@@ -111,6 +135,16 @@ async def _measure(
             cost=cost,
             criteria=settings.criteria,
         )
+    batch = batch_window(first.probe, second.probe, measured.seconds)
+    outcome["split_source"] = source
+    outcome["batch_buckets"] = batch_entries(
+        second.snapshot,
+        batch.deltas,
+        seconds=measured.seconds,
+        cost=cost,
+        criteria=settings.criteria,
+        calibration=settings.loaded_calibration,
+    )
     outcome.update(
         entries=build_report(second.snapshot, measured, cost, settings.criteria),
         cost=cost,

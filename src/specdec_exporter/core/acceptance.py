@@ -21,6 +21,8 @@ class Totals:
     accepted_tokens: float = 0.0
     accepted_per_position: tuple[float, ...] = ()
     generation_tokens: float = 0.0
+    steps: float = 0.0
+    """Engine steps that carried speculative figures (the probe's per-batch-bucket counts)."""
 
     def __add__(self, other: Totals) -> Totals:
         return Totals(
@@ -29,6 +31,7 @@ class Totals:
             self.accepted_tokens + other.accepted_tokens,
             _add_positions(self.accepted_per_position, other.accepted_per_position),
             self.generation_tokens + other.generation_tokens,
+            self.steps + other.steps,
         )
 
     def __sub__(self, other: Totals) -> Totals:
@@ -40,6 +43,7 @@ class Totals:
             self.accepted_tokens - other.accepted_tokens,
             _add_positions(self.accepted_per_position, negated),
             self.generation_tokens - other.generation_tokens,
+            self.steps - other.steps,
         )
 
 
@@ -72,6 +76,7 @@ def totals_delta(previous: Totals, current: Totals) -> Totals:
         counter_delta(previous.accepted_tokens, current.accepted_tokens),
         positions,
         counter_delta(previous.generation_tokens, current.generation_tokens),
+        counter_delta(previous.steps, current.steps),
     )
 
 

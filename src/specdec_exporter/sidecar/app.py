@@ -73,7 +73,9 @@ def create_app(
             "up": state.up,
             "window_seconds": state.window_seconds,
             "entries": [entry.as_json() for entry in state.report],
+            "temperature_split_source": state.temperature_split_source,
             "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
+            "batch_buckets": [row.as_json() for row in state.batch_buckets],
             "tables": [
                 {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
                 for title, headers, rows in shown
@@ -106,16 +108,16 @@ def create_app(
 def page_inputs(
     report: Mapping[str, Any], tables: Sequence[Table], registry: CollectorRegistry
 ) -> PageInputs:
-    """The page reads what /api/report says (the engine probe's ``temperature_split_source`` and
-    ``batch_buckets`` once the sidecar reads the probe) and the latency histograms from the
-    registry, whoever feeds them."""
+    """The page reads what /api/report says (``temperature_split_source``; ``batch_buckets``, empty
+    unless vLLM's /metrics carries the engine probe's batch families) and the latency histograms
+    from the registry, whoever feeds them."""
     levels = report.get("batch_buckets")
     source = report.get("temperature_split_source")
     return PageInputs(
         tables,
         bucket_latencies(registry.collect()),
         source if isinstance(source, str) else None,
-        None if levels is None else [LoadLevel.from_json(item) for item in levels],
+        [LoadLevel.from_json(item) for item in levels] if levels else None,
     )
 
 

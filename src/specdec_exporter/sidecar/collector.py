@@ -44,7 +44,7 @@ class SpecDecodeCollector(Collector):
             yield from self._counters(snapshot)
             yield from self._model_gauges(snapshot)
             yield from self._legacy_v0(snapshot)
-            if self._coverage_enabled:
+            if self._coverage_enabled or self._state.temperature_split_source != "none":
                 yield self._coverage()
 
     def _self_health(self) -> Iterator[Metric]:
@@ -220,9 +220,11 @@ class SpecDecodeCollector(Collector):
     def _coverage(self) -> Metric:
         family = GaugeMetricFamily(
             "specdec_request_coverage_ratio",
-            f"Draft tokens attributed through the request tap / draft tokens counted by vLLM "
-            f"{self._window_help}; below 1: traffic bypasses the tap, n > 1, or vLLM's "
-            f"--per-request-spec-decode-metrics is off.",
+            f"Draft tokens attributed to a temperature bucket by the split's source (engine probe "
+            f"or request tap, specdec_temperature_split_info) / draft tokens counted by vLLM "
+            f"{self._window_help}; below 1: requests still running, aborted or ended by a stop "
+            f"string, vLLM's --per-request-spec-decode-metrics off, or with the tap: traffic "
+            f"bypassing it, n > 1, streams without include_usage.",
             labels=["model_name"],
         )
         for model, value in sorted(self._state.coverage.items()):

@@ -156,6 +156,11 @@ class VllmTarget(BaseSettings, VllmTrust):
         return resolve_draft_cost(self.draft_cost_ratio, self.speculative_method, calibrated)
 
     @property
+    def loaded_calibration(self) -> Calibration | None:
+        """The calibration file's content, read once at start-up (None without --calibration)."""
+        return self._calibration
+
+    @property
     def draft_cost(self) -> DraftCost:
         """c for the one model a vLLM serves (see ``draft_cost_for``)."""
         return self.draft_cost_for(None)

@@ -7,6 +7,7 @@ windowed figures (modelled speedup, tap coverage) whatever Prometheus' scrape in
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.batch_report import BatchEntry, batch_entries
+from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import (
     INVALID_REASONS,
@@ -23,6 +26,7 @@ from specdec_exporter.core.parse import (
     SeriesKey,
     Snapshot,
 )
+from specdec_exporter.core.probe_parse import NO_PROBE, ProbeSnapshot
 from specdec_exporter.core.report import (
     ALL_ENGINES,
     BucketKey,
@@ -30,12 +34,13 @@ from specdec_exporter.core.report import (
     bucket_entries,
     build_report,
 )
-from specdec_exporter.core.timeline import Timeline, Window
+from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EXPIRY
 from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
+from specdec_exporter.sidecar.split import SplitSource, SplitWindows
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
 
@@ -78,7 +83,13 @@ class PollState:
     """The models vLLM serves (or served in the last expiry period) that get per-model tap
     series: at most the cap, names of at most MAX_MODEL_NAME_CHARS."""
     buckets: dict[BucketKey, Entry] = field(default_factory=dict)
-    """The tap's figures per (model, temperature bucket) over the same window (engine "all")."""
+    """The split's figures per (model, temperature bucket) over the same window (engine "all"),
+    from the source in ``temperature_split_source``."""
+    temperature_split_source: SplitSource = "none"
+    probe: ProbeSnapshot = NO_PROBE
+    """The engine probe's families on the last successful poll (``NO_PROBE``: none there)."""
+    batch_buckets: list[BatchEntry] = field(default_factory=list)
+    """The probe's figures per (model, engine, running-batch bucket) over the same window."""
     history: AcceptanceHistory = field(default_factory=AcceptanceHistory)
     models_dropped: dict[DropReason, int] = field(
         default_factory=lambda: dict.fromkeys(DROP_REASONS, 0)
@@ -151,6 +162,8 @@ class Poller:
         log_interval: float,
         criteria: Criteria = DEFAULT_CRITERIA,
         tap_counts: TapCounts | None = None,
+        tap_reset: Callable[[], None] | None = None,
+        calibration: Calibration | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         max_models: int = DEFAULT_MAX_MODELS,
@@ -162,11 +175,15 @@ class Poller:
         self._interval = interval
         self._cost = cost
         self._criteria = criteria
-        self._tap_counts = tap_counts
+        self._calibration = calibration
         self._clock = clock
         self._wall_clock = wall_clock
         self._timeline: Timeline[SeriesKey] = Timeline(window)
-        self._tap_timeline: Timeline[BucketKey] = Timeline(window, counts_from_zero=True)
+        self._split = SplitWindows(
+            window,
+            None if tap_counts is None else functools.partial(tap_counts, self.state),
+            tap_reset,
+        )
         self._limiter = RateLimiter(log_interval)
         self.first_poll_done = asyncio.Event()
 
@@ -187,13 +204,13 @@ class Poller:
             self._log_internal_error()
             self._record_failure(ScrapeError("parse", f"internal error: {type(exc).__name__}"))
         else:
-            self._record(scrape.snapshot, scrape.duration)
+            self._record(scrape.snapshot, scrape.duration, scrape.probe)
         finally:
             self.state.attempts += 1
             self.state.last_poll_at = self._wall_clock()
             self.first_poll_done.set()
 
-    def _record(self, snapshot: Snapshot, duration: float) -> None:
+    def _record(self, snapshot: Snapshot, duration: float, probe: ProbeSnapshot = NO_PROBE) -> None:
         now = self._clock()
         state = self.state
         if not state.up and state.attempts:
@@ -206,41 +223,58 @@ class Poller:
         for reason, count in self._roster.update(snapshot.models).items():
             state.models_dropped[reason] += count
         state.models_seen = self._roster.models
-        if snapshot.invalid:
-            self._count_invalid(snapshot.invalid)
+        if snapshot.invalid or probe.invalid:
+            self._count_invalid((*snapshot.invalid, *probe.invalid))
         self._timeline.observe(now, snapshot.counters)
         window = self._timeline.window()
         state.report = build_report(snapshot, window, self._cost, self._criteria)
         state.window_seconds = window.seconds
-        if self._tap_counts is not None:
-            self._observe_tap(now, snapshot, window.deltas)
+        state.probe = probe
+        self._observe_split(now, snapshot, probe, window.deltas)
         history: dict[SeriesId, float | None] = {
             (e.model_name, None): e.acceptance_rate for e in state.report if e.engine == ALL_ENGINES
         }
         history.update((key, e.acceptance_rate) for key, e in state.buckets.items())
         state.history.record(now, history)
 
-    def _observe_tap(
-        self, now: float, snapshot: Snapshot, vllm_deltas: dict[SeriesKey, Totals]
+    def _observe_split(
+        self,
+        now: float,
+        snapshot: Snapshot,
+        probe: ProbeSnapshot,
+        vllm_deltas: dict[SeriesKey, Totals],
     ) -> None:
-        """The tap's counts over the same window: figures per bucket, and coverage per model."""
-        assert self._tap_counts is not None
-        self._tap_timeline.observe(now, self._tap_counts(self.state))
-        window: Window[BucketKey] = self._tap_timeline.window()
-        self.state.buckets = bucket_entries(
+        """The temperature split (probe or tap) and the probe's batch buckets over the same
+        window: figures per bucket, and coverage per model."""
+        window = self._split.observe(now, probe)
+        state = self.state
+        state.temperature_split_source = self._split.source
+        state.buckets = bucket_entries(
             snapshot,
             window.deltas,
             seconds=window.seconds,
             cost=self._cost,
             criteria=self._criteria,
         )
+        batch = self._split.batch_window()
+        state.batch_buckets = batch_entries(
+            snapshot,
+            batch.deltas,
+            seconds=batch.seconds,
+            cost=self._cost,
+            criteria=self._criteria,
+            calibration=self._calibration,
+        )
+        if self._split.source == "none":
+            state.coverage = {}
+            return
         attributed: dict[str, float] = {}
         for (model, _), counts in window.deltas.items():
             attributed[model] = attributed.get(model, 0.0) + counts.draft_tokens
         counted: dict[str, float] = {}
         for (model, _), totals in vllm_deltas.items():
             counted[model] = counted.get(model, 0.0) + totals.draft_tokens
-        self.state.coverage = {
+        state.coverage = {
             model: attributed.get(model, 0.0) / tokens
             for model, tokens in counted.items()
             if tokens > 0
@@ -270,7 +304,7 @@ class Poller:
     def _record_failure(self, failure: ScrapeError) -> None:
         state = self.state
         state.up, state.snapshot, state.report, state.coverage = False, None, [], {}
-        state.buckets = {}
+        state.buckets, state.batch_buckets, state.probe = {}, [], NO_PROBE
         state.history.record(self._clock(), {})
         state.failures[failure.reason] += 1
         state.failed_in_a_row += 1

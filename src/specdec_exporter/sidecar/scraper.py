@@ -15,6 +15,7 @@ from typing import Literal
 import httpx
 
 from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
+from specdec_exporter.core.probe_parse import NO_PROBE, ProbeSnapshot, parse_probe
 
 FailureReason = Literal["connect", "timeout", "http_status", "parse", "too_large"]
 FAILURE_REASONS: tuple[FailureReason, ...] = (
@@ -46,6 +47,8 @@ class ScrapeError(Exception):
 class Scrape:
     snapshot: Snapshot
     duration: float
+    probe: ProbeSnapshot = NO_PROBE
+    """The engine probe's families, when vLLM's /metrics carries them."""
 
 
 class Scraper:
@@ -73,9 +76,10 @@ class Scraper:
             text = body.decode("utf-8")
             del body  # the text is all parse needs
             snapshot = parse(text)
+            probe = parse_probe(text)
         except (UnicodeDecodeError, ExpositionError) as exc:
             raise ScrapeError("parse", str(exc)) from None
-        return Scrape(snapshot, time.perf_counter() - started)
+        return Scrape(snapshot, time.perf_counter() - started, probe)
 
     async def _fetch(self) -> bytearray:
         headers = {"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING}

@@ -18,6 +18,7 @@ from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.metrics_server import MetricsServer
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scraper
+from specdec_exporter.sidecar.split_collector import SplitCollector, TapSplitGate
 from specdec_exporter.sidecar.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ async def serve(settings: Settings) -> int:
     """Serve until a signal or a task's failure; returns the exit code (see ``Supervisor``)."""
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
-    tap = _tap_parts(settings, registry)
+    tap = _tap_parts(settings)
     limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
     async with httpx.AsyncClient(
         limits=limits, trust_env=False, verify=settings.vllm_ssl_context()
@@ -49,6 +50,8 @@ async def serve(settings: Settings) -> int:
             criteria=settings.criteria,
             log_interval=settings.log_interval,
             tap_counts=tap.attributed if tap else None,
+            tap_reset=tap.stats.reset if tap else None,
+            calibration=settings.loaded_calibration,
             max_models=settings.max_models,
             model_expiry=settings.model_expiry,
         )
@@ -62,6 +65,9 @@ async def serve(settings: Settings) -> int:
                 coverage_enabled=tap is not None,
             )
         )
+        registry.register(SplitCollector(poller.state))
+        if tap is not None:  # the tap's split is exported while it is the split's source
+            registry.register(TapSplitGate(tap.stats, poller.state))
         supervisor = Supervisor()
         readiness = _Readiness(supervisor, poller, tap_enabled=tap is not None)
         app = create_app(
@@ -86,12 +92,12 @@ async def serve(settings: Settings) -> int:
         return await supervisor.run()
 
 
-def _tap_parts(settings: Settings, registry: CollectorRegistry) -> TapParts | None:
+def _tap_parts(settings: Settings) -> TapParts | None:
     if settings.proxy_listen is None:
         return None
     from specdec_exporter.sidecar.tap_parts import TapParts  # noqa: PLC0415  only with the tap
 
-    return TapParts(settings, registry)
+    return TapParts(settings)
 
 
 class _Readiness:

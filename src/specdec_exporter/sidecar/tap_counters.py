@@ -110,7 +110,10 @@ def bucket_rows(
     ]
 
 
-def bucket_table(rows: list[BucketRow]) -> str:
+TAP_TITLE = "Acceptance by temperature bucket (request tap, same window)"
+
+
+def bucket_table(rows: list[BucketRow], title: str = TAP_TITLE) -> str:
     headers = (
         "model",
         "temperature bucket",
@@ -134,9 +137,7 @@ def bucket_table(rows: list[BucketRow]) -> str:
         )
         for r in rows
     ]
-    return "Acceptance by temperature bucket (request tap, same window)\n" + render_table(
-        headers, body
-    )
+    return f"{title}\n" + render_table(headers, body)
 
 
 class TapReader:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from prometheus_client.registry import CollectorRegistry
-
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.core.report import BucketKey
@@ -45,13 +43,14 @@ class TapParts:
     model and its served models are read from that state, the one the poller keeps updating.
     """
 
-    def __init__(self, settings: Settings, registry: CollectorRegistry) -> None:
+    def __init__(self, settings: Settings) -> None:
+        """Its stats are registered through ``TapSplitGate`` (exported while the tap is the
+        temperature split's source)."""
         self.config = tap_config(settings)
         self._state: PollState | None = None
         self.stats = RequestStats(
             TemperatureBuckets(settings.temperature_buckets), self.num_speculative_tokens
         )
-        self.stats.register(registry)
         self.landing_tables: list[tuple[str, LandingRows]] = [
             ("Acceptance by temperature bucket (request tap, sidecar window)", bucket_window_rows),
             ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows),

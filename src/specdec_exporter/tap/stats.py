@@ -139,6 +139,13 @@ class RequestStats(Collector):
             for model in [model for model in self._k if model not in models]:
                 del self._k[model]
 
+    def reset(self) -> None:
+        """Every count back to zero (the series go until the next request or ``add_model``):
+        the sidecar calls it when the engine probe stops being the split's source, so the tap
+        never exports a request the probe counted."""
+        with self._lock:
+            self._series.clear()
+
     def record(self, request: RequestRecord) -> None:
         with self._lock:
             if (request.model_name, request.temperature_bucket) not in self._series:

@@ -301,6 +301,12 @@ class Engine:
             )
         if step.finished:
             self.running = [r for r in self.running if r.finish_reason is None and not r.dropped]
+        probe = self.sim.telemetry.probe
+        if probe is not None and step.drafts:  # vLLM's running count after the finished left
+            accepted = sum(step.accepted_per_pos)
+            probe.record_step(
+                self.index, len(self.running), step.drafts, step.draft_tokens, accepted
+            )
         self._publish_load()
 
     def _prefill(self, request: EngineRequest, step: StepAccumulator) -> None:
@@ -368,6 +374,17 @@ class Engine:
             )
         )
         self.sim.truth.record_finish(self.index, request.temperature_key, reason)
+        probe = self.sim.telemetry.probe
+        if probe is not None and request.active:  # a client's abort never reaches the probe
+            probe.record_sequence(
+                request.temperature,
+                request.stats.histogram,
+                request.stats.num_draft_tokens,
+                ttft=first - request.arrival,
+                first_token_at=first,
+                last_token_at=now,
+                generated=request.generated,
+            )
 
     def _publish_load(self) -> None:
         in_cache = sum(r.prompt_tokens + r.generated for r in self.running)

@@ -147,6 +147,11 @@ class SimulatorOptions(BaseModel):
         description="like vLLM, merge the engine steps a slow client has not read into one SSE "
         "chunk; --no-chunk-merging keeps one chunk per step",
     )
+    probe: bool = Field(
+        default=False,
+        description="serve the engine probe's specdec_probe_* families on /metrics, as vLLM does "
+        "with the probe on its PYTHONPATH",
+    )
     modelled_clock: bool = Field(
         default=False,
         description="request timestamps (per-request timings, latency histograms) count "

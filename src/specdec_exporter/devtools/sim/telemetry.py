@@ -34,7 +34,8 @@ from specdec_exporter.devtools.sim.families import (
     Family,
     bucket_edges,
 )
-from specdec_exporter.devtools.sim.settings import MetricNames, SimConfig
+from specdec_exporter.devtools.sim.probe import ProbeSeries, split_problems
+from specdec_exporter.devtools.sim.settings import VLLM_VERSION, MetricNames, SimConfig
 
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -244,6 +245,20 @@ class Telemetry:
             for name in names
         ]
         self.http = HttpSeries(self.metrics)
+        self.probe = (
+            ProbeSeries(
+                self.registry,
+                model=config.served_model_name,
+                vllm_version=VLLM_VERSION,
+                problems=split_problems(
+                    config.speculative is not None, config.per_request_spec_decode_metrics != "none"
+                ),
+                engines=config.data_parallel_size,
+                positions=config.k_max,
+            )
+            if config.probe
+            else None
+        )
 
     def _register_vllm(self, family: Family) -> None:
         labelnames = (*family.labels, "model_name", *(("engine",) if family.per_engine else ()))

@@ -1,0 +1,288 @@
+"""The engine probe's families on vLLM's /metrics text -> a typed ProbeSnapshot. Pure: no I/O.
+
+Same approach as ``exposition``: one regex pass picks the probe's sample lines (names from
+``probe_names`` only), prometheus_client's parser reads them, values no count can be are left out
+and listed. Takes the single-process and the multiprocess rendering (any label order, ``_sum``
+before ``_bucket``, extra labels such as ``pid``), text and OpenMetrics; ``_created`` never matches.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from specdec_exporter.core import probe_names as names
+from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.parse import ExpositionError, InvalidReason, InvalidSeries
+
+BucketKey = tuple[str, str]
+"""(model_name, temperature_bucket)."""
+BatchKey = tuple[str, str, str]
+"""(model_name, engine, batch_bucket)."""
+
+_COUNTERS = {
+    names.SEQUENCES: "sequences",
+    names.SPEC_SEQUENCES: "spec_sequences",
+    names.DRAFTS: "drafts",
+    names.DRAFT_TOKENS: "draft_tokens",
+    names.ACCEPTED_TOKENS: "accepted_tokens",
+}
+_BATCH_COUNTERS = {
+    names.BATCH_STEPS: "steps",
+    names.BATCH_DRAFTS: "drafts",
+    names.BATCH_DRAFT_TOKENS: "draft_tokens",
+    names.BATCH_ACCEPTED_TOKENS: "accepted_tokens",
+}
+_HISTOGRAMS = {
+    names.ACCEPTANCE_RATE: "acceptance_rate",
+    names.TTFT: "ttft",
+    names.TPOT: "tpot",
+}
+_SAMPLE_NAMES = (
+    [f"{name}_total" for name in (*_COUNTERS, names.ACCEPTED_PER_POSITION, *_BATCH_COUNTERS)]
+    + [f"{name}{suffix}" for name in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")]
+    + [names.INFO]
+)
+_WANTED_LINE = re.compile(
+    r"\n((?:" + "|".join(sorted(map(re.escape, _SAMPLE_NAMES))) + r")[{ \t][^\n]*)"
+)
+_EXEMPLAR = " # {"
+ON = "on"
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramCounts:
+    """One histogram series: cumulative counts per upper bound (the probe's ``le`` text kept,
+    ``+Inf`` last) and the sum of the observations."""
+
+    buckets: tuple[tuple[str, float], ...] = ()
+    sum: float = 0.0
+
+    @property
+    def count(self) -> float:
+        return self.buckets[-1][1] if self.buckets else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeBucket:
+    """One (model, temperature bucket): finished sequences and their speculative counts."""
+
+    sequences: float = 0.0
+    spec_sequences: float = 0.0
+    """Finished sequences that carried speculative figures (vLLM's per-request spec metrics)."""
+    totals: Totals = field(default_factory=Totals)
+    """Drafts, draft and accepted tokens, accepted per position of those sequences."""
+    acceptance_rate: HistogramCounts | None = None
+    ttft: HistogramCounts | None = None
+    tpot: HistogramCounts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeInfo:
+    """The probe's own health line: which splits are on, and why one is off."""
+
+    version: str
+    vllm_version: str
+    temperature_split: bool
+    batch_split: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProbeSnapshot:
+    """What one scrape of vLLM says through the engine probe; ``info`` None: no probe there."""
+
+    info: ProbeInfo | None = None
+    temperature: dict[BucketKey, ProbeBucket] = field(default_factory=dict)
+    batch: dict[BatchKey, Totals] = field(default_factory=dict)
+    """Per (model, engine, batch bucket): steps, drafts, draft and accepted tokens."""
+    invalid: tuple[InvalidSeries, ...] = ()
+
+    @property
+    def temperature_split(self) -> bool:
+        """The probe is there and says its temperature split works."""
+        return self.info is not None and self.info.temperature_split
+
+    @property
+    def batch_split(self) -> bool:
+        return self.info is not None and self.info.batch_split
+
+
+NO_PROBE = ProbeSnapshot()
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def parse_probe(text: str) -> ProbeSnapshot:
+    """The probe's families in a /metrics body (``NO_PROBE`` when it shows none).
+
+    Raises ExpositionError when a probe line does not parse (a cut or mangled body)."""
+    lines = [_strip_exemplar(line) for line in _WANTED_LINE.findall("\n" + text)]
+    if not lines:
+        return NO_PROBE
+    samples = _parse(lines)
+    invalid = [
+        InvalidSeries(name, _series_key(labels), problem)
+        for name, labels, value in samples
+        if (problem := _value_problem(value)) is not None
+    ]
+    bad_names = {(item.name, item.key) for item in invalid}
+    valid = [s for s in samples if (s[0], _series_key(s[1])) not in bad_names]
+    temperature, over = _temperature(valid, {item.key for item in invalid})
+    batch, batch_over = _batch(valid, {item.key for item in invalid})
+    return ProbeSnapshot(_info(valid), temperature, batch, (*invalid, *over, *batch_over))
+
+
+def _strip_exemplar(line: str) -> str:
+    cut = line.find(_EXEMPLAR)
+    return line if cut < 0 else line[:cut]
+
+
+def _parse(lines: list[str]) -> list[Sample]:
+    try:
+        families = list(text_string_to_metric_families("\n".join(lines) + "\n"))
+    except (ValueError, IndexError, KeyError) as exc:
+        raise ExpositionError(f"unparsable probe line: {exc}") from None
+    return [
+        (sample.name, sample.labels, float(sample.value))
+        for family in families
+        for sample in family.samples
+    ]
+
+
+def _series_key(labels: dict[str, str]) -> tuple[str, str]:
+    """(model, temperature bucket) or (model, engine/batch bucket): what a bad value drops."""
+    model = labels.get(names.MODEL, "")
+    if names.TEMPERATURE_BUCKET in labels:
+        return (model, labels[names.TEMPERATURE_BUCKET])
+    return (model, f"{labels.get(names.ENGINE, '0')}/{labels.get(names.BATCH_BUCKET, '')}")
+
+
+def _value_problem(value: float) -> InvalidReason | None:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "infinite"
+    return "negative" if value < 0 else None
+
+
+def _info(samples: Iterable[Sample]) -> ProbeInfo | None:
+    """Every info sample must say a split is on for it to count as on (one per API server)."""
+    infos = [labels for name, labels, value in samples if name == names.INFO and value > 0]
+    if not infos:
+        return None
+    first = infos[0]
+    return ProbeInfo(
+        version=first.get("version", ""),
+        vllm_version=first.get("vllm_version", ""),
+        temperature_split=all(i.get("temperature_split") == ON for i in infos),
+        batch_split=all(i.get("batch_split") == ON for i in infos),
+        reason=next((i["reason"] for i in infos if i.get("reason")), ""),
+    )
+
+
+def _temperature(
+    samples: Iterable[Sample], bad: set[tuple[str, str]]
+) -> tuple[dict[BucketKey, ProbeBucket], list[InvalidSeries]]:
+    values: dict[BucketKey, dict[str, float]] = {}
+    positions: dict[BucketKey, dict[int, float]] = {}
+    histograms: dict[tuple[BucketKey, str], dict[str, float]] = {}
+    sums: dict[tuple[BucketKey, str], float] = {}
+    for name, labels, value in samples:
+        if names.TEMPERATURE_BUCKET not in labels:
+            continue
+        key = (labels.get(names.MODEL, ""), labels[names.TEMPERATURE_BUCKET])
+        base = name.removesuffix("_total")
+        if base in _COUNTERS:
+            values.setdefault(key, {})[_COUNTERS[base]] = value
+        elif base == names.ACCEPTED_PER_POSITION:
+            positions.setdefault(key, {})[_position(labels)] = value
+        elif name.endswith("_bucket") and name.removesuffix("_bucket") in _HISTOGRAMS:
+            kind = _HISTOGRAMS[name.removesuffix("_bucket")]
+            histograms.setdefault((key, kind), {})[labels.get("le", "+Inf")] = value
+        elif name.endswith("_sum") and name.removesuffix("_sum") in _HISTOGRAMS:
+            sums[(key, _HISTOGRAMS[name.removesuffix("_sum")])] = value
+    buckets: dict[BucketKey, ProbeBucket] = {}
+    over: list[InvalidSeries] = []
+    for key in (values.keys() | positions.keys()) - bad:
+        own = values.get(key, {})
+        totals = Totals(
+            own.get("drafts", 0.0),
+            own.get("draft_tokens", 0.0),
+            own.get("accepted_tokens", 0.0),
+            _dense(positions.get(key, {})),
+        )
+        if totals.accepted_tokens > totals.draft_tokens or any(
+            accepted > totals.drafts for accepted in totals.accepted_per_position
+        ):
+            over.append(InvalidSeries(names.ACCEPTED_TOKENS, key, "accepted_over_drafted"))
+            continue
+
+        def histogram(kind: str, key: BucketKey = key) -> HistogramCounts | None:
+            rows = histograms.get((key, kind))
+            if not rows:
+                return None
+            ordered = sorted(rows.items(), key=lambda row: float(row[0]))
+            return HistogramCounts(tuple(ordered), sums.get((key, kind), 0.0))
+
+        buckets[key] = ProbeBucket(
+            own.get("sequences", 0.0),
+            own.get("spec_sequences", 0.0),
+            totals,
+            histogram("acceptance_rate"),
+            histogram("ttft"),
+            histogram("tpot"),
+        )
+    return buckets, over
+
+
+def _batch(
+    samples: Iterable[Sample], bad: set[tuple[str, str]]
+) -> tuple[dict[BatchKey, Totals], list[InvalidSeries]]:
+    values: dict[BatchKey, dict[str, float]] = {}
+    for name, labels, value in samples:
+        field_name = _BATCH_COUNTERS.get(name.removesuffix("_total"))
+        if field_name is None:
+            continue
+        key = (
+            labels.get(names.MODEL, ""),
+            labels.get(names.ENGINE, "0"),
+            labels.get(names.BATCH_BUCKET, ""),
+        )
+        values.setdefault(key, {})[field_name] = value
+    batch: dict[BatchKey, Totals] = {}
+    over: list[InvalidSeries] = []
+    for key, own in values.items():
+        series_key = (key[0], f"{key[1]}/{key[2]}")
+        if series_key in bad:
+            continue
+        totals = Totals(
+            drafts=own.get("drafts", 0.0),
+            draft_tokens=own.get("draft_tokens", 0.0),
+            accepted_tokens=own.get("accepted_tokens", 0.0),
+            steps=own.get("steps", 0.0),
+        )
+        if totals.accepted_tokens > totals.draft_tokens:
+            over.append(
+                InvalidSeries(names.BATCH_ACCEPTED_TOKENS, series_key, "accepted_over_drafted")
+            )
+        else:
+            batch[key] = totals
+    return batch, over
+
+
+def _position(labels: dict[str, str]) -> int:
+    text = labels.get(names.POSITION, "")
+    if not (text.isascii() and text.isdigit()) or int(text) > 64:
+        raise ExpositionError(f"bad position label {text!r} on a probe series")
+    return int(text)
+
+
+def _dense(by_position: dict[int, float]) -> tuple[float, ...]:
+    if not by_position:
+        return ()
+    return tuple(by_position.get(index, 0.0) for index in range(max(by_position) + 1))
