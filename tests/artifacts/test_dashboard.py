@@ -395,7 +395,7 @@ def test_the_load_level_row_reads_the_sidecars_batch_families(board: dict[str, A
 
 
 def test_the_batch_families_are_known_to_the_check_from_the_contract_alone() -> None:
-    """specdec_batch_* come from the probe contract (AWAITED_SPECDEC_METRICS); a name outside
+    """specdec_batch_* are in the exported-metrics contract (SPECDEC_METRICS); a name outside
     it, or a label the family lacks, is still refused."""
     assert query_problems("rate(specdec_batch_steps_total[5m])", RECORDED) == []
     assert query_problems("rate(specdec_batch_step_total[5m])", RECORDED) == [

@@ -41,6 +41,8 @@ def _m(name: str, type_: MetricType, *labels: str) -> Metric:
 _ENGINE = ("model_name", "engine")
 _BUCKET = ("model_name", "temperature_bucket")
 
+_BATCH = (*_ENGINE, "batch_bucket")
+
 SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_up", "gauge"),
     _m("specdec_vllm_ever_up", "gauge"),
@@ -67,21 +69,17 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_request_time_to_first_token_seconds", "histogram", *_BUCKET),
     _m("specdec_request_time_per_output_token_seconds", "histogram", *_BUCKET),
     _m("specdec_request_coverage_ratio", "gauge", "model_name"),
-)
-
-_BATCH = (*_ENGINE, "batch_bucket")
-
-AWAITED_SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_temperature_split_info", "gauge", "source"),
     _m("specdec_batch_steps", "counter", *_BATCH),
     _m("specdec_batch_drafts", "counter", *_BATCH),
     _m("specdec_batch_draft_tokens", "counter", *_BATCH),
     _m("specdec_batch_accepted_tokens", "counter", *_BATCH),
 )
-"""The sidecar's families from the engine-probe contract ("What the sidecar exports from them"),
-which the sidecar does not export yet: the dashboard may query them, and `--check` knows them
-from here alone. Once the sidecar exports them, move them to SPECDEC_METRICS
-(tests/sidecar/test_metrics_docs.py then checks them against the real exposition)."""
+
+AWAITED_SPECDEC_METRICS: tuple[Metric, ...] = ()
+"""Families of a contract the sidecar does not export yet (none now): the dashboard may query
+them, and `--check` knows them from here alone. Once the sidecar exports one, it moves to
+SPECDEC_METRICS (tests/sidecar/test_metrics_docs.py then checks it against the real exposition)."""
 
 CHECKED_SPECDEC_METRICS = SPECDEC_METRICS + AWAITED_SPECDEC_METRICS
 """Every `specdec_*` family a dashboard or rule may name."""
