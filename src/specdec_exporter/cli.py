@@ -13,6 +13,13 @@ from collections.abc import Sequence
 from typing import NoReturn, Protocol, cast
 
 from specdec_exporter import __version__
+from specdec_exporter.commands.exits import (
+    EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    Unreachable,
+)
 from specdec_exporter.sidecar.config import ConfigError
 
 COMMANDS: dict[str, str] = {
@@ -26,12 +33,6 @@ COMMANDS: dict[str, str] = {
 }
 """Each command is the module ``specdec_exporter.commands.<name>``."""
 
-EXIT_USAGE = 64
-"""A usage or config error (sysexits.h EX_USAGE). No verdict of `check` uses it, so a CI gate
-can tell "typo in a flag" from "disable speculation" (2)."""
-EXIT_INTERRUPTED = 130
-EXIT_UNAVAILABLE = 69
-"""The command needs a dev tool this installation leaves out (sysexits.h EX_UNAVAILABLE)."""
 DEVTOOLS = "specdec_exporter.devtools"
 """The sidecar image leaves some of these out; a command that needs them says so in one line."""
 
@@ -72,8 +73,10 @@ def load_command(name: str) -> CommandModule:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("-"):
-        _top_parser().parse_args(argv or ["--help"])
+    if not argv:
+        _top_parser().error("give a COMMAND; 'specdec-exporter --help' describes each")
+    if argv[0].startswith("-"):
+        _top_parser().parse_args(argv)
         return EXIT_USAGE
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
@@ -102,6 +105,9 @@ def _run(name: str, rest: list[str]) -> int:
     except ConfigError as exc:
         print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Unreachable as exc:
+        print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

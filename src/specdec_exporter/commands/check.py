@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from pydantic import Field
 
+from specdec_exporter.commands.exits import EXIT_UNREACHABLE, Unreachable, describe_http_error
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.model import DraftCost
@@ -27,8 +28,6 @@ from specdec_exporter.sidecar.config import HttpUrl, VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
-
-EXIT_UNREACHABLE = 3
 
 
 class CheckSettings(FlagsOnly):
@@ -54,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     outcome: dict[str, Any] = {}
     run_event_loop(_measure(settings, options.window, outcome, options.sidecar_url))
     if "error" in outcome:
-        _print_unreachable(settings.vllm_url, outcome["error"], options.as_json)
+        _print_unreachable(outcome["error"], options.as_json)
         return EXIT_UNREACHABLE
     entries, snapshot, seconds = outcome["entries"], outcome["snapshot"], outcome["seconds"]
     cost: DraftCost = outcome["cost"]
@@ -92,10 +91,13 @@ async def _measure(
             second = await scraper.scrape()
             tap_after = await tap.read() if tap else {}
         except ScrapeError as failure:
-            outcome["error"] = str(failure)
+            outcome["error"] = Unreachable(settings.vllm_url, _scrape_detail(failure), "--vllm-url")
             return
         except httpx.HTTPError as exc:
-            outcome["error"] = f"sidecar at {sidecar_url}: {type(exc).__name__}: {exc}"
+            assert sidecar_url is not None  # only the tap's reads raise it
+            outcome["error"] = Unreachable(
+                sidecar_url, describe_http_error(exc), "--sidecar-url", what="the sidecar"
+            )
             return
     timeline.observe(time.monotonic(), second.snapshot.counters)
     measured = timeline.window()
@@ -235,19 +237,28 @@ def _explanation(
     )
 
 
-def _print_unreachable(url: str, error: str, as_json: bool) -> None:
+def _scrape_detail(failure: ScrapeError) -> str:
+    """What a failed scrape of /metrics means to a person (the reason is the metric's label)."""
+    return {
+        "connect": "cannot connect",
+        "timeout": "no answer within --scrape-timeout",
+        "http_status": f"GET /metrics answered {failure.detail}",
+    }.get(failure.reason, f"GET /metrics: {failure.detail}")
+
+
+def _print_unreachable(error: Unreachable, as_json: bool) -> None:
     if as_json:
         print(
             json.dumps(
                 {
-                    "vllm_url": url,
+                    "vllm_url": error.url,
                     "verdict": "unreachable",
-                    "exit_code": 3,
-                    "error": error,
+                    "exit_code": EXIT_UNREACHABLE,
+                    "error": str(error),
                     "entries": [],
                 },
                 indent=2,
             )
         )
     else:
-        print(f"vLLM at {url} unreachable: {error}", file=sys.stderr)
+        print(f"specdec-exporter check: {error}", file=sys.stderr)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TextIO
 
 from pydantic import BaseModel, Field, SecretStr
 
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, Unreachable
 from specdec_exporter.commands.flags import (
     FlagsOnly,
     FromEnv,
@@ -34,7 +35,9 @@ from specdec_exporter.devtools.load.runner import ModelLookupError, Progress, ru
 from specdec_exporter.sidecar.config import ConfigError
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
-EXIT_OK, EXIT_ALL_FAILED = 0, 1
+EXIT_ALL_FAILED = EXIT_FAILED
+SERVER = "the server"
+"""How an unreachable --url is named: vLLM, the simulator or the sidecar's tap."""
 
 
 class ClientFlags(FlagsOnly, ClientOptions):
@@ -145,8 +148,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = run_event_loop(run_with_progress(config, line))
     except ModelLookupError as exc:
-        print(f"specdec-exporter load: {exc}", file=sys.stderr)
-        return EXIT_ALL_FAILED
+        raise Unreachable(config.url, str(exc), "--url", what=SERVER) from None
     rows = summary_rows(result)
     if settings.as_json:
         print(json.dumps(summary_json(result, rows), indent=2))

@@ -12,12 +12,13 @@ from typing import Self, TextIO
 
 from pydantic import Field, model_validator
 
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, Unreachable
 from specdec_exporter.commands.flags import (
     add_settings_flags,
     refuse_together,
     settings_from_args,
 )
-from specdec_exporter.commands.load import ClientFlags
+from specdec_exporter.commands.load import SERVER, ClientFlags
 from specdec_exporter.devtools.load.config import TemperatureListText
 from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
 from specdec_exporter.devtools.load.runner import ModelLookupError
@@ -30,7 +31,6 @@ from specdec_exporter.devtools.sweep.report import render_sweep, sweep_csv, swee
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
-EXIT_OK, EXIT_FAILED = 0, 1
 PROG = "specdec-exporter sweep"
 
 
@@ -113,8 +113,11 @@ def main(args: argparse.Namespace) -> int:
     line = SweepProgressLine(sys.stderr, config) if show_progress else None
     try:
         result = run_event_loop(sweep_with_progress(config, line))
-    except (ModelLookupError, SweepError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    except ModelLookupError as exc:
+        raise Unreachable(config.url, str(exc), "--url", what=SERVER) from None
+    except SweepError as exc:
+        raise Unreachable(
+            config.metrics_base_url, str(exc), "--metrics-url", what="vLLM's /metrics"
+        ) from None
     print(render(result, config, settings))
     return EXIT_OK if all(row.succeeded for row in result.rows) else EXIT_FAILED

@@ -56,9 +56,11 @@ def _check_listen(value: str) -> str:
 
 
 def _check_url(value: str) -> str:
+    """A server's base URL as every command takes it: http(s)://HOST:PORT, with or without the
+    OpenAI API's /v1 (dropped here, the one place, with a trailing /)."""
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
-    return value.rstrip("/")
+    return value.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
 def load_calibration(path: Path) -> Calibration:
@@ -109,7 +111,9 @@ class VllmTarget(BaseSettings):
         env_prefix="SPECDEC_", extra="forbid", frozen=True, cli_show_env_vars=True
     )
 
-    vllm_url: HttpUrl = Field("http://127.0.0.1:8000", description="base URL of the vLLM server")
+    vllm_url: HttpUrl = Field(
+        "http://127.0.0.1:8000", description="base URL of the vLLM server, with or without /v1"
+    )
     scrape_timeout: float = Field(
         4.0, gt=0, le=600, description="total timeout of one scrape of vLLM, seconds"
     )

@@ -60,7 +60,7 @@ def build_client(
     """One client for the run: HTTP/1.1 keep-alive, one pooled connection per worker."""
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     return httpx.AsyncClient(
-        base_url=config.base_url,
+        base_url=config.url,
         headers=headers,
         limits=httpx.Limits(
             max_connections=config.concurrency, max_keepalive_connections=config.concurrency
