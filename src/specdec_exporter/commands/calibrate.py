@@ -11,6 +11,7 @@ from typing import Annotated, Self
 
 from pydantic import Field, ValidationError, model_validator
 
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_UNREACHABLE, Unreachable
 from specdec_exporter.commands.flags import (
     FlagsOnly,
     Metavar,
@@ -25,6 +26,7 @@ from specdec_exporter.devtools.calibrate.runner import (
     CalibrateError,
     CalibrateOptions,
     CalibrationRun,
+    ServerUnreachable,
     run_calibration,
 )
 from specdec_exporter.devtools.load.config import TemperatureListText
@@ -32,8 +34,7 @@ from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_l
 from specdec_exporter.sidecar.config import ConfigError, HttpUrl, VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
-EXIT_NO_FIT = 1
-EXIT_UNREACHABLE = 3
+EXIT_NO_FIT = EXIT_FAILED
 CONFIG_BEGIN = "# >>> measured by `specdec-exporter calibrate --write-config`: rerun it to update"
 CONFIG_END = "# <<< calibrate"
 
@@ -122,6 +123,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         run = run_event_loop(run_calibration(config, assumed, say))
+    except ServerUnreachable as exc:
+        flag = "--spec-url" if exc.url in config.spec_urls else "--base-url"
+        raise Unreachable(exc.url, exc.detail, flag) from None
     except CalibrateError as exc:
         print(f"specdec-exporter calibrate: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

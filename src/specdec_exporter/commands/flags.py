@@ -19,7 +19,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from specdec_exporter.sidecar.config import ConfigError
+from specdec_exporter.sidecar.config import CalibrationFile, ConfigError, HttpUrl, ListenAddress
 
 S = TypeVar("S", bound=BaseSettings)
 M = TypeVar("M")
@@ -48,14 +48,67 @@ class FromEnv:
     variable: str
 
 
+TYPE_METAVARS: dict[str, str] = {
+    "int": "N",
+    "float": "NUMBER",
+    "str": "TEXT",
+    "Path": "PATH",
+    "tuple[int,...]": "LIST",
+    "tuple[float,...]": "LIST",
+    "tuple[str,...]": "LIST",
+}
+"""What --help shows for a value of a plain type (pydantic-settings shows the Python type)."""
+ALIAS_METAVARS: tuple[tuple[Any, str], ...] = (
+    (HttpUrl, "URL"),
+    (ListenAddress, "HOST:PORT"),
+    (CalibrationFile, "FILE"),
+)
+"""The same for the shared checked types, known by their validators."""
+
+
+def _annotated_items(field: FieldInfo) -> list[Any]:
+    """The field's metadata, and that of ``Annotated`` union members (``Annotated[int, ...] |
+    None``)."""
+    items = list(field.metadata)
+    for member in get_args(field.annotation):
+        if get_origin(member) is Annotated:
+            items += member.__metadata__
+    return items
+
+
+def readable_metavar(field: FieldInfo, generated: str) -> str:
+    """``--help``'s name for the flag's value: the field's Metavar, else one for its type."""
+    marker = field_marker(field, Metavar)
+    if marker is not None:
+        return marker.text
+    items = _annotated_items(field)
+    for alias, text in ALIAS_METAVARS:
+        if all(any(item is mine for item in items) for mine in get_args(alias)[1:]):
+            return text
+    return TYPE_METAVARS.get(generated, generated)
+
+
+def default_text(value: object) -> str | None:
+    """A default as a person writes it on the command line; None for "unset" (None, False or an
+    empty list), which the help text explains in its own words."""
+    if value is None or value is False or value == ():
+        return None
+    if isinstance(value, tuple):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def _readable_help(help_text: str, field: FieldInfo) -> str:
+    """pydantic-settings' help with its ``(default: <Python repr>)`` in a person's terms."""
+    generated = f"(default: {'None' if field.default is None else field.default})"
+    shown = default_text(field.default)
+    return help_text.replace(f" {generated}", "" if shown is None else f" (default: {shown})")
+
+
 def field_marker(field: FieldInfo, kind: type[M]) -> M | None:
     """The first ``kind`` among the field's metadata, looking inside ``Annotated`` union members
     too (``Annotated[int, ...] | None``)."""
-    candidates = list(field.metadata)
-    for member in get_args(field.annotation):
-        if get_origin(member) is Annotated:
-            candidates += member.__metadata__
-    return next((item for item in candidates if isinstance(item, kind)), None)
+    return next((item for item in _annotated_items(field) if isinstance(item, kind)), None)
 
 
 class _MarkedEnvironment(PydanticBaseSettingsSource):
@@ -94,7 +147,8 @@ class FlagsOnly(BaseSettings):
 def _flag_adder(
     model: type[BaseSettings], group: argparse._ArgumentGroup | None
 ) -> Callable[..., argparse.Action]:
-    """pydantic-settings' add_argument, with each field's Metavar and FromEnv applied."""
+    """pydantic-settings' add_argument, with readable metavars and defaults, and each field's
+    FromEnv applied."""
     fields = {field.alias or name: field for name, field in model.model_fields.items()}
 
     def add_argument(
@@ -102,9 +156,9 @@ def _flag_adder(
     ) -> argparse.Action:
         field = fields.get(options.get("dest", ""))
         if field is not None:
-            metavar = field_marker(field, Metavar)
-            if metavar is not None and "metavar" in options:
-                options["metavar"] = metavar.text
+            if "metavar" in options:
+                options["metavar"] = readable_metavar(field, options["metavar"])
+            options["help"] = _readable_help(options.get("help", ""), field)
             variable = field_marker(field, FromEnv)
             if variable is not None:
                 options["help"] = f"{options.get('help', '')} [env: {variable.variable}]".strip()

@@ -61,13 +61,13 @@ class ClientFlags(FlagsOnly, ClientOptions):
             return BUILTIN_PROMPTS
         try:
             lines = self.prompts.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"cannot read prompts file {str(self.prompts)!r}: {exc.__class__.__name__}"
-            ) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read prompts file {self.prompts}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"prompts file {self.prompts} is not UTF-8 text") from None
         prompts = tuple(line for line in lines if line.strip())
         if not prompts:
-            raise ConfigError(f"prompts file {str(self.prompts)!r} has no prompt")
+            raise ConfigError(f"prompts file {self.prompts} has no prompt")
         return prompts
 
     @property

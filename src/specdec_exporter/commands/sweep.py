@@ -116,8 +116,7 @@ def main(args: argparse.Namespace) -> int:
     except ModelLookupError as exc:
         raise Unreachable(config.url, str(exc), "--url", what=SERVER) from None
     except SweepError as exc:
-        raise Unreachable(
-            config.metrics_base_url, str(exc), "--metrics-url", what="vLLM's /metrics"
-        ) from None
+        flag = "--url" if config.metrics_url is None else "--metrics-url"
+        raise Unreachable(config.metrics_base_url, str(exc), flag) from None
     print(render(result, config, settings))
     return EXIT_OK if all(row.succeeded for row in result.rows) else EXIT_FAILED

@@ -96,10 +96,16 @@ def read_generation_config_temperature(path: Path | str) -> float | None:
         target = target / GENERATION_CONFIG_FILE
     try:
         document = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read generation config {str(target)!r}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read generation config {target}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"generation config {target} is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"generation config {target} is not JSON: {exc.msg} (line {exc.lineno})"
+        ) from None
     if not isinstance(document, dict):
-        raise ValueError(f"generation config {str(target)!r} is not a JSON object")
+        raise ValueError(f"generation config {target} is not a JSON object")
     value: object = document.get("temperature")
     return float(value) if isinstance(value, int | float) and is_valid_temperature(value) else None
 

@@ -21,7 +21,8 @@ from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.app import LandingRows, bucket_window_rows, create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
-from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.config import ConfigError, Settings
+from specdec_exporter.sidecar.listeners import bind_listener
 from specdec_exporter.sidecar.poller import Poller, PollState
 from specdec_exporter.sidecar.scraper import Scraper
 from specdec_exporter.term import Cell
@@ -36,6 +37,12 @@ STOP_TIMEOUT = 5
 
 async def serve(settings: Settings) -> int:
     """Serve until a signal or a task's failure; returns the exit code (see ``Supervisor``)."""
+    metrics_socket = bind_listener(settings.listen_address, "--listen")
+    tap_socket = (
+        None
+        if settings.proxy_address is None
+        else _bind_or_close(settings.proxy_address, "--proxy-listen", metrics_socket)
+    )
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     cost = settings.draft_cost
@@ -110,13 +117,17 @@ async def serve(settings: Settings) -> int:
         metrics = _MetricsServer(app, lambda address: listening("metrics", address))
         supervisor.start("poller", poller.run())
         supervisor.start(
-            "metrics server", metrics.serve_on(settings.listen_address), stop=metrics.stop
+            "metrics server", metrics.serve([metrics_socket]), stop=metrics.stop
         )
         if tap is not None:
             supervisor.start(
                 "tap",
                 tap.run(
-                    settings, poller, lambda address: listening("tap", address), supervisor.draining
+                    settings,
+                    poller,
+                    lambda address: listening("tap", address),
+                    supervisor.draining,
+                    tap_socket,
                 ),
                 drains=True,
             )
@@ -131,6 +142,17 @@ async def serve(settings: Settings) -> int:
             },
         )
         return await supervisor.run()
+
+
+def _bind_or_close(
+    address: tuple[str, int], flag: str, bound: socket.socket
+) -> socket.socket:
+    """Bind the tap's address; if that fails, close the metrics socket bound before it."""
+    try:
+        return bind_listener(address, flag)
+    except ConfigError:
+        bound.close()
+        raise
 
 
 def freeze_startup_heap() -> int:
@@ -284,8 +306,8 @@ async def _no_system_exit(coroutine: Coroutine[Any, Any, None]) -> None:
 
 
 class _MetricsServer(uvicorn.Server):
-    """uvicorn on a socket bound here, so a taken port is an OSError the supervisor reports
-    (uvicorn itself would log and ``sys.exit``); signals are left to the supervisor."""
+    """uvicorn on a socket bound before it starts (serve's ``bind_listener``: uvicorn itself
+    would log a taken port and ``sys.exit``); signals are left to the supervisor."""
 
     def __init__(self, app: Any, on_started: Callable[[tuple[str, int]], None]) -> None:
         super().__init__(
@@ -298,12 +320,6 @@ class _MetricsServer(uvicorn.Server):
             )
         )
         self._on_started = on_started
-
-    async def serve_on(self, address: tuple[str, int]) -> None:
-        host, port = address
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.create_server((host, port), family=family, backlog=2048)
-        await self.serve(sockets=[listener])
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -384,10 +400,13 @@ class _TapParts:
         poller: Poller,
         on_started: Callable[[tuple[str, int]], None],
         draining: asyncio.Event,
+        listener: socket.socket | None,
     ) -> None:
         from specdec_exporter.tap.proxy import run_tap  # noqa: PLC0415
 
         def known_models() -> frozenset[str]:
             return poller.state.models_seen
 
-        await run_tap(settings, self.stats, known_models, on_started, draining=draining)
+        await run_tap(
+            settings, self.stats, known_models, on_started, draining=draining, listener=listener
+        )
