@@ -18,7 +18,7 @@ from specdec_exporter.commands.exits import (
     EXIT_UNAVAILABLE,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
-    Unreachable,
+    UnreachableError,
 )
 from specdec_exporter.sidecar.config import ConfigError
 
@@ -105,7 +105,7 @@ def _run(name: str, rest: list[str]) -> int:
     except ConfigError as exc:
         print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Unreachable as exc:
+    except UnreachableError as exc:
         print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:

@@ -173,7 +173,6 @@ def taken_port() -> Iterator[int]:
         yield listener.getsockname()[1]
 
 
-
 @pytest.mark.parametrize("flag", ["--listen", "--proxy-listen"])
 def test_a_port_in_use_is_one_readable_line_and_exit_64(flag: str) -> None:
     """Bound before anything serves or logs: one plain line naming the flag, not a JSON record."""

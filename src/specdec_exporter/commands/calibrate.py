@@ -11,7 +11,7 @@ from typing import Annotated, Self
 
 from pydantic import Field, ValidationError, model_validator
 
-from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_UNREACHABLE, Unreachable
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_UNREACHABLE, UnreachableError
 from specdec_exporter.commands.flags import (
     FlagsOnly,
     Metavar,
@@ -26,7 +26,7 @@ from specdec_exporter.devtools.calibrate.runner import (
     CalibrateError,
     CalibrateOptions,
     CalibrationRun,
-    ServerUnreachable,
+    ServerUnreachableError,
     run_calibration,
 )
 from specdec_exporter.devtools.load.config import TemperatureListText
@@ -123,9 +123,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         run = run_event_loop(run_calibration(config, assumed, say))
-    except ServerUnreachable as exc:
+    except ServerUnreachableError as exc:
         flag = "--spec-url" if exc.url in config.spec_urls else "--base-url"
-        raise Unreachable(exc.url, exc.detail, flag) from None
+        raise UnreachableError(exc.url, exc.detail, flag) from None
     except CalibrateError as exc:
         print(f"specdec-exporter calibrate: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from pydantic import Field
 
-from specdec_exporter.commands.exits import EXIT_UNREACHABLE, Unreachable, describe_http_error
+from specdec_exporter.commands.exits import EXIT_UNREACHABLE, UnreachableError, describe_http_error
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.exposition import SeriesKey, Snapshot
 from specdec_exporter.core.model import DraftCost
@@ -91,11 +91,12 @@ async def _measure(
             second = await scraper.scrape()
             tap_after = await tap.read() if tap else {}
         except ScrapeError as failure:
-            outcome["error"] = Unreachable(settings.vllm_url, _scrape_detail(failure), "--vllm-url")
+            detail = _scrape_detail(failure)
+            outcome["error"] = UnreachableError(settings.vllm_url, detail, "--vllm-url")
             return
         except httpx.HTTPError as exc:
             assert sidecar_url is not None  # only the tap's reads raise it
-            outcome["error"] = Unreachable(
+            outcome["error"] = UnreachableError(
                 sidecar_url, describe_http_error(exc), "--sidecar-url", what="the sidecar"
             )
             return
@@ -246,7 +247,7 @@ def _scrape_detail(failure: ScrapeError) -> str:
     }.get(failure.reason, f"GET /metrics: {failure.detail}")
 
 
-def _print_unreachable(error: Unreachable, as_json: bool) -> None:
+def _print_unreachable(error: UnreachableError, as_json: bool) -> None:
     if as_json:
         print(
             json.dumps(

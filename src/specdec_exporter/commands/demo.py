@@ -22,7 +22,7 @@ from typing import IO, Any
 import httpx
 from pydantic import Field
 
-from specdec_exporter.cli import EXIT_INTERRUPTED
+from specdec_exporter.commands.exits import EXIT_INTERRUPTED
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix

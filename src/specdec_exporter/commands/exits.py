@@ -32,7 +32,7 @@ ALL_EXIT_CODES = (
 )
 
 
-class Unreachable(Exception):
+class UnreachableError(Exception):
     """A server did not answer as the flag that names it says it would. The command line prints
     the message, one line naming the URL and what to try, and exits ``EXIT_UNREACHABLE``."""
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, TextIO
 
 from pydantic import BaseModel, Field, SecretStr
 
-from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, Unreachable
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, UnreachableError
 from specdec_exporter.commands.flags import (
     FlagsOnly,
     FromEnv,
@@ -148,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = run_event_loop(run_with_progress(config, line))
     except ModelLookupError as exc:
-        raise Unreachable(config.url, str(exc), "--url", what=SERVER) from None
+        raise UnreachableError(config.url, str(exc), "--url", what=SERVER) from None
     rows = summary_rows(result)
     if settings.as_json:
         print(json.dumps(summary_json(result, rows), indent=2))

@@ -12,7 +12,7 @@ from typing import Self, TextIO
 
 from pydantic import Field, model_validator
 
-from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, Unreachable
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, UnreachableError
 from specdec_exporter.commands.flags import (
     add_settings_flags,
     refuse_together,
@@ -114,9 +114,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = run_event_loop(sweep_with_progress(config, line))
     except ModelLookupError as exc:
-        raise Unreachable(config.url, str(exc), "--url", what=SERVER) from None
+        raise UnreachableError(config.url, str(exc), "--url", what=SERVER) from None
     except SweepError as exc:
         flag = "--url" if config.metrics_url is None else "--metrics-url"
-        raise Unreachable(config.metrics_base_url, str(exc), flag) from None
+        raise UnreachableError(config.metrics_base_url, str(exc), flag) from None
     print(render(result, config, settings))
     return EXIT_OK if all(row.succeeded for row in result.rows) else EXIT_FAILED

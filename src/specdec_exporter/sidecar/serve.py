@@ -116,9 +116,7 @@ async def serve(settings: Settings) -> int:
         )
         metrics = _MetricsServer(app, lambda address: listening("metrics", address))
         supervisor.start("poller", poller.run())
-        supervisor.start(
-            "metrics server", metrics.serve([metrics_socket]), stop=metrics.stop
-        )
+        supervisor.start("metrics server", metrics.serve([metrics_socket]), stop=metrics.stop)
         if tap is not None:
             supervisor.start(
                 "tap",
@@ -144,9 +142,7 @@ async def serve(settings: Settings) -> int:
         return await supervisor.run()
 
 
-def _bind_or_close(
-    address: tuple[str, int], flag: str, bound: socket.socket
-) -> socket.socket:
+def _bind_or_close(address: tuple[str, int], flag: str, bound: socket.socket) -> socket.socket:
     """Bind the tap's address; if that fails, close the metrics socket bound before it."""
     try:
         return bind_listener(address, flag)

@@ -331,6 +331,7 @@ async def run_tap(
     stats: RequestStats,
     known_models: Callable[[], frozenset[str]],
     on_started: Callable[[tuple[str, int]], None] | None = None,
+    *,
     draining: asyncio.Event | None = None,
     listener: socket.socket | None = None,
 ) -> None:

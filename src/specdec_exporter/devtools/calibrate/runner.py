@@ -52,7 +52,7 @@ class CalibrateError(RuntimeError):
     """The servers cannot be calibrated (unreachable, not the same model, spec on/off wrong)."""
 
 
-class ServerUnreachable(CalibrateError):
+class ServerUnreachableError(CalibrateError):
     """A server did not answer, or not as vLLM: ``detail`` says how."""
 
     def __init__(self, url: str, detail: str) -> None:
@@ -257,7 +257,7 @@ class _Calibration:
             try:
                 return await fetch_model(client)
             except ModelLookupError as exc:
-                raise ServerUnreachable(url, str(exc)) from None
+                raise ServerUnreachableError(url, str(exc)) from None
 
     async def _k_of(self, url: str) -> int:
         snapshot = await self._snapshot(url)
@@ -275,10 +275,10 @@ class _Calibration:
         try:
             response = await self._client.get(url.rstrip("/") + "/metrics")
         except httpx.HTTPError as exc:
-            kind = error_kind(exc)
-            raise ServerUnreachable(url, f"GET /metrics: {FAILURE_TEXT.get(kind, kind)}") from None
+            kind = FAILURE_TEXT.get(error_kind(exc), error_kind(exc))
+            raise ServerUnreachableError(url, f"GET /metrics: {kind}") from None
         if response.status_code != 200:
-            raise ServerUnreachable(url, f"GET /metrics answered HTTP {response.status_code}")
+            raise ServerUnreachableError(url, f"GET /metrics answered HTTP {response.status_code}")
         return response.text
 
     async def _snapshot(self, url: str) -> Snapshot:
