@@ -21,6 +21,7 @@ from specdec_exporter.core.report import (
     Entry,
     build_report,
     overall_verdict,
+    rows_to_show,
 )
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
@@ -201,7 +202,7 @@ def _as_text(
             e.break_even_acceptance_rate,
             e.verdict,
         )
-        for e in entries
+        for e in rows_to_show(entries, lambda e: (e.model_name, e.engine))
     ]
     lines = [
         f"vLLM {settings.vllm_url}, window {seconds:.1f} s, threshold t = "
