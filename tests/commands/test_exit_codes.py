@@ -122,3 +122,33 @@ def test_an_unknown_speculative_method_is_refused_with_the_known_ones(
         f"specdec-exporter {command}: invalid setting: unknown --speculative-method 'eagel3'; "
         "known: dflash, draft_model, dspark, eagle, eagle3,"
     )
+
+
+PYTHON_IN_MESSAGE = re.compile(
+    r"Errno|Traceback|could not convert|<class|\b[A-Z]\w*(Error|Exception)\b|\\[a-z]"
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["load", "--prompts", "/nonexistent/prompts.txt"],
+        ["sweep", "--prompts", "/nonexistent/prompts.txt"],
+        ["run", "--generation-config", "/nonexistent/generation_config.json"],
+        ["run", "--calibration", "/nonexistent/calibration.json"],
+        ["simulate", "--generation-config", "/nonexistent"],
+        ["run", "--temperature-buckets", "0.5,x"],
+        ["run", "--threshold", "x"],
+        ["load", "--temperatures", "0:x"],
+        ["sweep", "--temperatures", "0,x"],
+        ["calibrate", "--spec-url", "http://a", "--base-url", "http://b", "--concurrency", "x"],
+        ["simulate", "--speculative-config", "{not json"],
+        ["check", "--vllm-url", "127.0.0.1:8000"],
+    ],
+)
+def test_a_bad_value_is_one_line_without_python(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert PYTHON_IN_MESSAGE.search(line) is None, line
