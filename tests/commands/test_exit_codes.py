@@ -111,13 +111,25 @@ def test_the_simulators_port_in_use_is_one_line_and_exit_64() -> None:
     )
 
 
-@pytest.mark.parametrize("command", ["run", "check", "calibrate"])
-def test_an_unknown_speculative_method_is_refused_with_the_known_ones(
-    command: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    servers = ["--spec-url", "http://a", "--base-url", "http://b"] if command == "calibrate" else []
-    assert main([command, *servers, "--speculative-method", "eagel3"]) == EXIT_USAGE
-    [line] = capsys.readouterr().err.splitlines()
+METHOD_COMMANDS = {
+    "run": ["--vllm-url", "http://a", "--listen", "127.0.0.1:0"],
+    "check": ["--vllm-url", "http://a"],
+    "calibrate": ["--spec-url", "http://a", "--base-url", "http://b"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(METHOD_COMMANDS))
+def test_an_unknown_speculative_method_is_refused_with_the_known_ones(command: str) -> None:
+    """A subprocess with a timeout: `run` accepting the method would serve until stopped."""
+    result = subprocess.run(
+        [*SPECDEC, command, *METHOD_COMMANDS[command], "--speculative-method", "eagel3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == EXIT_USAGE
+    [line] = result.stderr.splitlines()
     assert line.startswith(
         f"specdec-exporter {command}: invalid setting: unknown --speculative-method 'eagel3'; "
         "known: dflash, draft_model, dspark, eagle, eagle3,"
