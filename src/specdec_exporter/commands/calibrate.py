@@ -45,11 +45,13 @@ class CalibrateSettings(FlagsOnly, CalibrateOptions):
 
     spec_url: Annotated[tuple[HttpUrl, ...], Metavar("URL")] = Field(
         (),
-        description="a vLLM with --speculative-config; once per k to propose a per-batch-size "
-        "schedule",
+        description="base URL (with or without /v1) of a vLLM with --speculative-config; once "
+        "per k to propose a per-batch-size schedule",
     )
     base_url: Annotated[HttpUrl | None, Metavar("URL")] = Field(
-        None, description="a vLLM serving the same model without --speculative-config"
+        None,
+        description="base URL (with or without /v1) of a vLLM serving the same model without "
+        "--speculative-config",
     )
     temperatures: TemperatureListText = Field(
         DEFAULT_TEMPERATURES_TEXT,
