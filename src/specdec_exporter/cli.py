@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from typing import NoReturn, Protocol, cast
 
 from specdec_exporter import __version__
-from specdec_exporter.commands.exits import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE
+from specdec_exporter.commands.exits import (
+    EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    UnreachableError,
+)
 from specdec_exporter.options import ConfigError
 
 COMMANDS: dict[str, str] = {
@@ -69,8 +75,10 @@ def load_command(name: str) -> CommandModule:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("-"):
-        _top_parser().parse_args(argv or ["--help"])
+    if not argv:
+        _top_parser().error("give a COMMAND; 'specdec-exporter --help' describes each")
+    if argv[0].startswith("-"):
+        _top_parser().parse_args(argv)
         return EXIT_USAGE
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
@@ -99,6 +107,9 @@ def _run(name: str, rest: list[str]) -> int:
     except ConfigError as exc:
         print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except UnreachableError as exc:
+        print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

@@ -24,13 +24,15 @@ class ConfigError(Exception):
 
 
 def _check_url(value: str) -> str:
+    """A server's base URL as every command takes it: http(s)://HOST:PORT, with or without the
+    OpenAI API's /v1 (dropped here, the one place, with a trailing /)."""
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
-    return value.rstrip("/")
+    return value.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
 HttpUrl = Annotated[str, AfterValidator(_check_url)]
-"""An http:// or https:// URL, without a trailing slash."""
+"""An http:// or https:// base URL, without a trailing slash or /v1."""
 
 
 @dataclass(frozen=True)
@@ -49,14 +51,20 @@ class FromEnv:
     variable: str
 
 
+def annotated_items(field: FieldInfo) -> list[object]:
+    """The field's metadata, and that of ``Annotated`` union members (``Annotated[int, ...] |
+    None``)."""
+    items = list(field.metadata)
+    for member in get_args(field.annotation):
+        if get_origin(member) is Annotated:
+            items += member.__metadata__
+    return items
+
+
 def field_marker(field: FieldInfo, kind: type[M]) -> M | None:
     """The first ``kind`` among the field's metadata, looking inside ``Annotated`` union members
     too (``Annotated[int, ...] | None``)."""
-    candidates = list(field.metadata)
-    for member in get_args(field.annotation):
-        if get_origin(member) is Annotated:
-            candidates += member.__metadata__
-    return next((item for item in candidates if isinstance(item, kind)), None)
+    return next((item for item in annotated_items(field) if isinstance(item, kind)), None)
 
 
 def flag_of(model: type[BaseModel], field: str) -> str:

@@ -174,6 +174,27 @@ def test_check_exit_codes(
     assert f"verdict: {verdict}" in result.stdout
 
 
+def test_check_text_with_one_engine_has_no_repeated_all_row() -> None:
+    with vllm_serving(capture("t1"), capture("t3")) as vllm:
+        result = run_check(vllm)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[1] for line in result.stdout.splitlines() if line.startswith(MODEL)]
+    assert rows == ["0"]
+
+
+def test_check_takes_the_url_with_v1() -> None:
+    with vllm_serving(capture("t1"), capture("t3")) as vllm:
+        result = subprocess.run(
+            [*SPECDEC, "check", "--vllm-url", vllm.url + "/v1/", "--window", "0.3", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["vllm_url"] == vllm.url
+
+
 def test_check_window_is_its_own_and_a_bad_one_is_a_usage_error() -> None:
     """check reads SPECDEC_VLLM_URL (shared with run), never the sidecar's SPECDEC_WINDOW."""
     with vllm_serving(capture("t1"), capture("t3")) as vllm:

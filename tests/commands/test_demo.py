@@ -4,18 +4,36 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 
-from specdec_exporter.commands.demo import render_screen
+import pytest
+
+from specdec_exporter.commands.demo import DEMO_MIX, Links, render_screen
+from specdec_exporter.core.buckets import DEFAULT_EDGES, TemperatureBuckets
+from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import Progress
+
+LINKS = Links("http://127.0.0.1:8000", "http://127.0.0.1:10088", "http://127.0.0.1:10089", True)
+DEMO = [sys.executable, "-m", "specdec_exporter.cli", "demo"]
 
 REPORT = {
     "up": True,
     "window_seconds": 10.0,
     "entries": [
+        {
+            "model_name": "m",
+            "engine": "0",
+            "acceptance_rate": 0.25,
+            "mean_acceptance_length": 1.9,
+            "estimated_speedup": 1.36,
+            "drafts_per_second": 1300.5,
+            "verdict": "disable",
+        },
         {
             "model_name": "m",
             "engine": "all",
@@ -24,7 +42,7 @@ REPORT = {
             "estimated_speedup": 1.36,
             "drafts_per_second": 1300.5,
             "verdict": "disable",
-        }
+        },
     ],
     "tables": [
         {"title": "engines", "headers": [], "rows": []},
@@ -40,6 +58,7 @@ REPORT = {
 def test_screen_shows_figures_drafter_state_and_buckets() -> None:
     screen = render_screen(
         REPORT,
+        links=LINKS,
         elapsed=65,
         duration=120,
         degraded_at=60.2,
@@ -48,15 +67,117 @@ def test_screen_shows_figures_drafter_state_and_buckets() -> None:
     )
     assert "drafter: DEGRADED at 60 s" in screen
     assert "load: 812 requests, 3 errors" in screen
-    assert "m      all          0.250     1.900     1.360  1300.500  disable" in screen
+    assert "m      0            0.250     1.900     1.360  1300.500  disable" in screen
     assert "Acceptance by temperature bucket" in screen and "0.7-1.0" in screen
+
+
+def engine_column(screen: str) -> list[str]:
+    """The engine of each row of the first table (the model rows)."""
+    first = screen.partition("Acceptance by temperature bucket")[0]
+    return [line.split()[1] for line in first.splitlines() if line.startswith("m  ")]
+
+
+def test_one_engine_shows_no_all_row_and_two_engines_do() -> None:
+    one = render_screen(
+        REPORT, links=LINKS, elapsed=1, duration=9, degraded_at=None, progress=None, simulated=True
+    )
+    assert engine_column(one) == ["0"]
+    second = {**REPORT["entries"][0], "engine": "1"}  # type: ignore[index]
+    two = render_screen(
+        {**REPORT, "entries": [REPORT["entries"][0], second, REPORT["entries"][1]]},  # type: ignore[index]
+        links=LINKS,
+        elapsed=1,
+        duration=9,
+        degraded_at=None,
+        progress=None,
+        simulated=True,
+    )
+    assert engine_column(two) == ["0", "1", "all"]
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_every_frame_starts_with_the_live_page_and_how_to_stop(finished: bool) -> None:
+    screen = render_screen(
+        {"up": False},
+        links=LINKS,
+        elapsed=0,
+        duration=10,
+        degraded_at=None,
+        progress=None,
+        simulated=False,
+        finished=finished,
+    )
+    first = screen.splitlines()[0]
+    assert first.startswith("live page: http://127.0.0.1:10088/  (")
+    stop = "the demo is over" if finished else "Ctrl-C stops everything"
+    assert stop in first
+    assert "request tap (OpenAI-compatible): http://127.0.0.1:10089/v1" in screen
 
 
 def test_screen_before_any_data() -> None:
     screen = render_screen(
-        {"up": False}, elapsed=0, duration=10, degraded_at=None, progress=None, simulated=False
+        {"up": False},
+        links=LINKS,
+        elapsed=0,
+        duration=10,
+        degraded_at=None,
+        progress=None,
+        simulated=False,
     )
     assert "vLLM DOWN" in screen and "drafter: real vLLM" in screen
+
+
+def test_the_mix_sends_traffic_to_every_default_bucket() -> None:
+    buckets = TemperatureBuckets(DEFAULT_EDGES)
+    temperatures = [entry.temperature for entry in parse_mix(DEMO_MIX)]
+    assert sorted({buckets.label_for(t or 0.0) for t in temperatures}) == sorted(buckets.labels)
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_vllm_is_one_line_and_exit_3() -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    result = subprocess.run(
+        [*DEMO, "--vllm-url", url + "/v1", "--duration", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"specdec-exporter demo: vLLM at {url} did not answer: GET /v1/models: cannot connect. "
+        "Is it running there? --vllm-url takes its base URL, http://HOST:PORT, with or without "
+        "/v1\n"
+    )
+
+
+CLEAR = "\x1b[H\x1b[2J"
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_on_a_terminal_the_last_frame_still_shows_the_live_page() -> None:
+    """Under a real terminal each frame clears the screen: the URL must be in the last one."""
+    command = " ".join([*DEMO, "--duration", "4", "--refresh", "1", "--concurrency", "2"])
+    result = subprocess.run(
+        ["script", "-qec", command, "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    frames = result.stdout.split(CLEAR)
+    assert len(frames) >= 3, result.stdout[-2000:]
+    last = frames[-1]
+    page = re.search(r"live page: (http://127\.0\.0\.1:\d+/)", last)
+    assert page is not None, last
+    assert "the demo is over" in last
+    assert all(f"live page: {page.group(1)}  (Ctrl-C stops everything)" in f for f in frames[1:])
 
 
 def process_stats() -> dict[int, list[str]]:
@@ -105,11 +226,16 @@ def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, stderr[-2000:]
-    assert "sidecar: http://127.0.0.1:" in stdout
+    assert "live page: http://127.0.0.1:" in stdout
     degraded = re.search(r"drafter: DEGRADED at (\d+) s", stdout)
     assert degraded is not None, stdout[-2000:]
     assert 3 <= int(degraded.group(1)) <= 6  # halfway, at the first refresh from then on
-    assert "meta-llama/Llama-3.1-8B-Instruct  all" in stdout
+    last_frame = stdout.rpartition("vllm-specdec-exporter demo")[2]
+    assert "meta-llama/Llama-3.1-8B-Instruct  0 " in last_frame
+    assert "Instruct  all" not in last_frame  # one engine: no "all" row repeating it
+    final = stdout.rpartition("Acceptance by temperature bucket (request tap, since start)")[2]
+    for bucket in ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+"):
+        assert re.search(rf"Instruct  {re.escape(bucket)} +[1-9]", final), final
     assert "load: " in stdout and " 0 errors" in stdout.splitlines()[-1]
     assert sidecar_pids, "the demo should run the sidecar as a child process"
     assert not [pid for pid in sidecar_pids if os.path.exists(f"/proc/{pid}")]

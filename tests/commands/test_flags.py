@@ -16,7 +16,12 @@ from specdec_exporter.cli import main
 from specdec_exporter.commands.calibrate import CalibrateSettings
 from specdec_exporter.commands.check import CheckSettings
 from specdec_exporter.commands.demo import DemoSettings
-from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
+from specdec_exporter.commands.flags import (
+    FlagsOnly,
+    add_settings_flags,
+    default_text,
+    settings_from_args,
+)
 from specdec_exporter.commands.load import LoadSettings
 from specdec_exporter.commands.simulate import ServeFlags, SimulatorFlags
 from specdec_exporter.commands.sweep import SweepSettings
@@ -50,9 +55,9 @@ def test_metavars_and_the_environment_variable_show_in_help() -> None:
     parser = argparse.ArgumentParser()
     add_settings_flags(parser, Example, "example flags")
     text = parser.format_help()
-    assert "[--token KEY] [--count N] [--seconds float]" in text
+    assert "[--token KEY] [--count N] [--seconds NUMBER]" in text
     assert "example flags:" in text
-    assert "a secret (default: None) [env: EXAMPLE_TOKEN]" in " ".join(text.split())
+    assert "a secret [env: EXAMPLE_TOKEN]" in " ".join(text.split())
 
 
 def test_the_environment_fills_in_for_an_absent_flag_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,9 +122,49 @@ def test_help_names_every_field_with_its_help_and_default(
         flag = ("--no-" if switch_off else "--") + (field.alias or name).replace("_", "-")
         assert flag in entries, f"{command} --help lacks {flag}"
         assert " ".join((field.description or "").split()) in entries[flag]
-        if not switch_off:
-            assert f"(default: {field.default})" in entries[flag]
+        shown = None if switch_off else default_text(field.default)
+        if shown is not None:
+            assert f"(default: {shown})" in entries[flag]
     assert len(entries) == len(fields)
+
+
+PYTHON_IN_HELP = re.compile(
+    r"\b(int|float|str|Path|tuple|None|False|True)\b|\(default: \(|\(\)|\[[a-z]+,\.\.\.\]"
+)
+
+
+@pytest.mark.parametrize("command", [command for command, _ in COMMAND_MODELS])
+def test_help_shows_no_python(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metavars and defaults for a person: not `tuple[float,...]`, `Path`, `(default: ())`."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert PYTHON_IN_HELP.findall(text) == []
+
+
+def test_readable_metavars_and_defaults(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    for shown in (
+        "[--vllm-url URL]",
+        "[--listen HOST:PORT]",
+        "[--calibration FILE]",
+        "[--temperature-buckets LIST]",
+        "[--generation-config PATH]",
+        "[--max-models N]",
+        "[--interval NUMBER]",
+        "(default: 0.5,0.7,1.0)",
+    ):
+        assert shown in usage
+    assert (default_text(None), default_text(False), default_text(())) == (None, None, None)
+    assert (default_text((1, 8, 32)), default_text(2.0)) == ("1,8,32", "2.0")
 
 
 @pytest.mark.parametrize(

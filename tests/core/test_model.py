@@ -67,8 +67,22 @@ def test_draft_cost_comes_from_flag_then_calibration_then_method_then_default() 
     assert resolve_draft_cost(None, "deepseek_mtp", None) == DraftCost(
         0.05, "method", "deepseek_mtp"
     )
-    assert resolve_draft_cost(None, "unknown", None) == DraftCost(0.1, "default", "unknown")
+    assert resolve_draft_cost(None, "medusa", None) == DraftCost(0.1, "default", "medusa")
     assert resolve_draft_cost(None, None, None) == DraftCost(0.1, "default", None)
+
+
+def test_an_unknown_method_is_refused_unless_c_is_given() -> None:
+    """A typo must not silently give the default c; with c given, the method only labels."""
+    with pytest.raises(ValueError) as refused:
+        resolve_draft_cost(None, "eagel3", None)
+    assert str(refused.value) == (
+        "unknown --speculative-method 'eagel3'; known: dflash, draft_model, dspark, eagle, "
+        "eagle3, mtp, ngram, ngram_gpu, suffix, *_mtp, custom_class, extract_hidden_states, "
+        "medusa, mlp_speculator (for a method this version does not know, give c with "
+        "--draft-cost-ratio)"
+    )
+    assert resolve_draft_cost(0.2, "eagel3", None) == DraftCost(0.2, "flag", "eagel3")
+    assert resolve_draft_cost(None, "eagel3", 0.3) == DraftCost(0.3, "calibration", "eagel3")
 
 
 def test_a_flag_and_a_calibration_together_are_refused() -> None:
@@ -80,6 +94,7 @@ def test_describe_names_where_c_came_from() -> None:
     assert DraftCost(0.01, "method", "ngram").describe() == "c = 0.01 (default of method ngram)"
     assert DraftCost(0.7, "calibration").describe() == "c = 0.7 (calibration)"
     assert DraftCost(0.3, "flag").describe() == "c = 0.3 (--draft-cost-ratio)"
-    assert DraftCost(0.1, "default").describe() == (
-        "c = 0.1 (default, no known --speculative-method)"
+    assert DraftCost(0.1, "default").describe() == "c = 0.1 (default, no --speculative-method)"
+    assert DraftCost(0.1, "default", "medusa").describe() == (
+        "c = 0.1 (default, no c assumed for method medusa)"
     )

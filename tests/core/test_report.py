@@ -9,7 +9,7 @@ import pytest
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import parse
-from specdec_exporter.core.report import ALL_ENGINES, build_report, overall_verdict
+from specdec_exporter.core.report import ALL_ENGINES, build_report, overall_verdict, rows_to_show
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from variants import MODEL, V033, capture, with_engines
@@ -142,3 +142,21 @@ def test_spec_off_is_not_enabled() -> None:
         (MODEL, ALL_ENGINES, "not enabled"),
     ]
     assert overall_verdict(entries).exit_code == 2
+
+
+def test_the_all_row_is_shown_only_for_a_model_with_several_engines() -> None:
+    rows = [
+        ("one", "0"),
+        ("one", "all"),
+        ("two", "0"),
+        ("two", "1"),
+        ("two", "all"),
+        ("idle", "all"),
+    ]
+    assert rows_to_show(rows, lambda row: row) == [
+        ("one", "0"),
+        ("two", "0"),
+        ("two", "1"),
+        ("two", "all"),
+        ("idle", "all"),
+    ]

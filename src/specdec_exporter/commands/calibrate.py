@@ -11,6 +11,7 @@ from typing import Annotated, Self
 
 from pydantic import Field, ValidationError, model_validator
 
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_UNREACHABLE, UnreachableError
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.calibration import Calibration, CalibrationError, build_calibration
 from specdec_exporter.devtools.calibrate.runner import (
@@ -19,6 +20,7 @@ from specdec_exporter.devtools.calibrate.runner import (
     CalibrateError,
     CalibrateOptions,
     CalibrationRun,
+    ServerUnreachableError,
     run_calibration,
 )
 from specdec_exporter.devtools.load.config import TemperatureListText
@@ -27,8 +29,7 @@ from specdec_exporter.options import ConfigError, HttpUrl, Metavar, describe_val
 from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
-EXIT_NO_FIT = 1
-EXIT_UNREACHABLE = 3
+EXIT_NO_FIT = EXIT_FAILED
 CONFIG_BEGIN = "# >>> measured by `specdec-exporter calibrate --write-config`: rerun it to update"
 CONFIG_END = "# <<< calibrate"
 
@@ -39,11 +40,13 @@ class CalibrateSettings(FlagsOnly, CalibrateOptions):
 
     spec_url: Annotated[tuple[HttpUrl, ...], Metavar("URL")] = Field(
         (),
-        description="a vLLM with --speculative-config; once per k to propose a per-batch-size "
-        "schedule",
+        description="base URL (with or without /v1) of a vLLM with --speculative-config; once "
+        "per k to propose a per-batch-size schedule",
     )
     base_url: Annotated[HttpUrl | None, Metavar("URL")] = Field(
-        None, description="a vLLM serving the same model without --speculative-config"
+        None,
+        description="base URL (with or without /v1) of a vLLM serving the same model without "
+        "--speculative-config",
     )
     temperatures: TemperatureListText = Field(
         DEFAULT_TEMPERATURES_TEXT,
@@ -117,6 +120,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         run = run_event_loop(run_calibration(config, assumed, say))
+    except ServerUnreachableError as exc:
+        flag = "--spec-url" if exc.url in config.spec_urls else "--base-url"
+        raise UnreachableError(exc.url, exc.detail, flag) from None
     except CalibrateError as exc:
         print(f"specdec-exporter calibrate: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from pydantic import Field
 
+from specdec_exporter.commands.exits import EXIT_UNREACHABLE, UnreachableError, describe_http_error
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.batch_report import CONCURRENCY_IS_NOT_BATCH_SIZE, batch_entries
 from specdec_exporter.core.model import DraftCost
@@ -21,6 +22,7 @@ from specdec_exporter.core.report import (
     Entry,
     build_report,
     overall_verdict,
+    rows_to_show,
 )
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
@@ -36,8 +38,6 @@ from specdec_exporter.sidecar.split_report import (
 )
 from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
 from specdec_exporter.term import render_table, run_event_loop
-
-EXIT_UNREACHABLE = 3
 
 
 class CheckSettings(FlagsOnly):
@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     outcome: dict[str, Any] = {}
     run_event_loop(_measure(settings, options.window, outcome, options.sidecar_url))
     if "error" in outcome:
-        _print_unreachable(settings.vllm_url, outcome["error"], options.as_json)
+        _print_unreachable(outcome["error"], options.as_json)
         return EXIT_UNREACHABLE
     entries, snapshot, seconds = outcome["entries"], outcome["snapshot"], outcome["seconds"]
     cost: DraftCost = outcome["cost"]
@@ -111,10 +111,14 @@ async def _measure(
             second = await scraper.scrape()
             tap_after = await tap.read() if tap else {}
         except ScrapeError as failure:
-            outcome["error"] = str(failure)
+            detail = _scrape_detail(failure)
+            outcome["error"] = UnreachableError(settings.vllm_url, detail, "--vllm-url")
             return
         except httpx.HTTPError as exc:
-            outcome["error"] = f"sidecar at {sidecar_url}: {type(exc).__name__}: {exc}"
+            assert sidecar_url is not None  # only the tap's reads raise it
+            outcome["error"] = UnreachableError(
+                sidecar_url, describe_http_error(exc), "--sidecar-url", what="the sidecar"
+            )
             return
     timeline.observe(time.monotonic(), second.snapshot.counters)
     measured = timeline.window()
@@ -233,7 +237,7 @@ def _as_text(
             e.break_even_acceptance_rate,
             e.verdict,
         )
-        for e in entries
+        for e in rows_to_show(entries, lambda e: (e.model_name, e.engine))
     ]
     lines = [
         f"vLLM {settings.vllm_url}, window {seconds:.1f} s, threshold t = "
@@ -270,19 +274,28 @@ def _explanation(
     )
 
 
-def _print_unreachable(url: str, error: str, as_json: bool) -> None:
+def _scrape_detail(failure: ScrapeError) -> str:
+    """What a failed scrape of /metrics means to a person (the reason is the metric's label)."""
+    return {
+        "connect": "cannot connect",
+        "timeout": "no answer within --scrape-timeout",
+        "http_status": f"GET /metrics answered {failure.detail}",
+    }.get(failure.reason, f"GET /metrics: {failure.detail}")
+
+
+def _print_unreachable(error: UnreachableError, as_json: bool) -> None:
     if as_json:
         print(
             json.dumps(
                 {
-                    "vllm_url": url,
+                    "vllm_url": error.url,
                     "verdict": "unreachable",
-                    "exit_code": 3,
-                    "error": error,
+                    "exit_code": EXIT_UNREACHABLE,
+                    "error": str(error),
                     "entries": [],
                 },
                 indent=2,
             )
         )
     else:
-        print(f"vLLM at {url} unreachable: {error}", file=sys.stderr)
+        print(f"specdec-exporter check: {error}", file=sys.stderr)

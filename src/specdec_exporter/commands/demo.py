@@ -2,6 +2,7 @@
 
 The sidecar runs as a real `specdec-exporter run` subprocess; the simulator in a thread of this
 process; the load in this process' event loop. Halfway through, the simulated drafter degrades.
+Every frame of the live table starts with the live page's URL and how to stop.
 """
 
 from __future__ import annotations
@@ -22,16 +23,25 @@ from typing import IO, Any
 import httpx
 from pydantic import Field
 
-from specdec_exporter.commands.exits import EXIT_INTERRUPTED
+from specdec_exporter.commands.exits import EXIT_INTERRUPTED, UnreachableError
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
+from specdec_exporter.core.report import rows_to_show
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
-from specdec_exporter.devtools.load.runner import Progress, run_load
+from specdec_exporter.devtools.load.runner import (
+    ModelLookupError,
+    Progress,
+    build_client,
+    fetch_model,
+    run_load,
+)
 from specdec_exporter.options import HttpUrl, flag_of
 from specdec_exporter.term import render_table, run_event_loop
 from specdec_exporter.trust import VllmTrust
 
-DEMO_MIX = "0:0.5,0.4:0.3,0.8:0.2"
+DEMO_MIX = "0:0.3,0.3:0.2,0.6:0.2,0.85:0.15,1.2:0.15"
+"""One temperature in each of the sidecar's default buckets (0, 0-0.5, 0.5-0.7, 0.7-1.0, 1.0+),
+so every bucket row gets traffic."""
 GOOD_DRAFTER = 0.97
 DEGRADED_DRAFTER = 0.45
 
@@ -44,7 +54,8 @@ class DemoSettings(FlagsOnly, VllmTrust):
     )
     vllm_url: HttpUrl | None = Field(
         None,
-        description="use this vLLM instead of the built-in simulator (nothing is degraded then)",
+        description="base URL of a vLLM to use instead of the built-in simulator, with or "
+        "without /v1 (nothing is degraded then)",
     )
     concurrency: int = Field(8, ge=1, description="concurrent requests")
     refresh: float = Field(2.0, gt=0, description="table refresh, seconds")
@@ -64,12 +75,25 @@ def main(args: argparse.Namespace) -> int:
         vllm_url, simulated = settings.vllm_url, settings.vllm_url is None
         if vllm_url is None:
             vllm_url = stack.enter_context(_simulator(settings.seed))
+        model = run_event_loop(_served_model(vllm_url, settings))
         sidecar = stack.enter_context(_sidecar(vllm_url, settings, tap=not settings.no_tap))
-        _print_urls(vllm_url, sidecar, simulated)
-        if run_event_loop(_run(settings, vllm_url, sidecar, simulated)):
+        links = Links(vllm_url, sidecar.url, sidecar.tap_url, simulated)
+        print(links.text() + "\n", flush=True)
+        if run_event_loop(_run(settings, links, model)):
             print("\ninterrupted; stopping the sidecar and the simulator", file=sys.stderr)
             return EXIT_INTERRUPTED
     return 0
+
+
+async def _served_model(vllm_url: str, trust: VllmTrust) -> str:
+    """The model vLLM serves, asked of vLLM itself before anything starts: an unreachable vLLM
+    is one line (UnreachableError), not a demo that shows "vLLM DOWN" and then fails."""
+    config = LoadConfig(url=vllm_url, requests=1, timeout=10, **trust.vllm_trust())
+    async with build_client(config) as client:
+        try:
+            return await fetch_model(client)
+        except ModelLookupError as exc:
+            raise UnreachableError(vllm_url, str(exc), "--vllm-url") from None
 
 
 @contextlib.contextmanager
@@ -162,23 +186,39 @@ def _read_log(stream: IO[str], sidecar: Sidecar, expected: int, ready: threading
     stream.close()
 
 
-def _print_urls(vllm_url: str, sidecar: Sidecar, simulated: bool) -> None:
-    source = "simulated vLLM" if simulated else "vLLM"
-    print(f"{source}: {vllm_url}\nsidecar: {sidecar.url}/  (metrics: {sidecar.url}/metrics)")
-    if sidecar.tap_url:
-        print(f"request tap (OpenAI-compatible): {sidecar.tap_url}/v1")
-    print("Ctrl-C stops everything.\n", flush=True)
+@dataclass(frozen=True)
+class Links:
+    """Where the demo's parts answer; every frame of the live table starts with them."""
+
+    vllm_url: str
+    sidecar_url: str
+    tap_url: str | None
+    simulated: bool
+
+    def text(self, *, finished: bool = False) -> str:
+        source = "simulated vLLM" if self.simulated else "vLLM"
+        tap = f"  request tap (OpenAI-compatible): {self.tap_url}/v1" if self.tap_url else ""
+        stop = (
+            "the demo is over: it stops the sidecar now" if finished else "Ctrl-C stops everything"
+        )
+        return "\n".join(
+            [
+                f"live page: {self.sidecar_url}/  ({stop})",
+                f"metrics: {self.sidecar_url}/metrics  {source}: {self.vllm_url}{tap}",
+            ]
+        )
 
 
-async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar, simulated: bool) -> bool:
+async def _run(args: DemoSettings, links: Links, model: str) -> bool:
     """Load and live table until the duration ends (False) or SIGINT/SIGTERM (True)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(number, stop.set)
-    target = sidecar.tap_url or vllm_url
+    vllm_url, simulated = links.vllm_url, links.simulated
     config = LoadConfig(
-        url=target,
+        url=links.tap_url or vllm_url,
+        model=model,
         concurrency=args.concurrency,
         duration=args.duration,
         mix=parse_mix(DEMO_MIX),
@@ -198,10 +238,11 @@ async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar, simulated: b
             if simulated and degraded_at is None and elapsed >= args.duration / 2:
                 await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
                 degraded_at = elapsed
-            report = await _fetch_report(client, sidecar.url)
+            report = await _fetch_report(client, links.sidecar_url)
             _show(
                 render_screen(
                     report,
+                    links=links,
                     elapsed=elapsed,
                     duration=args.duration,
                     degraded_at=degraded_at,
@@ -219,10 +260,12 @@ async def _run(args: DemoSettings, vllm_url: str, sidecar: Sidecar, simulated: b
         stopping.cancel()
         result = load.result()
         await asyncio.sleep(1.5)  # one more sidecar poll, so the final table includes the tail
-        report = await _fetch_report(client, sidecar.url)
+        report = await _fetch_report(client, links.sidecar_url)
     _show(
         render_screen(
             report,
+            links=links,
+            finished=True,
             elapsed=time.monotonic() - started,
             duration=args.duration,
             degraded_at=degraded_at,
@@ -249,13 +292,16 @@ async def _fetch_report(client: httpx.AsyncClient, sidecar_url: str) -> dict[str
 def render_screen(
     report: dict[str, Any],
     *,
+    links: Links,
     elapsed: float,
     duration: float,
     degraded_at: float | None,
     progress: Progress | None,
     simulated: bool,
+    finished: bool = False,
 ) -> str:
-    """The live table: sidecar figures per model and engine, then per temperature bucket."""
+    """One frame: the links and how to stop, then the sidecar's figures per model and engine
+    (the "all" row only for several engines), then per temperature bucket."""
     drafter = (
         ("good" if degraded_at is None else f"DEGRADED at {degraded_at:.0f} s")
         if simulated
@@ -267,12 +313,14 @@ def render_screen(
         else "no request finished yet"
     )
     lines = [
+        links.text(finished=finished),
+        "",
         f"vllm-specdec-exporter demo  {elapsed:5.0f}/{duration:.0f} s  drafter: {drafter}  "
         f"load: {requests}  vLLM {'up' if report.get('up') else 'DOWN'}  "
         f"window {report.get('window_seconds', 0):.0f} s",
         "",
     ]
-    entries = report.get("entries", [])
+    entries = rows_to_show(report.get("entries", []), lambda e: (e["model_name"], e["engine"]))
     rows = [
         (
             e["model_name"],

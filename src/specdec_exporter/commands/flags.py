@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
@@ -23,10 +23,13 @@ from pydantic_settings import (
 from specdec_exporter.options import (
     ConfigError,
     FromEnv,
+    HttpUrl,
     Metavar,
+    annotated_items,
     describe_validation_error,
     field_marker,
 )
+from specdec_exporter.sidecar.config import CalibrationFile, ListenAddress
 
 S = TypeVar("S", bound=BaseSettings)
 
@@ -36,6 +39,53 @@ _CLI_STYLE: dict[str, Any] = {
     "cli_hide_none_type": True,
     "cli_avoid_json": True,
 }
+
+
+TYPE_METAVARS: dict[str, str] = {
+    "int": "N",
+    "float": "NUMBER",
+    "str": "TEXT",
+    "Path": "PATH",
+    "tuple[int,...]": "LIST",
+    "tuple[float,...]": "LIST",
+    "tuple[str,...]": "LIST",
+}
+"""What --help shows for a value of a plain type (pydantic-settings shows the Python type)."""
+ALIAS_METAVARS: tuple[tuple[Any, str], ...] = (
+    (HttpUrl, "URL"),
+    (ListenAddress, "HOST:PORT"),
+    (CalibrationFile, "FILE"),
+)
+"""The same for the shared checked types, known by their validators."""
+
+
+def readable_metavar(field: FieldInfo, generated: str) -> str:
+    """``--help``'s name for the flag's value: the field's Metavar, else one for its type."""
+    marker = field_marker(field, Metavar)
+    if marker is not None:
+        return marker.text
+    items = annotated_items(field)
+    for alias, text in ALIAS_METAVARS:
+        if all(any(item is mine for item in items) for mine in get_args(alias)[1:]):
+            return text
+    return TYPE_METAVARS.get(generated, generated)
+
+
+def default_text(value: object) -> str | None:
+    """A default as a person writes it on the command line; None for "unset" (None, False or an
+    empty list), which the help text explains in its own words."""
+    if value is None or value is False or value == ():
+        return None
+    if isinstance(value, tuple):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def _readable_help(help_text: str, field: FieldInfo) -> str:
+    """pydantic-settings' help with its ``(default: <Python repr>)`` in a person's terms."""
+    generated = f"(default: {'None' if field.default is None else field.default})"
+    shown = default_text(field.default)
+    return help_text.replace(f" {generated}", "" if shown is None else f" (default: {shown})")
 
 
 class _MarkedEnvironment(PydanticBaseSettingsSource):
@@ -74,7 +124,8 @@ class FlagsOnly(BaseSettings):
 def _flag_adder(
     model: type[BaseSettings], group: argparse._ArgumentGroup | None
 ) -> Callable[..., argparse.Action]:
-    """pydantic-settings' add_argument, with each field's Metavar and FromEnv applied."""
+    """pydantic-settings' add_argument, with readable metavars and defaults, and each field's
+    FromEnv applied."""
     fields = {field.alias or name: field for name, field in model.model_fields.items()}
 
     def add_argument(
@@ -82,9 +133,9 @@ def _flag_adder(
     ) -> argparse.Action:
         field = fields.get(options.get("dest", ""))
         if field is not None:
-            metavar = field_marker(field, Metavar)
-            if metavar is not None and "metavar" in options:
-                options["metavar"] = metavar.text
+            if "metavar" in options:
+                options["metavar"] = readable_metavar(field, options["metavar"])
+            options["help"] = _readable_help(options.get("help", ""), field)
             variable = field_marker(field, FromEnv)
             named = f"[env: {variable.variable}]" if variable is not None else ""
             if named and named not in options.get("help", ""):  # a SPECDEC_ model names it

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TextIO
 
 from pydantic import BaseModel, Field, SecretStr
 
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, UnreachableError
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.devtools.load.config import (
     BUILTIN_PROMPTS,
@@ -28,7 +29,9 @@ from specdec_exporter.devtools.load.summary import render_summary, summary_json,
 from specdec_exporter.options import ConfigError, FromEnv, Metavar
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
-EXIT_OK, EXIT_ALL_FAILED = 0, 1
+EXIT_ALL_FAILED = EXIT_FAILED
+SERVER = "the server"
+"""How an unreachable --url is named: vLLM, the simulator or the sidecar's tap."""
 
 
 class ClientFlags(FlagsOnly, ClientOptions):
@@ -52,13 +55,13 @@ class ClientFlags(FlagsOnly, ClientOptions):
             return BUILTIN_PROMPTS
         try:
             lines = self.prompts.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"cannot read prompts file {str(self.prompts)!r}: {exc.__class__.__name__}"
-            ) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read prompts file {self.prompts}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"prompts file {self.prompts} is not UTF-8 text") from None
         prompts = tuple(line for line in lines if line.strip())
         if not prompts:
-            raise ConfigError(f"prompts file {str(self.prompts)!r} has no prompt")
+            raise ConfigError(f"prompts file {self.prompts} has no prompt")
         return prompts
 
     @property
@@ -139,8 +142,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = run_event_loop(run_with_progress(config, line))
     except ModelLookupError as exc:
-        print(f"specdec-exporter load: {exc}", file=sys.stderr)
-        return EXIT_ALL_FAILED
+        raise UnreachableError(config.url, str(exc), "--url", what=SERVER) from None
     rows = summary_rows(result)
     if settings.as_json:
         print(json.dumps(summary_json(result, rows), indent=2))

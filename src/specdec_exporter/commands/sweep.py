@@ -12,8 +12,9 @@ from typing import Self, TextIO
 
 from pydantic import Field, model_validator
 
+from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_OK, UnreachableError
 from specdec_exporter.commands.flags import add_settings_flags, settings_from_args
-from specdec_exporter.commands.load import ClientFlags
+from specdec_exporter.commands.load import SERVER, ClientFlags
 from specdec_exporter.devtools.load.config import TemperatureListText
 from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
 from specdec_exporter.devtools.load.runner import ModelLookupError
@@ -27,7 +28,6 @@ from specdec_exporter.devtools.sweep.table import render_sweep, sweep_csv, sweep
 from specdec_exporter.options import refuse_together
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
-EXIT_OK, EXIT_FAILED = 0, 1
 PROG = "specdec-exporter sweep"
 
 
@@ -110,8 +110,10 @@ def main(args: argparse.Namespace) -> int:
     line = SweepProgressLine(sys.stderr, config) if show_progress else None
     try:
         result = run_event_loop(sweep_with_progress(config, line))
-    except (ModelLookupError, SweepError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    except ModelLookupError as exc:
+        raise UnreachableError(config.url, str(exc), "--url", what=SERVER) from None
+    except SweepError as exc:
+        flag = "--url" if config.metrics_url is None else "--metrics-url"
+        raise UnreachableError(config.metrics_base_url, str(exc), flag) from None
     print(render(result, config, settings))
     return EXIT_OK if all(row.succeeded for row in result.rows) else EXIT_FAILED

@@ -26,6 +26,25 @@ DRAFT_COST_RATIO_BY_METHOD: dict[str, float] = {
     "suffix": 0.01,
 }
 """Modelling assumptions (cost of one drafted token relative to one target step), see README."""
+METHODS_WITHOUT_COST: frozenset[str] = frozenset(
+    {"custom_class", "extract_hidden_states", "medusa", "mlp_speculator"}
+)
+"""vLLM's other methods (``SpeculativeMethod`` in vllm/config/speculative.py): accepted, with the
+default c, as nothing is assumed about their cost."""
+
+
+def is_known_method(method: str) -> bool:
+    """A method vLLM names: one of the table above, any ``*_mtp``, or METHODS_WITHOUT_COST."""
+    return (
+        method in DRAFT_COST_RATIO_BY_METHOD
+        or method in METHODS_WITHOUT_COST
+        or method.endswith("_mtp")
+    )
+
+
+def known_methods_text() -> str:
+    """The methods a person may write, for an error message."""
+    return ", ".join([*sorted(DRAFT_COST_RATIO_BY_METHOD), "*_mtp", *sorted(METHODS_WITHOUT_COST)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +61,11 @@ class DraftCost:
             "flag": "--draft-cost-ratio",
             "calibration": "calibration",
             "method": f"default of method {self.method}",
-            "default": "default, no known --speculative-method",
+            "default": (
+                "default, no --speculative-method"
+                if self.method is None
+                else f"default, no c assumed for method {self.method}"
+            ),
         }[self.source]
         return f"c = {self.ratio:g} ({origin})"
 
@@ -53,9 +76,16 @@ def resolve_draft_cost(
     """c from the flag, or a calibration's fitted c, else the method's default, else 0.1.
 
     A flag and a calibration both setting c contradict each other: ValueError, never a silent pick.
+    So is a method vLLM does not name (a typo would silently give the default c), unless the flag
+    or a calibration sets c, which then does not depend on the method.
     """
     if flag is not None and calibrated is not None:
         raise ValueError("--draft-cost-ratio and --calibration both set c: give one of them")
+    if method is not None and flag is None and calibrated is None and not is_known_method(method):
+        raise ValueError(
+            f"unknown --speculative-method {method!r}; known: {known_methods_text()} (for a "
+            "method this version does not know, give c with --draft-cost-ratio)"
+        )
     if flag is not None:
         return DraftCost(flag, "flag", method)
     if calibrated is not None:

@@ -4,9 +4,10 @@ and verdicts `check`, `/`, `/api/report` and the collector show). Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from specdec_exporter.core.acceptance import Totals, figures, sum_totals
 from specdec_exporter.core.model import DraftCost, break_even_acceptance_rate, modelled_speedup
@@ -19,6 +20,7 @@ LEGACY_V0 = "legacy V0: see its own gauges"
 
 BucketKey = tuple[str, str]
 """(model_name, temperature_bucket)."""
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,13 @@ def _model_entries(
     if model in snapshot.legacy_v0:  # V0's counters are not true counts: no window verdict
         rows = [replace(row, verdict=LEGACY_V0) for row in rows]
     return rows
+
+
+def rows_to_show(rows: Sequence[R], key: Callable[[R], tuple[str, str]]) -> list[R]:
+    """The rows a person reads, in order: a model's ``engine="all"`` row only when the model has
+    more than one engine row (with one, it repeats that row). ``key`` gives (model, engine)."""
+    engines = Counter(model for model, engine in map(key, rows) if engine != ALL_ENGINES)
+    return [row for row in rows if key(row)[1] != ALL_ENGINES or engines[key(row)[0]] != 1]
 
 
 def bucket_entries(

@@ -90,10 +90,16 @@ def read_generation_config_temperature(path: Path | str) -> float | None:
         target = target / GENERATION_CONFIG_FILE
     try:
         document = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read generation config {str(target)!r}: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read generation config {target}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"generation config {target} is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"generation config {target} is not JSON: {exc.msg} (line {exc.lineno})"
+        ) from None
     if not isinstance(document, dict):
-        raise ValueError(f"generation config {str(target)!r} is not a JSON object")
+        raise ValueError(f"generation config {target} is not a JSON object")
     value: object = document.get("temperature")
     return float(value) if isinstance(value, int | float) and is_valid_temperature(value) else None
 
@@ -106,7 +112,9 @@ class VllmTarget(BaseSettings, VllmTrust):
         env_prefix="SPECDEC_", extra="forbid", frozen=True, cli_show_env_vars=True
     )
 
-    vllm_url: HttpUrl = Field("http://127.0.0.1:8000", description="base URL of the vLLM server")
+    vllm_url: HttpUrl = Field(
+        "http://127.0.0.1:8000", description="base URL of the vLLM server, with or without /v1"
+    )
     scrape_timeout: float = Field(
         4.0, gt=0, le=600, description="total timeout of one scrape of vLLM, seconds"
     )

@@ -1,4 +1,5 @@
-"""uvicorn serving the sidecar's app on a socket bound here, its signals left to the supervisor."""
+"""uvicorn serving the sidecar's app on a socket bound before it (``sidecar/listeners``), its
+signals left to the supervisor."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from specdec_exporter.sidecar.supervisor import STOP_TIMEOUT
 
 
 class MetricsServer(uvicorn.Server):
-    """uvicorn on a socket bound here, so a taken port is an OSError the supervisor reports
-    (uvicorn itself would log and ``sys.exit``); signals are left to the supervisor."""
+    """uvicorn on a socket ``serve`` bound first (a taken port is one line there, where uvicorn
+    would log and ``sys.exit``); signals are left to the supervisor. Run as ``serve([socket])``."""
 
     def __init__(self, app: Any, on_started: Callable[[tuple[str, int]], None]) -> None:
         super().__init__(
@@ -27,12 +28,6 @@ class MetricsServer(uvicorn.Server):
             )
         )
         self._on_started = on_started
-
-    async def serve_on(self, address: tuple[str, int]) -> None:
-        host, port = address
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.create_server((host, port), family=family, backlog=2048)
-        await self.serve(sockets=[listener])
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

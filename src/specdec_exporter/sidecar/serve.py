@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
+from specdec_exporter.options import ConfigError
 from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.explain import PageContext
+from specdec_exporter.sidecar.listeners import bind_listener
 from specdec_exporter.sidecar.metrics_server import MetricsServer
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scraper
@@ -29,6 +32,12 @@ log = logging.getLogger("specdec_exporter")
 
 async def serve(settings: Settings) -> int:
     """Serve until a signal or a task's failure; returns the exit code (see ``Supervisor``)."""
+    metrics_socket = bind_listener(settings.listen_address, "--listen")
+    tap_socket = (
+        None
+        if settings.proxy_address is None
+        else _bind_or_close(settings.proxy_address, "--proxy-listen", metrics_socket)
+    )
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     tap = _tap_parts(settings)
@@ -81,12 +90,12 @@ async def serve(settings: Settings) -> int:
         )
         metrics = MetricsServer(app, readiness.metrics_listening)
         supervisor.start("poller", poller.run())
-        supervisor.start(
-            "metrics server", metrics.serve_on(settings.listen_address), stop=metrics.stop
-        )
+        supervisor.start("metrics server", metrics.serve([metrics_socket]), stop=metrics.stop)
         if tap is not None:
             supervisor.start(
-                "tap", tap.run(readiness.tap_listening, supervisor.draining), drains=True
+                "tap",
+                tap.run(readiness.tap_listening, supervisor.draining, tap_socket),
+                drains=True,
             )
         _log_start(settings)
         return await supervisor.run()
@@ -143,6 +152,15 @@ def _log_start(settings: Settings) -> None:
             "draft_cost_ratio_source": cost.source,
         },
     )
+
+
+def _bind_or_close(address: tuple[str, int], flag: str, bound: socket.socket) -> socket.socket:
+    """Bind the tap's address; if that fails, close the metrics socket bound before it."""
+    try:
+        return bind_listener(address, flag)
+    except ConfigError:
+        bound.close()
+        raise
 
 
 def freeze_startup_heap() -> int:

@@ -4,6 +4,7 @@ to the poller, its tables on the landing page. Imported only when the tap is ena
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Sequence
 
 from specdec_exporter.core.acceptance import Totals
@@ -104,6 +105,17 @@ class TapParts:
         return headers, rows
 
     async def run(
-        self, on_started: Callable[[tuple[str, int]], None], draining: asyncio.Event
+        self,
+        on_started: Callable[[tuple[str, int]], None],
+        draining: asyncio.Event,
+        listener: socket.socket | None = None,
     ) -> None:
-        await run_tap(self.config, self.stats, self.served_models, on_started, draining=draining)
+        """Serve the tap on ``listener`` (bound by ``serve`` before anything starts)."""
+        await run_tap(
+            self.config,
+            self.stats,
+            self.served_models,
+            on_started,
+            draining=draining,
+            listener=listener,
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,8 @@ LINGER = 2.0
 """Seconds a closing client connection, half-closed, still reads and drops what the client sends,
 so the client reads the last response first (nginx's lingering close): a close with unread
 bytes resets the connection, and the reset can destroy that response before it is read."""
+BACKLOG = 1024
+"""Pending connections the tap's listener queues."""
 VERSIONS = frozenset({"1.0", "1.1"})
 """Request versions the tap serves; others (HTTP/2 prior knowledge, 0.9) get a 505."""
 
@@ -326,16 +329,23 @@ async def run_tap(
     stats: RequestStats,
     known_models: Callable[[], frozenset[str]],
     on_started: Callable[[tuple[str, int]], None] | None = None,
+    *,
     draining: asyncio.Event | None = None,
+    listener: socket.socket | None = None,
 ) -> None:
-    """Serve the tap on ``config.listen`` until cancelled, or until ``draining`` is set: then
-    drain (see ``drain``) and return."""
-    host, port = config.listen
+    """Serve the tap on ``listener`` (bound already), else on ``config.listen``, until cancelled,
+    or until ``draining`` is set: then drain (see ``drain``) and return."""
     tap = Tap(config, stats, known_models)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: ClientConnection(tap), host, port, reuse_address=True, backlog=1024
-    )
+    if listener is not None:
+        server = await loop.create_server(
+            lambda: ClientConnection(tap), sock=listener, backlog=BACKLOG
+        )
+    else:
+        host, port = config.listen
+        server = await loop.create_server(
+            lambda: ClientConnection(tap), host, port, reuse_address=True, backlog=BACKLOG
+        )
     sockets: Any = getattr(server, "sockets")  # noqa: B009  uvloop: a list; typeshed: a tuple
     bound: Any = sockets[0].getsockname()  # (a compiled tap checks the declared type)
     log.info("tap listening on %s:%d, forwarding to %s", bound[0], bound[1], config.vllm_url)

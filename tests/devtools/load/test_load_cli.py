@@ -125,10 +125,15 @@ def test_all_failed_exits_1(url: str, fake: FakeVllm, capsys: pytest.CaptureFixt
     assert "errors by kind: http_500 3" in capsys.readouterr().out
 
 
-def test_unreachable_server_exits_1_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["load", "--url", f"http://127.0.0.1:{closed_port()}", "--quiet"]) == 1
+def test_unreachable_server_exits_3_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    assert main(["load", "--url", url + "/v1", "--quiet"]) == 3
     err = capsys.readouterr().err
-    assert err == "specdec-exporter load: GET /v1/models failed: connect\n"
+    assert err == (
+        f"specdec-exporter load: the server at {url} did not answer: GET /v1/models: cannot "
+        "connect. Is it running there? --url takes its base URL, http://HOST:PORT, with or "
+        "without /v1\n"
+    )
 
 
 @pytest.mark.parametrize(

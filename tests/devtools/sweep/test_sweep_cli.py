@@ -105,15 +105,17 @@ def test_a_phase_without_success_exits_1_after_printing(
     assert "T=1.0: errors by kind: http_500 5" in out
 
 
-def test_unreadable_metrics_for_counters_exits_1_with_one_line(
+def test_unreadable_metrics_for_counters_exits_3_with_one_line(
     url: str, fake: FakeSpecVllm, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake.metrics_status = 503
-    assert main(["sweep", "--url", url, *FAST, "--source", "counters"]) == 1
+    assert main(["sweep", "--url", url, *FAST, "--source", "counters"]) == 3
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        f"specdec-exporter sweep: cannot read {url}/metrics (http_status: HTTP 503)\n"
+        f"specdec-exporter sweep: vLLM at {url} did not answer: cannot read {url}/metrics "
+        "(http_status: HTTP 503). Is it running there? --url takes its base URL, "
+        "http://HOST:PORT, with or without /v1\n"
     )
 
 
@@ -152,7 +154,7 @@ def test_an_empty_prompts_file_exits_64_with_one_line(
     empty.write_text("\n", encoding="utf-8")
     assert main(["sweep", "--prompts", str(empty)]) == 64
     assert capsys.readouterr().err == (
-        f"specdec-exporter sweep: prompts file {str(empty)!r} has no prompt\n"
+        f"specdec-exporter sweep: prompts file {empty} has no prompt\n"
     )
 
 

@@ -34,8 +34,10 @@ from specdec_exporter.devtools.load.counters import (
 from specdec_exporter.devtools.load.mix import MixEntry, parse_temperatures, temperature_label
 from specdec_exporter.devtools.load.results import LoadResult, RequestResult
 from specdec_exporter.devtools.load.runner import (
+    FAILURE_TEXT,
     ModelLookupError,
     build_client,
+    error_kind,
     fetch_model,
     run_load,
 )
@@ -48,6 +50,15 @@ DEFAULT_TEMPERATURES_TEXT = "0,0.7,1.0"
 
 class CalibrateError(RuntimeError):
     """The servers cannot be calibrated (unreachable, not the same model, spec on/off wrong)."""
+
+
+class ServerUnreachableError(CalibrateError):
+    """A server did not answer, or not as vLLM: ``detail`` says how."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        super().__init__(f"{url}: {detail}")
+        self.url = url
+        self.detail = detail
 
 
 def _ascending(values: tuple[int, ...]) -> tuple[int, ...]:
@@ -254,7 +265,7 @@ class _Calibration:
             try:
                 return await fetch_model(client)
             except ModelLookupError as exc:
-                raise CalibrateError(f"{url}: {exc}") from None
+                raise ServerUnreachableError(url, str(exc)) from None
 
     async def _k_of(self, url: str) -> int:
         snapshot = await self._snapshot(url)
@@ -272,9 +283,10 @@ class _Calibration:
         try:
             response = await self._client.get(url.rstrip("/") + "/metrics")
         except httpx.HTTPError as exc:
-            raise CalibrateError(f"{url}/metrics: {type(exc).__name__}: {exc}") from None
+            kind = FAILURE_TEXT.get(error_kind(exc), error_kind(exc))
+            raise ServerUnreachableError(url, f"GET /metrics: {kind}") from None
         if response.status_code != 200:
-            raise CalibrateError(f"{url}/metrics answered HTTP {response.status_code}")
+            raise ServerUnreachableError(url, f"GET /metrics answered HTTP {response.status_code}")
         return response.text
 
     async def _snapshot(self, url: str) -> Snapshot:

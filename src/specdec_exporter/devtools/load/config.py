@@ -56,8 +56,8 @@ class ClientOptions(VllmTrust):
 
     url: Annotated[HttpUrl, Metavar("URL")] = Field(
         default="http://127.0.0.1:8000",
-        description="base URL of the OpenAI-compatible server: vLLM, the simulator or the "
-        "sidecar's request tap",
+        description="base URL of the OpenAI-compatible server, with or without /v1: vLLM, the "
+        "simulator or the sidecar's request tap",
     )
     model: str | None = Field(
         default=None, description="model name; unset: the first id from GET /v1/models"
@@ -118,8 +118,3 @@ class LoadConfig(LoadOptions, RequestContent):
     def request_limit(self) -> int | None:
         """How many requests to send; None when ``duration`` bounds the run."""
         return None if self.duration is not None else self.requests
-
-    @property
-    def base_url(self) -> str:
-        """The server root: a trailing ``/v1`` is accepted and dropped."""
-        return self.url.rstrip("/").removesuffix("/v1")

@@ -50,6 +50,15 @@ class Progress:
 ProgressCallback = Callable[[Progress], None]
 
 
+FAILURE_TEXT = {
+    ERROR_CONNECT: "cannot connect",
+    ERROR_TIMEOUT: "no answer in time",
+    ERROR_DISCONNECT: "the connection broke off",
+    ERROR_MALFORMED: "not an HTTP answer",
+}
+"""A failed request's kind, as a sentence part for a person."""
+
+
 class ModelLookupError(RuntimeError):
     """GET /v1/models failed or listed no model; the message is one readable line."""
 
@@ -60,7 +69,7 @@ def build_client(
     """One client for the run: HTTP/1.1 keep-alive, one pooled connection per worker."""
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     return httpx.AsyncClient(
-        base_url=config.base_url,
+        base_url=config.url,
         headers=headers,
         limits=httpx.Limits(
             max_connections=config.concurrency, max_keepalive_connections=config.concurrency
@@ -76,7 +85,8 @@ async def fetch_model(client: httpx.AsyncClient) -> str:
     try:
         response = await client.get("/v1/models")
     except httpx.HTTPError as exc:
-        raise ModelLookupError(f"GET /v1/models failed: {error_kind(exc)}") from None
+        kind = error_kind(exc)
+        raise ModelLookupError(f"GET /v1/models: {FAILURE_TEXT.get(kind, kind)}") from None
     if response.status_code >= 400:
         raise ModelLookupError(f"GET /v1/models answered HTTP {response.status_code}")
     try:

@@ -21,6 +21,7 @@ import uvloop
 from specdec_exporter.devtools.sim.app import SimApp
 from specdec_exporter.devtools.sim.settings import SimConfig
 from specdec_exporter.devtools.sim.simulation import Simulation
+from specdec_exporter.sidecar.listeners import cannot_listen
 
 T = TypeVar("T")
 STARTUP_TIMEOUT = 15.0
@@ -106,8 +107,12 @@ def url_of(host: str, port: int) -> str:
 
 
 def serve(config: SimConfig, announce: Callable[[str], None] | None = None) -> None:
-    """Run in the foreground until interrupted (Ctrl-C or SIGTERM)."""
-    sock = bind_socket(config.host, config.port)
+    """Run in the foreground until interrupted (Ctrl-C or SIGTERM); a port in use is a
+    ConfigError."""
+    try:
+        sock = bind_socket(config.host, config.port)
+    except OSError as exc:
+        raise cannot_listen("--port", config.host, config.port, exc) from None
     server, _ = build(config, sock)
     if announce is not None:
         announce(url_of(config.host, sock.getsockname()[1]))

@@ -26,11 +26,6 @@ DEFAULT_TEMPERATURES_TEXT = "0,0.4,0.8,1.0"
 METRICS_PATH = "/metrics"
 
 
-def base_url(url: str) -> str:
-    """The server root: a trailing ``/`` or ``/v1`` is dropped (as the load generator does)."""
-    return url.rstrip("/").removesuffix("/v1")
-
-
 class SweepOptions(ClientOptions):
     """The sweep's fields that `sweep` takes as flags of the same names."""
 
@@ -65,7 +60,7 @@ class SweepConfig(SweepOptions, RequestContent, CounterWatch):
     def metrics_base_url(self) -> str:
         """Where ``/metrics`` is fetched from (a trailing ``/metrics`` in the flag is accepted)."""
         if self.metrics_url is None:
-            return base_url(self.url)
+            return self.url
         return self.metrics_url.rstrip("/").removesuffix(METRICS_PATH)
 
     @property
