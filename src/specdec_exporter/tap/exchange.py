@@ -187,6 +187,13 @@ class Exchange:
             response.forget_head()
             self.request.resend()
         else:
+            if connection is not None and connection.reused and not response.started:
+                self.tap.warn(
+                    "not-resent",
+                    "a reused connection to vLLM closed after a request was written, before any"
+                    " answer; not sent again (vLLM may be running it): 502. Keep"
+                    " --proxy-upstream-idle-timeout under vLLM's keep-alive",
+                )
             self.fail(502, "vLLM closed the connection before the response was complete")
 
     def client_lost(self) -> None:

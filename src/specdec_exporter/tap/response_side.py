@@ -192,6 +192,8 @@ class ResponseSide(ResponseSink):
         self._reason = reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head_done:
+            return  # a trailer field: relayed in verbatim bytes, never added to the head's fields
         self._response_headers.append((name, value))
         self._head_size += len(name) + len(value) + 4
         if self._head_size > MAX_HEAD_BYTES:
@@ -211,7 +213,11 @@ class ResponseSide(ResponseSink):
         request.decline_upgrade()  # a 101 aside, vLLM answered the request itself
         self._upstream_keep_alive = self.parser.should_keep_alive()
         fields = self._fields = Fields(self._response_headers)
-        chunked = fields.chunked()
+        codings = fields.tokens(b"transfer-encoding")
+        if codings - http1.CHUNKED_ONLY:
+            self.tap.warn("transfer-coding", "vLLM sent a transfer coding but chunked: 502")
+            raise ValueError("unknown transfer coding")  # a parser error: 502, as nginx answers
+        chunked = b"chunked" in codings
         no_body = self._no_body = request.method == b"HEAD" or status in (204, 304)
         self.until_close = not no_body and not chunked and fields.content_length() is None
         self._set_up_inspection(status, fields)
