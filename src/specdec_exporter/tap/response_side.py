@@ -187,9 +187,10 @@ class ResponseSide(ResponseSink):
             raise SurplusResponseError  # a second response in the same read: stop parsing here
         self.started = True
         self.request.request_bytes = None  # an answer has begun: no retry from here on
+        self._reason = b""  # a final response after a 1xx has its own
 
     def on_status(self, reason: bytes) -> None:
-        self._reason = reason
+        self._reason += reason  # in pieces when the status line spans two reads
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.head_done:
