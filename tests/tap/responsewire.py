@@ -64,22 +64,6 @@ class FakeTransport:
         pass
 
 
-class OnePool:
-    """The one upstream connection the exchange gets."""
-
-    def __init__(self, connection: UpstreamConnection) -> None:
-        self.connection = connection
-
-    def take_idle(self) -> UpstreamConnection:
-        return self.connection
-
-    async def connect(self) -> UpstreamConnection:
-        raise AssertionError("the idle connection is always taken")
-
-    def close_all(self) -> None:
-        pass
-
-
 def pieces(data: bytes, cuts: Sequence[int]) -> list[bytes]:
     points = sorted({cut for cut in cuts if 0 < cut < len(data)})
     return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
@@ -89,9 +73,9 @@ def relay(kind: str, response: bytes, cuts: Sequence[int]) -> bytes:
     """What the client receives when vLLM answers ``REQUESTS[kind]`` with ``response`` in reads
     cut at ``cuts``, then closes the connection."""
     tap = Tap(SETTINGS, STATS, lambda: frozenset({MODEL}))
-    connection = UpstreamConnection(lambda _: None)
+    connection = UpstreamConnection(tap.pool.release)
     connection.connection_made(FakeTransport())  # type: ignore[arg-type]
-    tap.pool = OnePool(connection)  # type: ignore[assignment]
+    tap.pool.release(connection)  # the idle connection the exchange takes (the real pool's)
     client_transport = FakeTransport()
     client = ClientConnection(tap)
     client.connection_made(client_transport)  # type: ignore[arg-type]

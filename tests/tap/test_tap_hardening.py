@@ -21,6 +21,7 @@ from tapfakes import (
     running_tap,
     split_response,
     sse_events,
+    wait_until,
 )
 
 from specdec_exporter.core.buckets import TemperatureBuckets
@@ -200,21 +201,30 @@ async def test_a_written_post_on_a_reused_connection_that_closes_is_a_502_not_a_
 
 
 class FakeTransport:
-    """A transport that records writes; ``closing`` drops them, as asyncio's does."""
+    """A transport that records writes; once closing, it drops them, as asyncio's does.
 
-    def __init__(self, closing: bool = False) -> None:
+    ``closes_after_checks``: is_closing() answers False that many times, then True: the
+    connection closes between the pool's look at it and the write (the race with vLLM's
+    keep-alive), so the request is never written."""
+
+    def __init__(self, closes_after_checks: int | None = None) -> None:
         self.data = bytearray()
-        self.closing = closing
+        self.closing = False
+        self._checks_left = closes_after_checks
 
     def write(self, data: bytes) -> None:
-        if not self.closing:
+        if not self.is_closing():
             self.data += data
 
     def is_closing(self) -> bool:
+        if self._checks_left is not None:
+            self.closing = self._checks_left <= 0
+            self._checks_left -= 1
         return self.closing
 
     def close(self) -> None:
         self.closing = True
+        self._checks_left = None
 
     abort = close
 
@@ -228,64 +238,49 @@ class FakeTransport:
         pass
 
 
-class OneIdlePool:
-    """A pool holding one reused connection (its transport as given), new ones on connect."""
-
-    def __init__(self, idle_transport: FakeTransport) -> None:
-        self.idle = UpstreamConnection(lambda _: None)
-        self.idle.connection_made(idle_transport)  # type: ignore[arg-type]
-        self.opened: list[FakeTransport] = []
-
-    def take_idle(self) -> UpstreamConnection | None:
-        idle, self.idle.reused = self.idle, True
-        return idle
-
-    async def connect(self) -> UpstreamConnection:
-        connection = UpstreamConnection(lambda _: None)
-        transport = FakeTransport()
-        connection.connection_made(transport)  # type: ignore[arg-type]
-        self.opened.append(transport)
-        return connection
-
-    def close_all(self) -> None:
-        pass
-
-
-async def post_through(pool: OneIdlePool, method: bytes = b"POST") -> bytes:
-    """One request through a client connection whose tap uses ``pool``; the idle connection
-    closes before any answer. What the client got."""
-    settings = Settings(vllm_url="http://vllm:8000", proxy_listen="127.0.0.1:0")
-    stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
-    tap = Tap(settings, stats, lambda: frozenset({MODEL}))
-    tap.pool = pool  # type: ignore[assignment]
-    client_transport = FakeTransport()
-    client = ClientConnection(tap)
-    client.connection_made(client_transport)  # type: ignore[arg-type]
-    client.data_received(
-        b"%b %b HTTP/1.1\r\nhost: tap\r\ncontent-length: %d\r\n\r\n%b"
-        % (method, CHAT.encode(), len(BODY), BODY)
-    )
-    pool.idle.connection_lost(None)
-    for _ in range(5):
-        await asyncio.sleep(0)
-    return bytes(client_transport.data)
+async def through_a_stale_connection(
+    idle_transport: FakeTransport, method: bytes = b"POST"
+) -> tuple[bytes, list[bytes]]:
+    """One request whose tap takes a pooled connection (over ``idle_transport``) that vLLM then
+    closes before any answer; a new connection goes to a raw upstream. What the client got, and
+    what each new upstream connection received."""
+    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    async with raw_upstream(lambda _: ok) as upstream:
+        settings = Settings(vllm_url=upstream.url, proxy_listen="127.0.0.1:0")
+        stats = RequestStats(TemperatureBuckets(settings.temperature_buckets), lambda _: 4)
+        tap = Tap(settings, stats, lambda: frozenset({MODEL}))
+        idle = UpstreamConnection(tap.pool.release)
+        idle.connection_made(idle_transport)  # type: ignore[arg-type]
+        tap.pool.release(idle)
+        client_transport = FakeTransport()
+        client = ClientConnection(tap)
+        client.connection_made(client_transport)  # type: ignore[arg-type]
+        client.data_received(
+            b"%b %b HTTP/1.1\r\nhost: tap\r\ncontent-length: %d\r\n\r\n%b"
+            % (method, CHAT.encode(), len(BODY), BODY)
+        )
+        idle.connection_lost(None)  # vLLM closed it, no byte of an answer
+        await wait_until(lambda: bool(client_transport.data))
+        tap.shutdown()
+        return bytes(client_transport.data), [bytes(c.data) for c in upstream.connections]
 
 
 async def test_a_request_never_written_goes_on_a_new_connection() -> None:
-    pool = OneIdlePool(FakeTransport(closing=True))  # closing: the write is dropped
-    answered = await post_through(pool)
-    assert answered == b""  # no 502: the request went on
-    (fresh,) = pool.opened
-    assert fresh.data.endswith(BODY) and fresh.data.startswith(b"POST ")
+    idle = FakeTransport(closes_after_checks=1)  # open for the pool, closed for the write
+    answered, sent = await through_a_stale_connection(idle)
+    assert not idle.data
+    assert answered.startswith(b"HTTP/1.1 200")
+    assert len(sent) == 1 and sent[0].startswith(b"POST ") and sent[0].endswith(BODY)
 
 
 async def test_a_written_post_is_not_resent_but_an_idempotent_request_is() -> None:
-    pool = OneIdlePool(FakeTransport())
-    answered = await post_through(pool)
-    assert answered.startswith(b"HTTP/1.1 502") and not pool.opened
-    pool = OneIdlePool(FakeTransport())
-    answered = await post_through(pool, b"PUT")
-    assert answered == b"" and len(pool.opened) == 1
+    idle = FakeTransport()
+    answered, sent = await through_a_stale_connection(idle)
+    assert idle.data.endswith(BODY)  # written once, on the stale connection
+    assert answered.startswith(b"HTTP/1.1 502") and sent == []
+    idle = FakeTransport()
+    answered, sent = await through_a_stale_connection(idle, b"PUT")
+    assert answered.startswith(b"HTTP/1.1 200") and len(sent) == 1
 
 
 def test_the_idle_expiry_of_pooled_connections_is_a_setting() -> None:
