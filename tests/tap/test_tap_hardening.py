@@ -164,7 +164,17 @@ async def test_a_rewritten_stream_with_trailers_in_one_read_ends_cleanly() -> No
 # 6. an upstream transfer coding other than chunked
 
 
-@pytest.mark.parametrize("coding", [b"gzip, chunked", b"chunked, gzip", b"identity"])
+@pytest.mark.parametrize(
+    "coding",
+    [
+        b"gzip, chunked",
+        b"chunked, gzip",
+        b"identity",
+        b"chunked, chunked",
+        b"chunked\r\nTransfer-Encoding: chunked",
+    ],
+    ids=["gzip-chunked", "chunked-gzip", "identity", "chunked-twice", "two-fields"],
+)
 async def test_an_upstream_transfer_coding_but_chunked_is_a_502(coding: bytes) -> None:
     answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: %b\r\n\r\n5\r\nhello\r\n0\r\n\r\n" % coding
     async with (

@@ -32,7 +32,17 @@ def responses(draw: st.DrawFn) -> bytes:
     if event_stream:
         headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
     body = draw(st.lists(st.sampled_from([SSE, b"data: [DONE]\n\n", b"x" * 7, b"y"]), max_size=4))
-    framing = draw(st.sampled_from(["chunked", "length", "gzip, chunked"]))
+    framing = draw(
+        st.sampled_from(
+            [
+                "chunked",
+                "length",
+                "gzip, chunked",
+                "chunked, chunked",
+                "chunked\r\nTransfer-Encoding: chunked",
+            ]
+        )
+    )
     head = b"HTTP/1.1 %d Some Reason\r\n" % status + field_lines(headers)
     out = b"".join(
         b"HTTP/1.1 %d Interim Reason\r\n" % code + field_lines(extra) + b"\r\n"
