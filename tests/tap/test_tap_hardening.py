@@ -391,3 +391,17 @@ def test_a_stream_of_several_prompts_is_not_rewritten(prompt: Any, rewritten: bo
     plan = plan_request(body, BUCKETS, None)
     assert plan.undo_include_usage is rewritten
     assert (plan.body == body) is not rewritten
+
+
+@pytest.mark.injects_faults  # deselected for the compiled tap: its calls are bound at build time
+async def test_a_bug_forwarding_a_complete_request_is_a_502_not_a_stall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: object, **__: object) -> bytes:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr("specdec_exporter.tap.http1.request_head", broken)
+    async with running_tap(lambda _: json_reply({"ok": True})) as tap:
+        raw = await read_all(tap.address, chunked_post(CHAT, BODY, b""))
+        assert raw.startswith(b"HTTP/1.1 502")
+        assert not tap.upstream.received
