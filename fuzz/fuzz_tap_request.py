@@ -265,8 +265,8 @@ def check_rewrite(original: bytes, sent: bytes) -> None:
         return
     assert one_insertion(original, sent), f"rewritten beyond one insertion: {sent[:300]!r}"
     try:
-        before = json.loads(original.decode("utf-8"))
-        after = json.loads(sent.decode("utf-8"))
+        before = json.loads(original)  # bytes: any encoding json.loads (and vLLM) reads
+        after = json.loads(sent)
         options = before.get("stream_options") or {}
         expected = {**before, "stream_options": {**options, "include_usage": True}}
         assert canonical(after) == canonical(expected), "the rewrite changed the document"

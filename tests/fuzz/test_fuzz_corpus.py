@@ -24,7 +24,7 @@ def require_atheris() -> None:
 
 def test_each_harness_has_a_seed_corpus() -> None:
     names = [path.stem for path in HARNESSES]
-    assert names == ["fuzz_exposition", "fuzz_sse", "fuzz_tap_request"]
+    assert names == ["fuzz_exposition", "fuzz_sse", "fuzz_tap_request", "fuzz_tap_response"]
     for harness in HARNESSES:
         seeds = list((FUZZ / "corpus" / harness.stem.removeprefix("fuzz_")).iterdir())
         assert seeds and all(seed.stat().st_size <= 16_384 for seed in seeds)

@@ -186,6 +186,22 @@ def error_cases() -> list[Case]:
             completion(prompt=["class Foo:", "def f():"], n=2, temperature=0.8),
         ),
         Case(
+            "completions_two_prompts_stream_usage",
+            COMPLETIONS,
+            completion(
+                prompt=[ids * 3, ids * 5], stream=True, stream_options={"include_usage": True}
+            ),
+        ),
+        Case(
+            "completions_two_prompts_stream_usage_continuous",
+            COMPLETIONS,
+            completion(
+                prompt=[ids * 3, ids * 5],
+                stream=True,
+                stream_options={"include_usage": True, "continuous_usage_stats": True},
+            ),
+        ),
+        Case(
             "chat_prompt_over_model_len",
             CHAT,
             chat(messages=[{"role": "user", "content": "x " * (4 * MAX_MODEL_LEN)}]),
@@ -332,6 +348,7 @@ def stream_essentials(payloads: list[Any]) -> dict[str, Any]:
         if c.get("finish_reason") is not None
     ]
     usage_only = [chunk for chunk in chunks if not _choices(chunk) and "usage" in chunk]
+
     with_choices = [chunk for chunk in chunks if _choices(chunk)]
     return {
         "done": payloads[-1:] == ["[DONE]"],
@@ -349,6 +366,20 @@ def stream_essentials(payloads: list[Any]) -> dict[str, Any]:
             }
         ),
     }
+
+
+def running_prompt_tokens(answer: dict[str, Any]) -> list[tuple[int, Any]]:
+    """Each (choice index, ``usage.prompt_tokens``) on the chunks of a stream with
+    ``continuous_usage_stats``: vLLM counts each choice's own prompt, not the request's total."""
+    chunks = [p for p in answer.get("events", []) if isinstance(p, dict)]
+    return sorted(
+        {
+            (c["index"], chunk["usage"].get("prompt_tokens"))
+            for chunk in chunks
+            for c in _choices(chunk)
+            if isinstance(chunk.get("usage"), dict)
+        }
+    )
 
 
 def shape_of(answer: dict[str, Any]) -> Shape:

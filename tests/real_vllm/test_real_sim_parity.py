@@ -88,6 +88,17 @@ REQUESTS = {
             **USAGE,
         },
     ),
+    "completions_stream_prompt_list_include_usage": (
+        "/v1/completions",
+        {
+            "model": MODEL,
+            "max_tokens": 12,
+            "temperature": 0.8,
+            "prompt": ["class Foo:", "def bar"],
+            "stream": True,
+            **USAGE,
+        },
+    ),
 }
 
 
@@ -204,3 +215,20 @@ def test_edge_case_shapes_alike(answers: dict[str, tuple[Any, Any]], name: str) 
         f"simulator {name}",
     )
     assert not diff, f"{name}: shapes differ:\n{diff}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        name
+        for name in edge_cases.CASES
+        if name.startswith("completions_") and name.endswith("_continuous")
+    ),
+)
+def test_running_usage_counts_each_choices_own_prompt(
+    answers: dict[str, tuple[Any, Any]], name: str
+) -> None:
+    """A list of prompts with `continuous_usage_stats`: each chunk's `prompt_tokens` is its own
+    prompt's (vLLM's `num_prompt_tokens[prompt_idx]`), not the request's total."""
+    real, simulated = answers[name]
+    assert edge_cases.running_prompt_tokens(simulated) == edge_cases.running_prompt_tokens(real)

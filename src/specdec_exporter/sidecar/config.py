@@ -246,6 +246,12 @@ class Settings(VllmTarget):
         1024 * 1024, gt=0, description="larger request bodies pass through uninspected, bytes"
     )
     proxy_timeout: float = Field(600.0, gt=0, description="upstream timeout of the tap, seconds")
+    proxy_upstream_idle_timeout: float = Field(
+        4.0,
+        gt=0,
+        description="seconds the tap reuses an idle connection to vLLM: keep it under vLLM's "
+        "keep-alive (uvicorn's 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE) and any load balancer's",
+    )
 
     _generation_config_temperature: float | None = PrivateAttr(None)
 

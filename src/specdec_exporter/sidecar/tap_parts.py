@@ -34,6 +34,7 @@ def tap_config(settings: Settings) -> TapConfig:
         inspect_max_bytes=settings.proxy_inspect_max_bytes,
         timeout=settings.proxy_timeout,
         shutdown_grace=settings.shutdown_grace,
+        upstream_idle_timeout=settings.proxy_upstream_idle_timeout,
     )
 
 

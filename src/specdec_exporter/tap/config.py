@@ -27,5 +27,7 @@ class TapConfig:
     """Seconds an exchange may wait for vLLM (``--proxy-timeout``)."""
     shutdown_grace: float
     """Seconds in-flight exchanges get to finish once draining starts (``--shutdown-grace``)."""
+    upstream_idle_timeout: float
+    """Seconds an idle pooled connection to vLLM is reused (``--proxy-upstream-idle-timeout``)."""
     # Settings the tap gains go here, each built from its Settings field in
-    # sidecar/tap_parts.tap_config (the upstream idle expiry of issue 19 item 4, for one).
+    # sidecar/tap_parts.tap_config.

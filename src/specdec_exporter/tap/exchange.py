@@ -95,7 +95,14 @@ class Exchange:
         self.request.body(data)
 
     def request_complete(self) -> None:
-        self.request.end()
+        """The client's request ended: send it. A bug on the way is a 502, never a stall: an
+        error raised here would reach the request parser as a broken pipelined request, which
+        is dropped without an answer (how a trailer held connections open, issue 19)."""
+        try:
+            self.request.end()
+        except Exception:
+            self.tap.warn("forward", "forwarding a request failed; answered 502")
+            self.fail(502, "the tap could not forward the request")
 
     def hold_for_upgrade(self, early: bytes) -> None:
         self.request.hold_for_upgrade(early)
@@ -187,6 +194,13 @@ class Exchange:
             response.forget_head()
             self.request.resend()
         else:
+            if connection is not None and connection.reused and not response.started:
+                self.tap.warn(
+                    "not-resent",
+                    "a reused connection to vLLM closed after a request was written, before any"
+                    " answer; not sent again (vLLM may be running it): 502. Keep"
+                    " --proxy-upstream-idle-timeout under vLLM's keep-alive",
+                )
             self.fail(502, "vLLM closed the connection before the response was complete")
 
     def client_lost(self) -> None:

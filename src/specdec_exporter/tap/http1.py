@@ -29,6 +29,8 @@ REQUEST_FRAMING = FRAMING | {b"expect"}
 REQUEST_HOP_BY_HOP = HOP_BY_HOP | REQUEST_FRAMING
 RESPONSE_HOP_BY_HOP = HOP_BY_HOP | FRAMING
 """What the tap drops from each head before adding its own framing (plus what Connection names)."""
+IDEMPOTENT_METHODS = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
+"""RFC 9110 section 9.2.2: the requests a proxy may send again after vLLM may have read them."""
 CONTINUE_RESPONSE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
 HEAD_END = b"\r\n\r\n"

@@ -57,7 +57,10 @@ class Tap:
         self.timeout = config.timeout
         self.origin = Origin.from_url(config.vllm_url)
         self.pool = UpstreamPool(
-            self.origin, min(CONNECT_TIMEOUT, config.timeout), config.vllm_ssl_context
+            self.origin,
+            min(CONNECT_TIMEOUT, config.timeout),
+            config.vllm_ssl_context,
+            config.upstream_idle_timeout,
         )
         self.clients: set[ClientConnection] = set()
         self.idle_clients: dict[ClientConnection, None] = {}
@@ -214,6 +217,11 @@ class ClientConnection(asyncio.Protocol):
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.exchange is not None:
+            # a trailer field of the request's chunked body (or a header of a refused pipelined
+            # request): dropped, never added to the fields the exchange holds; still bounded
+            self._count_trailer(len(name) + len(value) + 4)
+            return
         self._headers.append((name, value))
         self._count_head(len(name) + len(value) + 4)
 
@@ -322,6 +330,12 @@ class ClientConnection(asyncio.Protocol):
         self._head_bytes += size
         if self._head_bytes > MAX_HEAD_BYTES and self.exchange is None:
             raise ValueError("request head too large")  # turned into a 400 by httptools
+
+    def _count_trailer(self, size: int) -> None:
+        """A request's trailer fields count towards its head's 64 KiB (a 400 past it)."""
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise ValueError("request trailer too large")  # a parser error: 400 or a close
 
 
 async def run_tap(

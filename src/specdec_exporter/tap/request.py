@@ -5,6 +5,7 @@ Pure: bytes in, a ``RequestPlan`` out. Never raises on hostile input (fail open)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
@@ -20,6 +21,7 @@ OTHER_MODEL = "other"
 """``model_name`` of requests naming a model the vLLM server does not serve (bounded labels)."""
 
 INCLUDE_USAGE_MEMBER = b'"stream_options":{"include_usage":true},'
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class RequestPlan(NamedTuple):
@@ -48,14 +50,24 @@ def uninspected_plan(body: bytes) -> RequestPlan:
 def plan_request(
     body: bytes, buckets: TemperatureBuckets, default_temperature: float | None
 ) -> RequestPlan:
-    """Read ``model``, ``temperature``, ``n``, ``stream``, ``stream_options`` of a JSON body."""
-    document = _json_object(body)
+    """Read ``model``, ``temperature``, ``n``, ``stream``, ``stream_options`` of a JSON body.
+
+    The body is decoded as vLLM decodes it (``json.loads`` on bytes: UTF-8, UTF-16 or UTF-32,
+    with or without a byte order mark), so every body vLLM accepts lands in its real bucket.
+    Only UTF-8 is rewritten (after a BOM, if any): the ASCII insertion would corrupt the rest.
+    """
+    encoding = json.detect_encoding(body)
+    document = _json_object(body, encoding)
     if document is None:
         return RequestPlan(model=None, temperature_bucket=INVALID_LABEL, body=body)
     model = document.get("model")
     temperature = effective_temperature(document.get("temperature"), default_temperature)
     bucket = INVALID_LABEL if temperature is None else buckets.label_for(temperature)
-    rewritten = _with_include_usage(body, document) if _wants_usage_rewrite(document) else None
+    rewritten = None
+    if _wants_usage_rewrite(document) and encoding in ("utf-8", "utf-8-sig"):
+        bom = UTF8_BOM if body.startswith(UTF8_BOM) else b""
+        inserted = _with_include_usage(body[len(bom) :], document)
+        rewritten = None if inserted is None else bom + inserted
     return RequestPlan(
         model=model if isinstance(model, str) else None,
         temperature_bucket=bucket,
@@ -64,9 +76,10 @@ def plan_request(
     )
 
 
-def _json_object(body: bytes) -> dict[str, Any] | None:
+def _json_object(body: bytes, encoding: str) -> dict[str, Any] | None:
+    """``json.loads(body)`` as vLLM's FastAPI app runs it (Starlette's ``Request.json``)."""
     try:
-        document = loads(body.decode("utf-8"))
+        document = loads(body.decode(encoding, "surrogatepass"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     return document if isinstance(document, dict) else None
@@ -75,10 +88,13 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 def _wants_usage_rewrite(document: dict[str, Any]) -> bool:
     """A single-choice stream whose client did not ask for usage (so no metrics would come).
 
-    Not rewritten: ``n > 1`` (vLLM sends no per-request metrics then) and
-    ``continuous_usage_stats`` (turning ``include_usage`` on would add usage to every chunk).
+    Not rewritten: ``n > 1`` and a list of prompts (vLLM sends no per-request metrics for
+    either) and ``continuous_usage_stats`` (turning ``include_usage`` on would add usage to
+    every chunk).
     """
     if document.get("stream") is not True or document.get("n") not in (None, 1):
+        return False
+    if _several_prompts(document.get("prompt")):
         return False
     options = document.get("stream_options")
     if options is None:
@@ -86,6 +102,12 @@ def _wants_usage_rewrite(document: dict[str, Any]) -> bool:
     if not isinstance(options, dict) or options.get("include_usage") is True:
         return False
     return not options.get("continuous_usage_stats")
+
+
+def _several_prompts(prompt: Any) -> bool:
+    """A ``/v1/completions`` prompt of more than one prompt: a list of strings or of token-id
+    lists (a list of ints is one prompt's token ids)."""
+    return isinstance(prompt, list) and len(prompt) > 1 and not isinstance(prompt[0], int)
 
 
 def _with_include_usage(body: bytes, document: dict[str, Any]) -> bytes | None:

@@ -196,12 +196,16 @@ class RequestSide:
             self.client.pause_reading(False)
 
     def can_retry(self, connection: UpstreamConnection | None) -> bool:
-        """A reused idle connection closed before any answer, and the request is still held."""
+        """A reused idle connection closed before any answer, the request is still held, and
+        sending it again cannot make vLLM act twice: none of its bytes were written, or its
+        method is idempotent. A POST that was written is never resent (RFC 9110 section 9.2.2:
+        vLLM may have read it and be generating)."""
         return (
             connection is not None
             and connection.reused
             and not self._retried
             and self.request_bytes is not None
+            and (not connection.written or self.method in http1.IDEMPOTENT_METHODS)
         )
 
     def resend(self) -> None:

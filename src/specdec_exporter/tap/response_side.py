@@ -187,11 +187,14 @@ class ResponseSide(ResponseSink):
             raise SurplusResponseError  # a second response in the same read: stop parsing here
         self.started = True
         self.request.request_bytes = None  # an answer has begun: no retry from here on
+        self._reason = b""  # a final response after a 1xx has its own
 
     def on_status(self, reason: bytes) -> None:
-        self._reason = reason
+        self._reason += reason  # in pieces when the status line spans two reads
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head_done:
+            return  # a trailer field: relayed in verbatim bytes, never added to the head's fields
         self._response_headers.append((name, value))
         self._head_size += len(name) + len(value) + 4
         if self._head_size > MAX_HEAD_BYTES:
@@ -211,6 +214,8 @@ class ResponseSide(ResponseSink):
         request.decline_upgrade()  # a 101 aside, vLLM answered the request itself
         self._upstream_keep_alive = self.parser.should_keep_alive()
         fields = self._fields = Fields(self._response_headers)
+        if b"transfer-encoding" in fields.names:
+            self._check_transfer_coding(fields)
         chunked = fields.chunked()
         no_body = self._no_body = request.method == b"HEAD" or status in (204, 304)
         self.until_close = not no_body and not chunked and fields.content_length() is None
@@ -228,6 +233,15 @@ class ResponseSide(ResponseSink):
             self._write_head()
         if no_body:
             self._response_done = True
+
+    def _check_transfer_coding(self, fields: Fields) -> None:
+        """``Transfer-Encoding`` must be one field saying ``chunked``: any other coding, or
+        ``chunked`` twice (a head relayed verbatim would carry both), is a parser error, so a
+        502, as nginx answers both."""
+        value = fields.value(b"transfer-encoding") or b""
+        if value.strip().lower() != b"chunked" or fields.count(b"transfer-encoding") != 1:
+            self.tap.warn("transfer-coding", "vLLM sent a transfer coding but chunked: 502")
+            raise ValueError("unknown transfer coding")
 
     def _switch_protocols(self) -> None:
         """vLLM answered 101: only valid for a request that asked for an Upgrade."""

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-IDLE_EXPIRY = 4.0
-"""Seconds an idle connection is reused: under uvicorn's 5 s keep-alive, which vLLM keeps."""
 MAX_IDLE = 256
 
 
@@ -66,6 +64,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.sink: ResponseSink | None = None
         self.reused = False
+        self.written = False
+        """A byte of the current request reached the transport: vLLM may have acted on it."""
         self.closed = False
         self.idle_since = time.monotonic()
         self._release = release
@@ -99,8 +99,12 @@ class UpstreamConnection(asyncio.Protocol):
             self.sink.upstream_paused(False)
 
     def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.write(data)
+        """Once or a few times a request (and per read of an upload or a tunnel): never per
+        response chunk. A closing transport drops the bytes, so they count as not written."""
+        transport = self.transport
+        if transport is not None and not self.closed and not transport.is_closing():
+            transport.write(data)
+            self.written = True
 
     def pause_reading(self, paused: bool) -> None:
         if self.transport is None or self.closed or paused == self.reading_paused:
@@ -135,10 +139,16 @@ class UpstreamConnection(asyncio.Protocol):
 class UpstreamPool:
     """Idle keep-alive connections, newest first; new ones opened on demand."""
 
-    def __init__(self, origin: Origin, connect_timeout: float, tls: ssl.SSLContext) -> None:
+    def __init__(
+        self, origin: Origin, connect_timeout: float, tls: ssl.SSLContext, idle_expiry: float
+    ) -> None:
         """``tls``: how an ``https://`` vLLM is trusted (unused for ``http://``)."""
         self.origin = origin
         self.connect_timeout = connect_timeout
+        self.idle_expiry = idle_expiry
+        """Seconds an idle connection is reused (``--proxy-upstream-idle-timeout``): under the
+        keep-alive of vLLM (uvicorn's 5 s) and of anything in between, so that vLLM never
+        closes a connection just as the tap sends a request on it."""
         self._idle: list[UpstreamConnection] = []
         self._ssl = tls if origin.tls else None
 
@@ -146,8 +156,15 @@ class UpstreamPool:
         now = time.monotonic()
         while self._idle:
             connection = self._idle.pop()
-            if not connection.closed and now - connection.idle_since < IDLE_EXPIRY:
+            transport = connection.transport
+            if (
+                not connection.closed
+                and transport is not None
+                and not transport.is_closing()
+                and now - connection.idle_since < self.idle_expiry
+            ):
                 connection.reused = True
+                connection.written = False
                 return connection
             connection.close()
         return None

@@ -21,6 +21,7 @@ from real_vllm.edge_cases import (
     case_of,
     essentials,
     record,
+    running_prompt_tokens,
     shape_of,
 )
 from real_vllm.shapes import readable_diff
@@ -60,7 +61,7 @@ def replay(client: httpx.Client, name: str) -> tuple[dict[str, Any], dict[str, A
 
 
 def test_every_edge_case_is_recorded() -> None:
-    assert (len(NAMES), len(ERRORS)) == (95, 53)
+    assert (len(NAMES), len(ERRORS)) == (97, 53)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -75,6 +76,21 @@ def test_same_headers_and_shapes(client: httpx.Client, name: str) -> None:
     assert sorted(ours["headers"]) == sorted(real["headers"])
     diff = readable_diff(shape_of(real), shape_of(ours), f"vLLM {name}", f"simulator {name}")
     assert not diff, diff
+
+
+CONTINUOUS_COMPLETIONS = [
+    name for name in NAMES if name.startswith("completions_") and name.endswith("_continuous")
+]
+"""Completions with running usage (chat prompts are counted through a chat template the
+simulator only estimates, so their exact ``prompt_tokens`` are not compared)."""
+
+
+@pytest.mark.parametrize("name", CONTINUOUS_COMPLETIONS)
+def test_running_usage_counts_each_choices_own_prompt(client: httpx.Client, name: str) -> None:
+    """``continuous_usage_stats``: each chunk's ``prompt_tokens`` is its own prompt's (a list of
+    prompts: 3 and 5 tokens, not 8 on every chunk)."""
+    real, ours = replay(client, name)
+    assert running_prompt_tokens(ours) == running_prompt_tokens(real)
 
 
 ERRORS = [name for name in NAMES if "error" in load_json(FIXTURES / f"{name}.json").get("body", {})]

@@ -510,7 +510,10 @@ class Generation:
             request_id=self.api.request_id,
             created=self.api.created,
             model=self.config.served_model_name,
-            continuous_usage_prompt_tokens=sum(self.spec.prompt_tokens)
+            continuous_usage_prompt_tokens=[
+                self.spec.prompt_tokens[index // self.spec.n]
+                for index in range(len(self.api.choices))
+            ]
             if self.plan.continuous_usage
             else None,
         )

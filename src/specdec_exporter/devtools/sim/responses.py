@@ -208,21 +208,23 @@ class ChunkWriter:
         request_id: str,
         created: int,
         model: str,
-        continuous_usage_prompt_tokens: int | None = None,
+        continuous_usage_prompt_tokens: Sequence[int] | None = None,
     ) -> None:
         """``continuous_usage_prompt_tokens``: set with ``stream_options.continuous_usage_stats``,
-        when vLLM puts a running ``usage`` on every chunk."""
+        when vLLM puts a running ``usage`` on every chunk: the prompt tokens of each choice's own
+        prompt, by choice index (vLLM's ``num_prompt_tokens[prompt_idx]``: with a list of
+        prompts, each choice's usage counts its prompt alone, not the request's total)."""
         self.chat = chat
         obj = "chat.completion.chunk" if chat else "text_completion"
         self._envelope = {"id": request_id, "object": obj, "created": created, "model": model}
         self._head = "data: " + dumps(self._envelope)[:-1] + ',"choices":['
         self._continuous_prompt = continuous_usage_prompt_tokens
 
-    def _running_usage(self, completion_tokens: int) -> dict[str, Any] | None:
+    def _running_usage(self, index: int, completion_tokens: int) -> dict[str, Any] | None:
         """The per-chunk usage of continuous_usage_stats (chat adds a null details key)."""
         if self._continuous_prompt is None:
             return None
-        body = usage(self._continuous_prompt, completion_tokens, details=False)
+        body = usage(self._continuous_prompt[index], completion_tokens, details=False)
         if self.chat:
             body["completion_tokens_details"] = None
         return body
@@ -240,7 +242,7 @@ class ChunkWriter:
                 }
             ],
         }
-        running = self._running_usage(0)
+        running = self._running_usage(index, 0)
         if running is not None:
             body["usage"] = running
         return sse({**body, "prompt_token_ids": None, "prompt_text": None})
@@ -264,7 +266,7 @@ class ChunkWriter:
                 '"finish_reason":null,"stop_reason":null,'
                 f'"prompt_token_ids":{dumps(prompt_token_ids)},"token_ids":null}}'
             )
-        running = self._running_usage(completion_tokens)
+        running = self._running_usage(index, completion_tokens)
         tail = "" if running is None else f',"usage":{dumps(running)}'
         return f"{self._head}{choice}]{tail}}}\n\n".encode()
 
@@ -300,7 +302,7 @@ class ChunkWriter:
                 "token_ids": None,
             }
         body: dict[str, Any] = {**self._envelope, "choices": [choice]}
-        running = self._running_usage(completion_tokens)
+        running = self._running_usage(index, completion_tokens)
         if running is not None:
             body["usage"] = running
         if fingerprint is not None:
