@@ -11,6 +11,7 @@ from specdec_exporter.core.buckets import (
     bucket_labels,
     effective_temperature,
     format_edge,
+    label_order,
 )
 
 DEFAULT = TemperatureBuckets()
@@ -112,3 +113,10 @@ def test_invalid_temperature_is_none_and_never_raises(body_value: object) -> Non
 
 def test_invalid_default_falls_back_to_one() -> None:
     assert effective_temperature(None, math.nan) == 1.0
+
+
+def test_label_order_sorts_greedy_ranges_by_lower_edge_then_the_rest() -> None:
+    labels = ["unknown", "1.0+", "0.7-1.0", "invalid", "0-0.5", "0", "0.5-0.7"]
+    assert sorted(labels, key=label_order) == [
+        "0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+", "invalid", "unknown"
+    ]  # fmt: skip

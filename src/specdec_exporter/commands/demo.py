@@ -106,6 +106,7 @@ def _simulator(seed: int) -> Iterator[str]:
         per_request_spec_decode_metrics="summary",
         seed=seed,
         drafter_quality=GOOD_DRAFTER,
+        probe=True,  # as vLLM serves it with the engine probe on its PYTHONPATH (docs/probe.md)
     )
     with running_simulator(config) as simulator:
         yield simulator.url
@@ -339,9 +340,39 @@ def render_screen(
         )
     )
     for table in report.get("tables", [])[1:]:
-        lines += ["", table["title"], render_table(table["headers"], table["rows"])]
+        if table["rows"]:
+            lines += ["", table["title"], render_table(table["headers"], table["rows"])]
+    lines += _load_levels(report.get("batch_buckets", []))
     lines += ["", "* modelled: L / (1 + k*c); below 1, speculation is a net loss (disable)"]
     return "\n".join(lines)
+
+
+def _load_levels(batch_buckets: list[dict[str, Any]]) -> list[str]:
+    """Acceptance per running-batch bucket (the engine probe's load split) where steps drafted in
+    the window, when vLLM has the probe."""
+    drafting = [b for b in batch_buckets if b["steps"]]
+    if not drafting:
+        return []
+    rows = [
+        (
+            b["model_name"],
+            b["engine"],
+            b["batch_bucket"],
+            int(b["steps"]),
+            b["acceptance_rate"],
+            b["mean_acceptance_length"],
+            b["estimated_speedup"],
+            b["verdict"],
+        )
+        for b in drafting
+    ]
+    headers = ("model", "engine", "running batch", "steps", "acceptance", "mean len", "speedup*")
+    return [
+        "",
+        "Acceptance by load level (engine probe, sidecar window; a running batch is not a "
+        "client concurrency)",
+        render_table((*headers, "verdict"), rows),
+    ]
 
 
 def _show(screen: str, clear: bool = True) -> None:

@@ -58,6 +58,18 @@ def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
     return (GREEDY_LABEL, *ranges, f"{names[-1]}+")
 
 
+def label_order(label: str) -> tuple[int, float, str]:
+    """Sort key of a temperature bucket label: greedy first, then the ranges by their lower edge,
+    then ``invalid``, ``unknown`` and anything else by name."""
+    if label == GREEDY_LABEL:
+        return (0, 0.0, label)
+    lower = label.split("-", 1)[0].removesuffix("+")
+    try:
+        return (1, float(lower), label)
+    except ValueError:
+        return (2, 0.0, label)
+
+
 class TemperatureBuckets:
     """Bins a temperature: greedy below 1e-5, then ranges (lower edge exclusive, upper included)."""
 

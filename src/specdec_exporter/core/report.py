@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from specdec_exporter.core.acceptance import Totals, figures, sum_totals
+from specdec_exporter.core.buckets import label_order
 from specdec_exporter.core.model import DraftCost, break_even_acceptance_rate, modelled_speedup
 from specdec_exporter.core.parse import SeriesKey, Snapshot
 from specdec_exporter.core.timeline import Window
@@ -156,7 +157,9 @@ def bucket_entries(
             cost=cost,
             criteria=criteria,
         )
-        for (model, bucket), counts in deltas.items()
+        for (model, bucket), counts in sorted(
+            deltas.items(), key=lambda item: (item[0][0], label_order(item[0][1]))
+        )
     }
 
 

@@ -44,13 +44,16 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
-    makers: list[tuple[str, LandingRows]] = [
-        ("Acceptance per model and engine (sidecar window)", report_rows),
-        *extra_tables,
-    ]
 
     def tables() -> list[Table]:
-        return [(title, *make(state)) for title, make in makers]
+        makers: list[tuple[str, LandingRows]] = [
+            ("Acceptance per model and engine (sidecar window)", report_rows)
+        ]
+        source = state.temperature_split_source
+        if source != "none":
+            window_title = f"Acceptance by temperature bucket ({SPLIT_SOURCE_WORDS[source]}, "
+            makers.append((window_title + "sidecar window)", bucket_window_rows))
+        return [(title, *make(state)) for title, make in [*makers, *extra_tables]]
 
     @app.get("/metrics")
     def metrics(request: Request) -> Response:
@@ -157,8 +160,13 @@ def report_rows(state: PollState) -> Rows:
     return REPORT_HEADERS, rows
 
 
+SPLIT_SOURCE_WORDS = {"probe": "engine probe", "tap": "request tap"}
+"""How a table's title names where its temperature split comes from."""
+
+
 def bucket_window_rows(state: PollState) -> Rows:
-    """The request tap's figures per temperature bucket over the sidecar window, by model."""
+    """The temperature split's figures (engine probe or request tap) per bucket over the sidecar
+    window, by model."""
     rows = [
         (
             model,
@@ -169,6 +177,6 @@ def bucket_window_rows(state: PollState) -> Rows:
             e.drafts_per_second,
             e.verdict,
         )
-        for (model, bucket), e in sorted(state.buckets.items(), key=lambda item: item[0][0])
+        for (model, bucket), e in state.buckets.items()  # ordered by model, then bucket
     ]
     return BUCKET_HEADERS, rows

@@ -11,7 +11,7 @@ from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.options import ConfigError
-from specdec_exporter.sidecar.app import LandingRows, bucket_window_rows
+from specdec_exporter.sidecar.app import LandingRows
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.tap.config import TapConfig
@@ -54,7 +54,6 @@ class TapParts:
             TemperatureBuckets(settings.temperature_buckets), self.num_speculative_tokens
         )
         self.landing_tables: list[tuple[str, LandingRows]] = [
-            ("Acceptance by temperature bucket (request tap, sidecar window)", bucket_window_rows),
             ("Acceptance by temperature bucket (request tap, since start)", self.bucket_rows),
         ]
 
@@ -83,7 +82,9 @@ class TapParts:
             for row in self.stats.bucket_summary()
         }
 
-    def bucket_rows(self, _state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
+    def bucket_rows(self, state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
+        """The tap's own counts since start; none while the engine probe feeds the split (the
+        tap's counts are withheld then, so no table shows two figures for one bucket)."""
         headers = (
             "model",
             "temperature bucket",
@@ -103,7 +104,7 @@ class TapParts:
             )
             for row in self.stats.bucket_summary()
         ]
-        return headers, rows
+        return headers, ([] if state.temperature_split_source == "probe" else rows)
 
     async def run(
         self,
