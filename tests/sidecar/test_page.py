@@ -100,15 +100,11 @@ async def test_every_verdict_says_t_c_its_source_the_method_k_and_its_runbook_se
     poller, wall = await polled([capture("t0"), capture("t3")])
     page = await page_of(poller.state, now=wall.now)
     verdicts = re.findall(r"<td class='verdict [^']+'><span>([^<]+)</span>", page)
-    assert verdicts == ["healthy", "healthy"]  # engine 0 and all
-    assert (
-        why_lines(page)
-        == [
-            "why: a 0.786 &gt; 0.65 · t 0.5 · c = 0.1 (default of method draft_model) · k 4"
-            f"<a href='{RUNBOOK}'>runbook: decision table</a>"
-        ]
-        * 2
-    )
+    assert verdicts == ["healthy"]  # engine 0; with one engine no "all" row repeats it
+    assert why_lines(page) == [
+        "why: a 0.786 &gt; 0.65 · t 0.5 · c = 0.1 (default of method draft_model) · k 4"
+        f"<a href='{RUNBOOK}'>runbook: decision table</a>"
+    ]
 
 
 async def test_a_flag_c_names_the_flag_and_method_and_a_loss_links_its_runbook_section() -> None:
@@ -209,7 +205,8 @@ async def test_per_position_acceptance_per_model_and_engine() -> None:
         table.group(1)
     )
     cells = "".join(f"<td class='n'>{rate:.3f}</td>" for rate in rates)
-    assert f"<tr><td>{MODEL}</td><td>all</td>{cells}</tr>" in table.group(1)
+    assert f"<tr><td>{MODEL}</td><td>0</td>{cells}</tr>" in table.group(1)
+    assert "<td>all</td>" not in table.group(1)  # one engine: no "all" row repeating it
 
 
 async def test_latency_per_temperature_bucket_from_the_exported_histograms() -> None:

@@ -12,7 +12,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter import __version__
-from specdec_exporter.core.report import bucket_json
+from specdec_exporter.core.report import bucket_json, rows_to_show
 from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.page import PageInputs, refresh_seconds, render_page
 from specdec_exporter.sidecar.poller import PollState
@@ -155,7 +155,7 @@ def report_rows(state: PollState) -> Rows:
             e.drafts_per_second,
             e.verdict,
         )
-        for e in state.report
+        for e in rows_to_show(state.report, lambda e: (e.model_name, e.engine))
     ]
     return REPORT_HEADERS, rows
 

@@ -11,7 +11,7 @@ from typing import cast, get_args
 
 from specdec_exporter import __version__
 from specdec_exporter.core.model import DraftCost, DraftCostSource
-from specdec_exporter.core.report import ALL_ENGINES, Entry
+from specdec_exporter.core.report import ALL_ENGINES, Entry, rows_to_show
 from specdec_exporter.core.verdict import Criteria
 from specdec_exporter.sidecar.charts import (
     BREAK_EVEN_COLOUR,
@@ -142,7 +142,7 @@ def render_page(
         f" · window {state.window_seconds:.0f} s · refreshes every {refresh} s</p>"
         f"<p>{_links(context)}</p></header><main>"
         f"{_down(state, context, now)}{first}{_charts(state, context)}"
-        f"{_optional(per_position_table(state.report), why)}{''.join(rest)}"
+        f"{_optional(per_position_table(_shown(state.report)), why)}{''.join(rest)}"
         f"{_latency(inputs)}{_load_levels(inputs, why)}"
         "<p class='note'>Acceptance rate a = accepted / draft tokens; mean acceptance length "
         "L = 1 + accepted tokens / drafts; modelled speedup = L / (1 + k·c); break-even: the a "
@@ -244,6 +244,11 @@ def _latency(inputs: PageInputs) -> str:
         "Grafana panels' figures): linearly inside the bucket the quantile falls in, so they are "
         "only as precise as the bucket bounds and may sit on either side of the mean.</p>"
     )
+
+
+def _shown(report: list[Entry]) -> list[Entry]:
+    """The rows a person reads: no "all" row for a model with one engine (it repeats it)."""
+    return rows_to_show(report, lambda e: (e.model_name, e.engine))
 
 
 def _load_levels(inputs: PageInputs, why: _Explainer) -> str:
