@@ -54,4 +54,4 @@ TPOT_BOUNDS: tuple[float, ...] = (
     40.0,
     80.0,
 )
-"""vLLM's own ``vllm:request_time_per_output_token_seconds`` (and inter-token latency) buckets (0.33)."""
+"""vLLM's own TPOT (and inter-token latency) buckets (0.33)."""
