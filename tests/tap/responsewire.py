@@ -44,7 +44,7 @@ class FakeTransport:
         self.closing = False
 
     def write(self, data: bytes) -> None:
-        if not self.closing:
+        if not self.is_closing():
             self.data += data
 
     def is_closing(self) -> bool:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from responsewire import FakeTransport as RecordingTransport
 from tapfakes import (
     MODEL,
     Reply,
@@ -212,21 +213,16 @@ async def test_a_written_post_on_a_reused_connection_that_closes_is_a_502_not_a_
         assert tap.upstream.connections == 1
 
 
-class FakeTransport:
-    """A transport that records writes; once closing, it drops them, as asyncio's does.
+class FakeTransport(RecordingTransport):
+    """A recording transport that can close between two looks at it.
 
     ``closes_after_checks``: is_closing() answers False that many times, then True: the
     connection closes between the pool's look at it and the write (the race with vLLM's
     keep-alive), so the request is never written."""
 
     def __init__(self, closes_after_checks: int | None = None) -> None:
-        self.data = bytearray()
-        self.closing = False
+        super().__init__()
         self._checks_left = closes_after_checks
-
-    def write(self, data: bytes) -> None:
-        if not self.is_closing():
-            self.data += data
 
     def is_closing(self) -> bool:
         if self._checks_left is not None:
@@ -235,19 +231,10 @@ class FakeTransport:
         return self.closing
 
     def close(self) -> None:
-        self.closing = True
+        super().close()
         self._checks_left = None
 
     abort = close
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 async def through_a_stale_connection(
