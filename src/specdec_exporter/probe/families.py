@@ -19,6 +19,7 @@ from prometheus_client.registry import REGISTRY
 
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.histogram_bounds import ACCEPTANCE_RATE_BOUNDS, TPOT_BOUNDS, TTFT_BOUNDS
+from specdec_exporter.probe.counting import SequenceFigures
 
 HOOK_RECORD = "record"
 """The stat logger's ``record()``: one call per engine step (the batch split)."""
@@ -89,6 +90,19 @@ class TemperatureSeries:
     acceptance_rate: Histogram
     ttft: Histogram
     tpot: Histogram
+
+    def count_speculative(self, figures: SequenceFigures) -> None:
+        """One finished sequence's speculative figures (its ``sequences`` count is apart)."""
+        self.spec_sequences.inc()
+        self.drafts.inc(figures.drafts)
+        self.draft_tokens.inc(figures.draft_tokens)
+        self.accepted_tokens.inc(figures.accepted_tokens)
+        for position, accepted in enumerate(figures.accepted_per_position):
+            if accepted:
+                self.accepted_per_position[position].inc(accepted)
+        rate = figures.acceptance_rate
+        if rate is not None:
+            self.acceptance_rate.observe(rate)
 
 
 @dataclass(frozen=True, slots=True)

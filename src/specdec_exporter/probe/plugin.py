@@ -86,16 +86,7 @@ class ProbeState:
             )
             series.sequences.inc()
             if figures is not None:
-                series.spec_sequences.inc()
-                series.drafts.inc(figures.drafts)
-                series.draft_tokens.inc(figures.draft_tokens)
-                series.accepted_tokens.inc(figures.accepted_tokens)
-                for position, accepted in enumerate(figures.accepted_per_position):
-                    if accepted:
-                        series.accepted_per_position[position].inc(accepted)
-                rate = figures.acceptance_rate
-                if rate is not None:
-                    series.acceptance_rate.observe(rate)
+                series.count_speculative(figures)
             stats = req_state.stats
             if stats is not None:
                 series.ttft.observe(stats.first_token_latency)

@@ -94,15 +94,7 @@ class ProbeSeries:
             self.model, label, max(self.positions, len(figures.accepted_per_position))
         )
         series.sequences.inc()
-        series.spec_sequences.inc()
-        series.drafts.inc(figures.drafts)
-        series.draft_tokens.inc(figures.draft_tokens)
-        series.accepted_tokens.inc(figures.accepted_tokens)
-        for position, accepted in enumerate(figures.accepted_per_position):
-            if accepted:
-                series.accepted_per_position[position].inc(accepted)
-        if figures.acceptance_rate is not None:
-            series.acceptance_rate.observe(figures.acceptance_rate)
+        series.count_speculative(figures)
         series.ttft.observe(ttft)
         series.tpot.observe(time_per_output_token(first_token_at, last_token_at, generated))
 
