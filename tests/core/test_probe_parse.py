@@ -107,3 +107,9 @@ def test_a_batch_bucket_with_more_accepted_than_drafted_is_dropped() -> None:
     assert [(item.name, item.key) for item in probe.invalid] == [
         ("specdec_probe_batch_accepted_tokens", ("m", "1/2-4"))
     ]
+
+
+def test_the_probe_and_vllm_share_the_position_label_that_one_check_reads() -> None:
+    from specdec_exporter.core import probe_names, vllm_names  # noqa: PLC0415
+
+    assert probe_names.POSITION == vllm_names.LABEL_POSITION

@@ -170,12 +170,12 @@ def _build(samples: list[Sample], enabled: bool) -> Snapshot:
         elif model in legacy_models:
             legacy[model][name] = value  # V0 counters are inflated: never read as counts
         elif name == names.ACCEPTED_PER_POSITION:
-            position = _position(labels)
+            position = position_of(labels)
             positions.setdefault(key, {})[position] = value
         elif name in _FIELD_OF:
             fields.setdefault(key, {})[_FIELD_OF[name]] = value
     spec = {
-        key: Totals(accepted_per_position=_dense(positions.get(key, {})), **fields.get(key, {}))
+        key: Totals(accepted_per_position=dense(positions.get(key, {})), **fields.get(key, {}))
         for key in fields.keys() | positions.keys()
     }
     bad_generation = {item.key for item in invalid if item.name == names.GENERATION_TOKENS}
@@ -226,14 +226,16 @@ _FIELD_OF = {
 }
 
 
-def _position(labels: dict[str, str]) -> int:
+def position_of(labels: dict[str, str], where: str = "") -> int:
+    """A series' ``position`` label (vLLM's and the probe's share the name) as 0..64."""
     text = labels.get(names.LABEL_POSITION, "")
     if not (text.isascii() and text.isdigit()) or int(text) > 64:
-        raise ExpositionError(f"bad position label {text!r}")
+        raise ExpositionError(f"bad position label {text!r}{where}")
     return int(text)
 
 
-def _dense(by_position: dict[int, float]) -> tuple[float, ...]:
+def dense(by_position: dict[int, float]) -> tuple[float, ...]:
+    """Per-position values as a tuple from position 0, a gap counting 0."""
     if not by_position:
         return ()
     return tuple(by_position.get(index, 0.0) for index in range(max(by_position) + 1))

@@ -13,6 +13,7 @@ TEMPERATURE_BUCKET: Final = "temperature_bucket"
 BATCH_BUCKET: Final = "batch_bucket"
 ENGINE: Final = "engine"
 POSITION: Final = "position"
+"""The same label name as vLLM's per-position counter (core.parse reads both with one check)."""
 HOOK: Final = "hook"
 
 # Per (model_name, temperature_bucket), one sample per finished sequence (a request with n = 2 is

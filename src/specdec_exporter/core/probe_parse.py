@@ -17,7 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.acceptance import Totals
-from specdec_exporter.core.parse import ExpositionError, InvalidReason, InvalidSeries
+from specdec_exporter.core.parse import (
+    ExpositionError,
+    InvalidReason,
+    InvalidSeries,
+    dense,
+    position_of,
+)
 
 BucketKey = tuple[str, str]
 """(model_name, temperature_bucket)."""
@@ -200,7 +206,7 @@ def _temperature(
         if base in _COUNTERS:
             values.setdefault(key, {})[_COUNTERS[base]] = value
         elif base == names.ACCEPTED_PER_POSITION:
-            positions.setdefault(key, {})[_position(labels)] = value
+            positions.setdefault(key, {})[position_of(labels, " on a probe series")] = value
         elif name.endswith("_bucket") and name.removesuffix("_bucket") in _HISTOGRAMS:
             kind = _HISTOGRAMS[name.removesuffix("_bucket")]
             histograms.setdefault((key, kind), {})[labels.get("le", "+Inf")] = value
@@ -214,7 +220,7 @@ def _temperature(
             own.get("drafts", 0.0),
             own.get("draft_tokens", 0.0),
             own.get("accepted_tokens", 0.0),
-            _dense(positions.get(key, {})),
+            dense(positions.get(key, {})),
         )
         if totals.accepted_tokens > totals.draft_tokens or any(
             accepted > totals.drafts for accepted in totals.accepted_per_position
@@ -273,16 +279,3 @@ def _batch(
         else:
             batch[key] = totals
     return batch, over
-
-
-def _position(labels: dict[str, str]) -> int:
-    text = labels.get(names.POSITION, "")
-    if not (text.isascii() and text.isdigit()) or int(text) > 64:
-        raise ExpositionError(f"bad position label {text!r} on a probe series")
-    return int(text)
-
-
-def _dense(by_position: dict[int, float]) -> tuple[float, ...]:
-    if not by_position:
-        return ()
-    return tuple(by_position.get(index, 0.0) for index in range(max(by_position) + 1))
