@@ -13,11 +13,13 @@ states) and per step (`record()` with a real SchedulerStats), and each as a shar
 Runs in the real-vLLM venv's Python with PYTHONPATH set to a fresh `install-probe` copy, exactly
 as vLLM loads it (the script re-runs itself there).
 
-(b) `server`: two real vLLM CPU servers (scripts/real_vllm/server.py: draft_model, k=4), one
-without and one with the probe (PYTHONPATH=copy), started once each, then the same load sent to
-each in turn, ABBA order, `--rounds` times: `--requests` completions at `--concurrency`, mixed
-temperatures, `--max-tokens` each. Reported per round: requests/s and output tokens/s of each,
-the API-server process's CPU seconds per request (/proc), and the with/without ratio of each pair.
+(b) `server`: one real vLLM CPU server (scripts/real_vllm/server.py: draft_model, k=4) at a
+time, started afresh for each measurement without or with the probe (PYTHONPATH=copy), in ABBA
+order, `--rounds` times: a warm-up, then `--requests` completions at `--concurrency`, mixed
+temperatures, `--max-tokens` each. (Two servers side by side differ by more than the probe
+costs, so both conditions must run in the same placement.) Reported per round: requests/s and
+output tokens/s of each, the API-server process's CPU seconds per request (/proc), and the
+with/without ratio of each pair.
 The probe's server must report `specdec_probe_info{temperature_split="on",batch_split="on"}`.
 
 Both measure on whatever else runs on the machine: the figures in BENCHMARKS.md were taken with
@@ -328,43 +330,41 @@ def probe_info(url: str) -> str:
 
 
 def server(args: argparse.Namespace) -> None:
+    """One server at a time, restarted for each measurement with or without the probe's
+    PYTHONPATH, so both conditions run in the same placement (two servers side by side differ by
+    more than the probe costs: a 2026-11-26 run gave 1.20x for the probe's server in every pair)."""
     import server as real  # noqa: PLC0415
 
     layout = real.Layout.default()
     with tempfile.TemporaryDirectory(prefix="specdec-probe-") as copy:
         install_probe(Path(copy))
-        servers = {
-            "without": real.start(layout, name="bench-noprobe"),
-            "with": real.start(layout, name="bench-probe", env={"PYTHONPATH": copy}),
-        }
-        try:
-            info = probe_info(servers["with"].url)
-            assert 'temperature_split="on"' in info and 'batch_split="on"' in info, info
-            assert probe_info(servers["without"].url) == ""
-            for s in servers.values():  # warm-up: compile, caches
-                send_load(s.url, args.concurrency * 2, args.concurrency, args.max_tokens)
-            results: list[dict[str, Any]] = []
-            for index in range(args.rounds):
-                order = ("without", "with") if index % 2 == 0 else ("with", "without")
-                for condition in order:
-                    s = servers[condition]
+        results: list[dict[str, Any]] = []
+        for index in range(args.rounds):
+            order = ("without", "with") if index % 2 == 0 else ("with", "without")
+            for condition in order:
+                env = {"PYTHONPATH": copy} if condition == "with" else None
+                s = real.start(layout, name="bench-probe", env=env)
+                try:
+                    info = probe_info(s.url)
+                    on = 'temperature_split="on"' in info and 'batch_split="on"' in info
+                    assert on == (condition == "with"), info
+                    send_load(s.url, args.concurrency * 2, args.concurrency, args.max_tokens)
                     before = cpu_seconds(s.pid)
                     wall, tokens = send_load(
                         s.url, args.requests, args.concurrency, args.max_tokens
                     )
                     cpu = cpu_seconds(s.pid) - before
-                    row = {
-                        "round": index,
-                        "condition": condition,
-                        "req_per_s": args.requests / wall,
-                        "tokens_per_s": tokens / wall,
-                        "frontend_cpu_ms_per_request": cpu / args.requests * 1e3,
-                    }
-                    results.append(row)
-                    print(json.dumps(row), flush=True)
-        finally:
-            for s in servers.values():
-                s.stop()
+                finally:
+                    s.stop()
+                row = {
+                    "round": index,
+                    "condition": condition,
+                    "req_per_s": args.requests / wall,
+                    "tokens_per_s": tokens / wall,
+                    "frontend_cpu_ms_per_request": cpu / args.requests * 1e3,
+                }
+                results.append(row)
+                print(json.dumps(row), flush=True)
     report(results, args)
 
 
