@@ -1,0 +1,73 @@
+"""The engine probe inside real vLLM when one of its splits cannot start: vLLM still starts and
+serves, the probe logs one line saying what is off and why, the info series says the same, and the
+other split keeps counting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from real_vllm.conftest import SERVER, announcer, fail_loudly
+from real_vllm.traffic import MODEL, PROMPTS
+from specdec_exporter.core import probe_names as names
+from specdec_exporter.core.buckets import TEMPERATURE_BUCKETS_ENV
+from specdec_exporter.probe.install import install
+
+pytestmark = pytest.mark.real_vllm
+
+BAD_EDGES = "0.5,warm,1"
+
+
+@pytest.fixture(scope="module")
+def half_probed_vllm(
+    request: pytest.FixtureRequest, real_vllm_layout: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    directory = tmp_path_factory.mktemp("probe-off")
+    install(directory)
+    say = announcer(request.config)
+    say(f"starting vLLM with the probe and {TEMPERATURE_BUCKETS_ENV}={BAD_EDGES!r}")
+    problem = None
+    try:
+        server = SERVER.start(
+            real_vllm_layout,
+            spec=True,
+            name="probe-off",
+            env={"PYTHONPATH": str(directory), TEMPERATURE_BUCKETS_ENV: BAD_EDGES},
+        )
+    except SERVER.RealVllmError as failure:
+        problem = str(failure)
+    if problem is not None:
+        fail_loudly(problem)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_vllm_starts_and_serves_with_one_split_off_and_says_why(half_probed_vllm: Any) -> None:
+    with httpx.Client(base_url=half_probed_vllm.url, timeout=120, trust_env=False) as client:
+        answer = client.post(
+            "/v1/completions",
+            json={"model": MODEL, "prompt": PROMPTS[0], "max_tokens": 16, "temperature": 0},
+        )
+        assert answer.status_code == 200
+        metrics = client.get("/metrics").text
+    info = [line for line in metrics.splitlines() if line.startswith(names.INFO + "{")]
+    assert len(info) == 1, info
+    assert 'temperature_split="off"' in info[0] and 'batch_split="on"' in info[0]
+    assert "warm" in info[0]  # the reason names the bad value
+    assert not any(line.startswith(names.SEQUENCES + "_total{") for line in metrics.splitlines())
+    steps = [
+        line for line in metrics.splitlines() if line.startswith(names.BATCH_STEPS + "_total{")
+    ]
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in steps) > 0  # the other split counts
+    errors = [line for line in metrics.splitlines() if line.startswith(names.ERRORS + "_total{")]
+    assert errors and all(line.endswith(" 0.0") for line in errors)
+    log = Path(half_probed_vllm.log).read_text(errors="replace")
+    probe_lines = [line for line in log.splitlines() if "specdec probe" in line]
+    assert len(probe_lines) == 1, probe_lines
+    assert "temperature split off" in probe_lines[0] and BAD_EDGES in probe_lines[0]
