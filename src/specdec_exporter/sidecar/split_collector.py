@@ -14,13 +14,15 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.batch_report import batch_key_order
 from specdec_exporter.core.probe_parse import HistogramCounts, ProbeSnapshot
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.split import SPLIT_SOURCES
 
-SPLIT_LABELS = ["model_name", "temperature_bucket"]
-BATCH_LABELS = ["model_name", "engine", "batch_bucket"]
+SPLIT_LABELS = [names.MODEL, names.TEMPERATURE_BUCKET]
+BATCH_LABELS = [names.MODEL, names.ENGINE, names.BATCH_BUCKET]
+"""The probe's label names, which the sidecar's split and load-level families keep."""
 FROM_PROBE = (
     "from the engine probe inside vLLM, per finished sequence (a request with n = 2 is two)"
 )
