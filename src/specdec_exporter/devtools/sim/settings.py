@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic_settings import CliToggleFlag
 
+from specdec_exporter.core.model import DRAFT_COST_RATIO_BY_METHOD
 from specdec_exporter.devtools.sim.steptime import StepTimeModel, step_time_model_for
 from specdec_exporter.options import ConfigError, flag_of
 
@@ -27,20 +28,9 @@ MetricNames = Literal["colon", "underscore", "mixed"]
 SpecMetricsMode = Literal["none", "summary", "detailed"]
 
 MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
-KNOWN_METHODS = frozenset(
-    {
-        "ngram",
-        "ngram_gpu",
-        "suffix",
-        "draft_model",
-        "eagle",
-        "eagle3",
-        "mtp",
-        "dflash",
-        "dspark",
-        "custom_class",
-    }
-)
+KNOWN_METHODS = frozenset({*DRAFT_COST_RATIO_BY_METHOD, "custom_class"})
+"""The methods the simulator accepts: the ones the speedup model has a cost for (core/model.py,
+the one list of them) and vLLM's ``custom_class``."""
 NGRAM_MISS_RATE = 0.15
 """Share of steps in which a model-free drafter finds no match and proposes nothing."""
 
