@@ -24,12 +24,15 @@ COMPILED_TAP_MODULES = (
     "sse",
     "stats",
     "upstream",
+    "context",
+    "downstream",
+    "inspection",
     "request_side",
     "response_side",
     "exchange",
     "proxy",
 )
-"""Every module of the tap but its Protocols (contracts.py) and the package's __init__."""
+"""Every module of the tap but the package's __init__."""
 
 
 def main() -> None:

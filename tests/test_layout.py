@@ -1,6 +1,7 @@
 """The package's rooms keep their rules: a pure core, a sidecar without the dev tools, a tap that
-does not reach into the sidecar, dev tools that do not reach into the commands, a probe that runs
-inside vLLM on the standard library, and no cycles.
+does not reach into the sidecar, a tap exchange whose parts never reach back into it, dev tools
+that do not reach into the commands, a probe that runs inside vLLM on the standard library, and
+no cycles.
 
 Every import counts: statements under ``if TYPE_CHECKING:`` and inside functions, and
 ``importlib.import_module`` calls with a literal name (an f-string with a literal prefix,
@@ -43,6 +44,15 @@ SHIPPED_ROOMS = ("core", "sidecar", "tap")
 """What the sidecar runs: none of it may import the dev tools or the commands."""
 PROBE_MAY_IMPORT = frozenset({"prometheus_client", "vllm", "__future__"})
 """Besides the standard library and stdlib-only core modules: what runs inside vLLM's process."""
+TAP_LAYERS = (
+    ("proxy",),
+    ("exchange",),
+    ("request_side", "response_side", "downstream", "inspection"),
+)
+"""The tap's modules from the socket inwards: each imports only modules of its own layer or
+below (every other tap module is below all three). The exchange's parts never import the
+exchange, and the exchange never imports the proxy: they hand back bytes or verdicts instead of
+calling back (docs/tap.md, "Per-request state")."""
 
 
 # The import graph of a package tree
@@ -178,6 +188,23 @@ def room_violations(root: Path, rooms: tuple[str, ...], barred: tuple[str, ...])
     ]
 
 
+def tap_layer_violations(root: Path) -> list[str]:
+    """Tap modules that import a module of a layer above their own (``TAP_LAYERS``)."""
+    tap = f"{root.name}.tap."
+    depth = {tap + stem: index for index, layer in enumerate(TAP_LAYERS) for stem in layer}
+
+    def layer(name: str) -> int:
+        return depth.get(name, len(TAP_LAYERS))
+
+    return [
+        f"{name} imports {target}, a layer above it"
+        for name, targets in sorted(internal_graph(root).items())
+        if name.startswith(tap)
+        for target in sorted(targets)
+        if target.startswith(tap) and layer(target) < layer(name)
+    ]
+
+
 def find_cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
     """One import cycle of the graph, as a path that returns to its start; None when acyclic."""
     state: dict[str, int] = {}
@@ -268,6 +295,10 @@ def test_the_tap_imports_nothing_from_the_sidecar() -> None:
     assert room_violations(PACKAGE, ("tap",), ("sidecar",)) == []
 
 
+def test_the_tap_exchange_parts_never_import_the_exchange_or_the_proxy() -> None:
+    assert tap_layer_violations(PACKAGE) == []
+
+
 def test_the_dev_tools_import_nothing_from_the_commands() -> None:
     assert room_violations(PACKAGE, ("devtools",), ("commands",)) == []
 
@@ -331,6 +362,18 @@ PLANTED: dict[str, tuple[dict[str, str], Callable[[Path], list[str]]]] = {
         },
         lambda root: room_violations(root, ("tap",), ("sidecar",)),
     ),
+    "the response side imports the exchange for types only": (
+        {
+            "tap/response_side.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from pkg.tap.exchange import Exchange\n",
+            "tap/exchange.py": "",
+        },
+        tap_layer_violations,
+    ),
+    "a module under the tap's layers imports the proxy": (
+        {"tap/http1.py": "from pkg.tap import proxy\n", "tap/proxy.py": ""},
+        tap_layer_violations,
+    ),
     "a dev tool imports a command through importlib": (
         {
             "devtools/a.py": "import importlib\nimportlib.import_module('pkg.commands.flags')\n",
@@ -383,12 +426,18 @@ def test_the_rules_pass_a_clean_planted_tree(tmp_path: Path) -> None:
             "core/b.py": "from pkg.core import a\n",
             "probe/p.py": "import vllm\nimport prometheus_client\nfrom pkg.core.b import a\n",
             "tap/t.py": "from pkg.core import a\n",
+            "tap/proxy.py": "from pkg.tap import exchange\n",
+            "tap/exchange.py": "from pkg.tap import response_side, request_side\n",
+            "tap/response_side.py": "from pkg.tap import request_side, downstream, t\n",
+            "tap/request_side.py": "from pkg.tap import t\n",
+            "tap/downstream.py": "",
             "devtools/d.py": "from pkg.sidecar import s\n",
             "sidecar/s.py": "from pkg.tap import t\n",
         },
     )
     assert core_io_violations(root, "pkg.core.a") == []
     assert room_violations(root, ("tap",), ("sidecar",)) == []
+    assert tap_layer_violations(root) == []
     assert room_violations(root, ("devtools",), ("commands",)) == []
     assert probe_violations(root) == []
     assert cycle_violations(root) == []

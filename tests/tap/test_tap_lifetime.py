@@ -27,13 +27,15 @@ from tapfakes import (
 )
 from tapwire import read_reply
 
+from specdec_exporter.tap.downstream import Downstream
 from specdec_exporter.tap.exchange import Exchange
+from specdec_exporter.tap.inspection import Inspection
 from specdec_exporter.tap.request_side import RequestSide
 from specdec_exporter.tap.response_side import ResponseSide
 
 pytestmark = pytest.mark.anyio
 CHAT = "/v1/chat/completions"
-PARTS = (Exchange, RequestSide, ResponseSide)
+PARTS = (Exchange, RequestSide, ResponseSide, Downstream, Inspection)
 
 
 def body(**fields: object) -> bytes:
@@ -41,7 +43,7 @@ def body(**fields: object) -> bytes:
 
 
 def live_parts() -> int:
-    """Exchanges and their sides still in memory, garbage included (the collector is off)."""
+    """Exchanges and their parts still in memory, garbage included (the collector is off)."""
     return sum(isinstance(thing, PARTS) for thing in gc.get_objects())
 
 

@@ -3,13 +3,16 @@ temperature bucket, from each response's ``metrics.speculative_decoding``.
 
 Modules, from the socket inwards (docs/tap.md explains each):
 
-- ``proxy``: client connections (asyncio Protocol + httptools), the shared ``Tap``, ``run_tap``
-  and the graceful ``drain``;
-- ``exchange``: one request and its response; owns both sides below and the endings;
-- ``request_side``: the client's body (buffered up to the cap, else streamed), the head sent
-  upstream, the upstream connection and its one retry, held Upgrade bytes;
-- ``response_side``: vLLM's response through the parser, framing, inspection, client writes;
-- ``contracts``: the narrow Protocols the exchange sees the proxy and the tap through;
+- ``proxy``: client connections (asyncio Protocol + httptools), ``Tap`` (the context, the
+  connections and the sweep), ``run_tap`` and the graceful ``drain``;
+- ``exchange``: one request and its response, what both connections talk to: the upstream
+  connection and its one retry, and every ending in one place (``Exchange._end``);
+- ``request_side``: the client's request as it goes to vLLM (body buffered up to the cap and
+  planned, else streamed; the head; held Upgrade bytes): hands back bytes, sends nothing;
+- ``response_side``: vLLM's response through the parser; a verdict per read for the exchange;
+- ``inspection``: what one response says (usage chunk, body tail; TTFT and TPOT);
+- ``downstream``: towards the client: head, framed body, one write per read, error replies;
+- ``context``: ``TapContext``, what every exchange shares (settings, pool, stats, warnings);
 - ``upstream``: keep-alive connections to vLLM and their pool;
 - ``http1``: pure HTTP/1.1 heads: hop-by-hop filtering, framing, the tap's error replies;
 - ``routes``: which requests are inspected: a new endpoint for the tap is added to

@@ -16,23 +16,18 @@ from typing import Any
 
 import httptools
 
-from specdec_exporter.logs import RateLimiter
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.config import TapConfig
-from specdec_exporter.tap.contracts import LiveExchange
+from specdec_exporter.tap.context import TapContext
 from specdec_exporter.tap.exchange import Exchange
 from specdec_exporter.tap.http1 import MAX_HEAD_BYTES, Fields, Headers
-from specdec_exporter.tap.request import model_label
-from specdec_exporter.tap.stats import RequestRecord, RequestStats
-from specdec_exporter.tap.upstream import Origin, UpstreamPool
+from specdec_exporter.tap.stats import RequestStats
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT = 10.0
 CLIENT_IDLE_TIMEOUT = 75.0
 """Seconds a keep-alive client connection may sit idle (nginx's default)."""
 SWEEP_INTERVAL = 1.0
-ERROR_LOG_INTERVAL = 60.0
 DRAIN_POLL_INTERVAL = 0.05
 LINGER = 2.0
 """Seconds a closing client connection, half-closed, still reads and drops what the client sends,
@@ -44,55 +39,24 @@ VERSIONS = frozenset({"1.0", "1.1"})
 """Request versions the tap serves; others (HTTP/2 prior knowledge, 0.9) get a 505."""
 
 
-class Tap:
-    """What every connection shares: config, stats, the upstream pool, live exchanges."""
+class Tap(TapContext):
+    """What every connection shares: the exchanges' context, the client connections, the live
+    exchanges and the sweep that times them out."""
 
     def __init__(
         self, config: TapConfig, stats: RequestStats, known_models: Callable[[], frozenset[str]]
     ) -> None:
-        self.stats = stats
-        self.buckets = stats.buckets  # one source of labels: the stats' buckets
-        self.default_temperature = config.default_temperature
-        self.inspect_limit = config.inspect_max_bytes
-        self.timeout = config.timeout
-        self.origin = Origin.from_url(config.vllm_url)
-        self.pool = UpstreamPool(
-            self.origin,
-            min(CONNECT_TIMEOUT, config.timeout),
-            config.vllm_ssl_context,
-            config.upstream_idle_timeout,
-        )
+        super().__init__(config, stats, known_models)
         self.clients: set[ClientConnection] = set()
         self.idle_clients: dict[ClientConnection, None] = {}
         """Client connections without an exchange, longest idle first (a dict keeps insertion
         order, and a connection is put back at the end when its exchange ends): the sweep reads
         only the expired ones at the front, not every connection each second."""
-        self.exchanges: set[LiveExchange] = set()
-        self._known_models = known_models
-        self._log_limiter = RateLimiter(ERROR_LOG_INTERVAL)
+        self.exchanges: set[Exchange] = set()
+        """Exchanges in flight: each client connection adds its own and takes it out when it
+        ends (``ClientConnection.exchange_done``) or when the client goes."""
         self.draining = False
         """Set by ``drain``: a connection closes once its exchange ends (no keep-alive)."""
-
-    def model_label(self, model: str | None) -> str:
-        """Map a requested model to a served name or ``other`` (whoever runs the tap pre-creates
-        the served models' series: the sidecar does at each poll)."""
-        try:
-            served = self._known_models()
-        except Exception:  # the sidecar's callback must not break traffic
-            served = frozenset()
-        return model_label(model, served)
-
-    def record(self, record: RequestRecord) -> None:
-        try:
-            self.stats.record(record)
-        except Exception:  # fail open: a stats bug must not break traffic
-            self.warn("stats", "recording a request failed")
-
-    def warn(self, key: str, message: str) -> None:
-        """Log a warning at most once a minute per kind (never with request data)."""
-        emit, suppressed = self._log_limiter.allow(key)
-        if emit:
-            log.warning("tap: %s", message, extra={"suppressed_since_last": suppressed})
 
     def sweep(self) -> None:
         """Time out stalled exchanges and idle client connections."""
@@ -192,7 +156,7 @@ class ClientConnection(asyncio.Protocol):
         self.tap.idle_clients.pop(self, None)
         if self._linger is not None:
             self._linger.cancel()
-        exchange, self.exchange = self.exchange, None
+        exchange = self._let_go_of_exchange()
         if exchange is not None:
             exchange.client_lost()
 
@@ -237,7 +201,7 @@ class ClientConnection(asyncio.Protocol):
             self.reject(*refusal, method)
             return
         self.tap.idle_clients.pop(self, None)
-        self.exchange = Exchange(
+        exchange = self.exchange = Exchange(
             self.tap,
             self,
             method,
@@ -247,7 +211,8 @@ class ClientConnection(asyncio.Protocol):
             keep_alive=parser.should_keep_alive(),
             upgrade=parser.should_upgrade(),
         )
-        self.exchange.start()
+        self.tap.exchanges.add(exchange)
+        exchange.start()
 
     def _refusal(self, method: bytes, version: str, fields: Fields) -> tuple[int, str] | None:
         """A request the tap answers itself and never forwards: HTTP/2 or 0.9, CONNECT (vLLM
@@ -278,7 +243,7 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(data)
 
     def exchange_done(self, close: bool) -> None:
-        self.exchange = None
+        self._let_go_of_exchange()
         self.idle_since = time.monotonic()
         if close or self.refused or self.tap.draining:
             self.close()
@@ -293,13 +258,20 @@ class ClientConnection(asyncio.Protocol):
         out). The error is written only while no response byte has reached the client: after
         that it would corrupt the response under way, so the connection is only closed.
         """
-        exchange, self.exchange = self.exchange, None
+        exchange = self._let_go_of_exchange()
         answered = exchange is not None and exchange.answered
         if exchange is not None:
             exchange.client_lost()
         if not answered:  # no body in the answer to a HEAD
             self.write(http1.error_response(status, message, head=method == b"HEAD"))
         self.close()
+
+    def _let_go_of_exchange(self) -> Exchange | None:
+        """The exchange in flight ends (or ended): out of the tap's live ones, and let go of."""
+        exchange, self.exchange = self.exchange, None
+        if exchange is not None:
+            self.tap.exchanges.discard(exchange)
+        return exchange
 
     def pause_reading(self, paused: bool) -> None:
         if self.transport is None or self.transport.is_closing():

@@ -1,82 +1,66 @@
-"""The response side of an exchange: vLLM's bytes through the response parser's callbacks, the
-framing towards the client, inspection for per-request metrics, and the writes to the client.
+"""The response side of an exchange: vLLM's bytes through the response parser, whose callbacks are
+its methods. It decides how the body goes to the client (``downstream``) and what is inspected
+(``inspection``), and says after each read what the exchange has to do: nothing, or one of the
+verdicts below. It never ends the exchange itself.
 
-The hot path: ``feed_response`` once per upstream read, one client write per read.
+The hot path: ``feed`` once per upstream read, one client write per read.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Final
 
 import httptools
 
-from specdec_exporter.core.buckets import UNKNOWN_LABEL
 from specdec_exporter.tap import http1
-from specdec_exporter.tap.contracts import ClientSide, Endings, TapContext
-from specdec_exporter.tap.http1 import (
-    CRLF,
-    MAX_HEAD_BYTES,
-    NO_FIELDS,
-    Fields,
-    Framing,
-    Headers,
-    chunk_size_line,
-)
+from specdec_exporter.tap.context import TapContext
+from specdec_exporter.tap.downstream import CHUNKED, RAW, UNTIL_CLOSE, Downstream
+from specdec_exporter.tap.http1 import MAX_HEAD_BYTES, NO_FIELDS, Fields, Framing, Headers
+from specdec_exporter.tap.inspection import NO_OUTCOME, Inspection, Outcome, inspection_for
 from specdec_exporter.tap.request_side import RequestSide
-from specdec_exporter.tap.spec import (
-    SpecDecodeSummary,
-    completion_tokens_of,
-    summary_from_chunk,
-    summary_from_response_tail,
-)
-from specdec_exporter.tap.sse import IncludeUsageUndo, UsageWatcher
-from specdec_exporter.tap.upstream import ResponseSink
 
-RAW: Final = Framing.RAW
-CHUNKED: Final = Framing.CHUNKED
-UNTIL_CLOSE: Final = Framing.UNTIL_CLOSE
-"""As ``Final`` globals for the per-chunk path: a member lookup such as ``Framing.RAW`` goes through
-Python 3.11's ``EnumType.__getattr__`` hook, ten times the cost of a global, and compiled, a
-``Final`` global is a C static rather than a module-dict lookup."""
-
-Outcome = tuple[SpecDecodeSummary | None, float | None, float | None]
-"""What a response showed: its per-request metrics, time to first token, time per output token."""
-
+MORE: Final = 0
+"""Nothing to do: more of the response is to come."""
+ANSWERED: Final = 1
+"""The response head arrived in this read: vLLM has answered (no retry from here on)."""
+TUNNEL: Final = 2
+"""vLLM answered 101 to an Upgrade: the tunnel is open."""
+DONE: Final = 3
+"""The response is complete and written."""
+INVALID: Final = 4
+"""vLLM's bytes are not a valid response (``failure`` says why): a 502, or a cut once answered."""
+SURPLUS: Final = 5
+"""Bytes past the end of a verbatim body, in a later read: the end cannot be placed, cut."""
 
 SPENT_PARSER = httptools.HttpResponseParser(None)
 """What an ended response side holds instead of its parser, whose callbacks point back at it (a
-reference cycle). Never fed: the upstream connection lets go of the side first."""
+reference cycle). Never fed: the upstream connection lets go of the exchange first."""
 
 
 class SurplusResponseError(Exception):
     """vLLM sent bytes past the end of the response: raised to stop the response parser."""
 
 
-class ResponseSide(ResponseSink):
-    """vLLM's answer to ``request``; the response parser's callbacks are its methods."""
+class ResponseSide:
+    """vLLM's answer to ``request``, read; written to the client through ``downstream``."""
 
-    def __init__(
-        self, tap: TapContext, client: ClientSide, owner: Endings, request: RequestSide
-    ) -> None:
-        self.tap = tap
-        self.client = client
-        self.owner = owner
+    def __init__(self, context: TapContext, request: RequestSide, downstream: Downstream) -> None:
+        self.context = context
         self.request = request
+        self.downstream = downstream
         self.parser = httptools.HttpResponseParser(self)
-        self.reads = 0
-        """vLLM's reads so far: counted, not timed (the sweep dates them; no clock read a chunk)."""
+        self.inspection: Inspection | None = None
         self.tunnel_open = False
         """vLLM answered 101: its bytes go to the client as they come."""
         self.head_done = False
-        self.head_written = False
-        """A response head (or tunnel bytes) has gone to the client."""
         self.until_close = False
         """The body has no length: it ends when vLLM closes the connection."""
         self.close_client = False
         self.started = False
         """vLLM has begun an answer (no retry from here on)."""
+        self.failure = ""
+        """Why the response is ``INVALID``."""
         self._status = 0
         self._reason = b""
         self._response_headers: Headers = []
@@ -84,25 +68,17 @@ class ResponseSide(ResponseSink):
         self._head_buffer = b""
         self._head_size = 0
         self._interim = False
-        self._framing = RAW
         self._upstream_keep_alive = False
-        self._out: list[bytes] = []
         self._response_done = False
         self._no_body = False
         self._surplus = False
-        self._watcher: UsageWatcher | None = None
-        self._undo: IncludeUsageUndo | None = None
-        self._tail: bytearray | None = None
-        self._first_body_at: float | None = None
-        self._final_chunk_at: float | None = None
 
-    # fed by the upstream connection (upstream.ResponseSink)
-
-    def feed_response(self, data: bytes) -> None:
-        self.reads += 1
+    def feed(self, data: bytes) -> int:
+        """One read from vLLM: parsed, relayed, and what the exchange has to do now."""
+        downstream = self.downstream
         if self.tunnel_open:
-            self.client.write(data)
-            return
+            downstream.client.write(data)
+            return MORE
         head_pending = not self.head_done
         if head_pending:
             self._head_buffer += data
@@ -112,46 +88,38 @@ class ResponseSide(ResponseSink):
             pass  # the 101 answering an Upgrade request: what follows is the tunnel's
         except httptools.HttpParserError:
             if not self._response_done:
-                self.owner.fail(502, "vLLM sent an invalid HTTP response")
-                return
-            if not head_pending and self._framing is RAW:
-                self._cut_surplus()  # its end is somewhere in this read: cannot be placed
-                return
+                return self._invalid("vLLM sent an invalid HTTP response")
+            if not head_pending and downstream.framing is RAW:
+                return SURPLUS  # its end is somewhere in this read: cannot be placed
             self._surplus = True  # bytes after the end of the response: dropped
+        verdict = MORE
         if head_pending:
             if self.head_done:
-                self._head_read_done()
+                verdict = self._head_read_done()
             elif len(self._head_buffer) > MAX_HEAD_BYTES:
-                self.owner.fail(502, "vLLM sent a response head over 64 KiB")
-                return
-        elif self._framing is RAW:  # _write_body(), inline: vLLM's bytes verbatim
-            if self._first_body_at is None:
-                self._first_body_at = time.monotonic()
-            self._out.append(data)
-        out = self._out
-        if out:  # flush(), inline: once per read
-            self.client.write(out[0] if len(out) == 1 else b"".join(out))
-            out.clear()
-        if self._response_done:
-            self.owner.finish()
+                return self._invalid("vLLM sent a response head over 64 KiB")
+        elif downstream.framing is RAW:
+            downstream.body(data)  # vLLM's bytes verbatim
+        downstream.flush()
+        return DONE if self._response_done else verdict
 
-    def upstream_lost(self) -> None:
-        self.owner.upstream_lost()
+    def _invalid(self, failure: str) -> int:
+        self.failure = failure
+        return INVALID
 
-    def upstream_paused(self, paused: bool) -> None:
-        self.client.pause_reading(paused)
-
-    def _head_read_done(self) -> None:
+    def _head_read_done(self) -> int:
         """The read that completed the response head: relay it and the body bytes it carried."""
+        head, self._head_buffer = self._head_buffer, b""
         if self.tunnel_open:
-            self._open_tunnel()
-        elif self._framing is RAW:
-            body_start = self._head_buffer.find(http1.HEAD_END) + len(http1.HEAD_END)
+            self.downstream.verbatim_head(head)
+            return TUNNEL
+        if self.downstream.framing is RAW:
             self._write_head()
-            self._write_body(self._raw_body(self._head_buffer[body_start:]))
-        self._head_buffer = b""
+            body_start = head.find(http1.HEAD_END) + len(http1.HEAD_END)
+            self.downstream.body(self._raw_body(head, head[body_start:]))
+        return ANSWERED
 
-    def _raw_body(self, after_head: bytes) -> bytes:
+    def _raw_body(self, response: bytes, after_head: bytes) -> bytes:
         """The body bytes of the first read, without anything past the end of the response."""
         if self._no_body:
             self._surplus = self._surplus or bool(after_head)
@@ -164,13 +132,13 @@ class ResponseSide(ResponseSink):
             return after_head
         if not self._surplus:
             return after_head
-        body = body_of(self._head_buffer)  # rare: re-read the response alone, then re-frame
+        body = body_of(response)  # rare: re-read the response alone, then re-frame
         return (http1.chunk(body) if body else b"") + http1.LAST_CHUNK
 
-    def _cut_surplus(self) -> None:
-        """Surplus in a later read of a verbatim body: the client connection is cut."""
-        self.tap.warn("surplus", "vLLM sent bytes past the end of a response; connection cut")
-        self.owner.cut()
+    def end_body(self) -> None:
+        """vLLM closed a body that ends at its close: end it towards the client, and write."""
+        self._complete_body()
+        self.downstream.flush()
 
     def drop_parser(self) -> None:
         """The exchange is over: the parser, whose callbacks are this side's methods, goes."""
@@ -180,13 +148,23 @@ class ResponseSide(ResponseSink):
         """The connection closed before any answer: the request goes again, on a new one."""
         self._head_buffer = b""
 
+    def outcome(self) -> Outcome:
+        """The metrics the response carried; TTFT and TPOT for a stream."""
+        if self.inspection is None:
+            return NO_OUTCOME
+        return self.inspection.outcome(self.request.done_at, self.downstream.first_body_at)
+
+    @property
+    def reusable(self) -> bool:
+        """vLLM's connection can carry another request, as far as this response goes."""
+        return self._upstream_keep_alive and not self._surplus
+
     # the response parser's callbacks
 
     def on_message_begin(self) -> None:
         if self._response_done:
             raise SurplusResponseError  # a second response in the same read: stop parsing here
         self.started = True
-        self.request.request_bytes = None  # an answer has begun: no retry from here on
         self._reason = b""  # a final response after a 1xx has its own
 
     def on_status(self, reason: bytes) -> None:
@@ -211,7 +189,6 @@ class ResponseSide(ResponseSink):
         request = self.request
         self._status = status
         self.head_done = True
-        request.decline_upgrade()  # a 101 aside, vLLM answered the request itself
         self._upstream_keep_alive = self.parser.should_keep_alive()
         fields = self._fields = Fields(self._response_headers)
         if b"transfer-encoding" in fields.names:
@@ -219,17 +196,21 @@ class ResponseSide(ResponseSink):
         chunked = fields.chunked()
         no_body = self._no_body = request.method == b"HEAD" or status in (204, 304)
         self.until_close = not no_body and not chunked and fields.content_length() is None
-        self._set_up_inspection(status, fields)
-        self._framing = self._choose_framing(chunked, no_body)
+        inspection = self.inspection = inspection_for(
+            request.plan, status, fields, self.context.inspect_limit
+        )
+        framing = self.downstream.framing = self._choose_framing(
+            chunked, no_body, inspection is not None and inspection.undo is not None
+        )
         self.close_client = (
             not request.client_keep_alive
             or self.until_close
-            or self._framing is UNTIL_CLOSE
+            or framing is UNTIL_CLOSE
             or request.upgrade
             or not request.complete
-            or self.client.refused
+            or self.downstream.client.refused
         )
-        if self._framing is not RAW:
+        if framing is not RAW:
             self._write_head()
         if no_body:
             self._response_done = True
@@ -240,7 +221,7 @@ class ResponseSide(ResponseSink):
         502, as nginx answers both."""
         value = fields.value(b"transfer-encoding") or b""
         if value.strip().lower() != b"chunked" or fields.count(b"transfer-encoding") != 1:
-            self.tap.warn("transfer-coding", "vLLM sent a transfer coding but chunked: 502")
+            self.context.warn("transfer-coding", "vLLM sent a transfer coding but chunked: 502")
             raise ValueError("unknown transfer coding")
 
     def _switch_protocols(self) -> None:
@@ -250,65 +231,31 @@ class ResponseSide(ResponseSink):
         self._status = 101
         self.head_done = self.tunnel_open = True
 
-    def _open_tunnel(self) -> None:
-        """Relay the 101 head as vLLM sent it, then release what the client sent meanwhile."""
-        self.head_written = True
-        self._out.append(self._head_buffer)
-        self.request.open_tunnel()
-
-    def _set_up_inspection(self, status: int, fields: Fields) -> None:
-        plan = self.request.plan
-        if plan is None or plan.temperature_bucket == UNKNOWN_LABEL or status != 200:
-            return
-        if fields.value(b"content-encoding") not in (None, b"identity"):
-            return
-        content_type = fields.value(b"content-type") or b""
-        limit = self.tap.inspect_limit
-        if content_type.startswith(b"text/event-stream"):
-            if plan.undo_include_usage:
-                self._undo = IncludeUsageUndo(limit)
-            else:
-                self._watcher = UsageWatcher(limit)
-        else:
-            self._tail = bytearray()
-
-    def _choose_framing(self, chunked: bool, no_body: bool) -> Framing:
+    def _choose_framing(self, chunked: bool, no_body: bool, rewritten: bool) -> Framing:
         if no_body:
             return RAW
         http10 = self.request.client_http10
-        if self._undo is not None or (chunked and http10) or self.until_close:
+        if rewritten or (chunked and http10) or self.until_close:
             return UNTIL_CLOSE if http10 or self.until_close else CHUNKED
         return RAW
 
+    def _write_head(self) -> None:
+        self.downstream.head(self._status, self._reason, self._fields, self.close_client)
+
     def on_body(self, data: bytes) -> None:
         """Once per body piece (the hot path, kept to few calls): inspect it, then relay it."""
-        try:  # watch for per-request metrics; in rewrite mode, take the bytes to pass on
-            undo, watcher = self._undo, self._watcher
-            if undo is not None:
-                data = undo.feed(data)
-                if undo.final_chunk is not None:
-                    self._note_final_chunk()
-            elif watcher is not None:
-                watcher.feed(data)
-                if watcher.final_chunk is not None:
-                    self._note_final_chunk()
-            elif self._tail is not None:
-                self._keep_tail(data)
-        except Exception:  # fail open: stop inspecting, keep passing bytes
-            self.tap.warn("inspect-response", "inspecting a response failed; passed on as is")
-            self._stop_inspecting()
-        framing = self._framing
-        if not data or framing is RAW:
-            return
-        if self._first_body_at is None:  # _write_body(), inline
-            self._first_body_at = time.monotonic()
-        out = self._out
-        if framing is CHUNKED:  # three pieces, joined once by the flush: no formatting a chunk
-            out.append(chunk_size_line(len(data)))
-            out.append(data)
-            out.append(CRLF)
-        else:
-            out.append(data)
+        inspection = self.inspection
+        if inspection is not None:
+            try:  # watch for per-request metrics; in rewrite mode, take the bytes to pass on
+                data = inspection.feed(data)
+            except Exception:  # fail open: stop inspecting, keep passing bytes
+                self.context.warn(
+                    "inspect-response", "inspecting a response failed; passed on as is"
+                )
+                inspection.stop()
+        downstream = self.downstream
+        if downstream.framing is not RAW:
+            downstream.body(data)
 
     def on_message_complete(self) -> None:
         if self.tunnel_open:
@@ -319,98 +266,13 @@ class ResponseSide(ResponseSink):
             self._head_buffer = self._head_buffer[end:]
             self._response_headers = []
             return
-        self.complete_body()
+        self._complete_body()
 
-    # inspection
-
-    def _stop_inspecting(self) -> None:
-        if self._undo is not None:
-            self._undo.passthrough = True
-        self._watcher = None
-        self._tail = None
-
-    def _note_final_chunk(self) -> None:
-        if self._final_chunk_at is None:
-            self._final_chunk_at = time.monotonic()
-
-    def _keep_tail(self, data: bytes) -> None:
-        tail = self._tail
-        if tail is None:
-            return
-        tail += data
-        if len(tail) > 2 * self.tap.inspect_limit:
-            del tail[: -self.tap.inspect_limit]
-
-    def outcome(self, request_done_at: float) -> Outcome:
-        """The metrics the response carried; TTFT and TPOT for a stream."""
-        stream = self._undo or self._watcher
-        chunk = stream.final_chunk if stream is not None else None
-        spec: SpecDecodeSummary | None = None
-        if chunk is not None:
-            spec = summary_from_chunk(chunk)
-        elif self._tail is not None:
-            spec = summary_from_response_tail(bytes(self._tail))
-        ttft = tpot = None
-        if stream is not None and self._first_body_at is not None:
-            ttft = self._first_body_at - request_done_at
-            tokens = completion_tokens_of(chunk) if chunk is not None else None
-            if tokens is not None and tokens > 1 and self._final_chunk_at is not None:
-                tpot = (self._final_chunk_at - self._first_body_at) / (tokens - 1)
-        return spec, ttft, tpot
-
-    # writing to the client
-
-    def complete_body(self) -> None:
+    def _complete_body(self) -> None:
         """Flush what the rewrite still holds and end the body as its framing says."""
-        if self._undo is not None:
-            rest = self._undo.finish()
-            if rest:
-                self._write_body(http1.chunk(rest) if self._framing is CHUNKED else rest)
-        if self._framing is CHUNKED:
-            self._write_body(http1.LAST_CHUNK)
+        rest = self.inspection.rest() if self.inspection is not None else b""
+        self.downstream.end(rest)
         self._response_done = True
-
-    def _write_head(self) -> None:
-        if self.head_written:
-            return
-        self.head_written = True  # queued: goes out with the first body bytes, in one write
-        self._out.append(
-            http1.response_head(
-                self._status,
-                self._reason,
-                self._fields,
-                self._framing,
-                self.close_client,
-            )
-        )
-
-    def _write_body(self, data: bytes) -> None:
-        """Queue body bytes; ``flush`` writes them once per read from upstream (fewer sends)."""
-        if not data:
-            return
-        if self._first_body_at is None:
-            self._first_body_at = time.monotonic()
-        self._out.append(data)
-
-    def flush(self) -> None:
-        out = self._out
-        if not out:
-            return
-        self.client.write(out[0] if len(out) == 1 else b"".join(out))
-        out.clear()
-
-    def write_error(self, status: int, message: str) -> None:
-        """What is queued, then an error reply if no response head has gone out yet."""
-        self.flush()
-        if not self.head_written:
-            self.head_written = True
-            head = self.request.method == b"HEAD"
-            self.client.write(http1.error_response(status, message, head=head))
-
-    @property
-    def reusable(self) -> bool:
-        """vLLM's connection can carry another request, as far as this response goes."""
-        return self._upstream_keep_alive and not self._surplus
 
 
 class _BodyReader:

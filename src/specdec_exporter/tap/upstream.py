@@ -13,9 +13,9 @@ MAX_IDLE = 256
 
 
 class ResponseSink:
-    """What an upstream connection feeds: the response side of the exchange using it.
+    """What an upstream connection feeds: the exchange using it.
 
-    A base class (``response_side.ResponseSide`` extends it), not a Protocol: compiled by
+    A base class (``exchange.Exchange`` extends it), not a Protocol: compiled by
     mypyc, ``feed_response`` on a Protocol is a generic Python method call (a lookup by name,
     then argument parsing) once per chunk; on a class it is a direct C call.
     """
