@@ -7,6 +7,7 @@ them, so no room reaches up into another for a type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar, get_args, get_origin
 
@@ -82,12 +83,19 @@ def refuse_together(settings: BaseModel, *fields: str) -> None:
         raise ValueError(f"{given[1]} is not allowed with {given[0]}")
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(
+    exc: ValidationError, given_as: Callable[[str], str] | None = None
+) -> str:
     """One line naming each bad setting. Our own validators' messages (``value_error``) say what
-    they got; pydantic's built-in ones (bounds, types) get the input appended."""
+    they got; pydantic's built-in ones (bounds, types) get the input appended. ``given_as``: how
+    a person gives a field, from its name (``--interval (or SPECDEC_INTERVAL)``); without it, the
+    field's name."""
     parts = []
     for error in exc.errors():
-        where = ".".join(str(item) for item in error["loc"])
+        location = [str(item) for item in error["loc"]]
+        if location and given_as is not None:  # a list's item is told by its value, below
+            location = [given_as(location[0])] + [i for i in location[1:] if not i.isdigit()]
+        where = ".".join(location)
         if error["type"] == "value_error":
             message = str(error.get("ctx", {}).get("error", error["msg"]))
         else:

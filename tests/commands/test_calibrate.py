@@ -225,40 +225,44 @@ def test_refusals_are_one_line_and_exit_3(
     [
         (
             ("--concurrency", "1,x"),
-            "concurrency.1: Input should be a valid integer, unable to parse string as an "
+            "--concurrency: Input should be a valid integer, unable to parse string as an "
             "integer (got 'x')",
         ),
         (
             ("--concurrency", "0"),
-            "concurrency.0: Input should be greater than or equal to 1 (got 0)",
+            "--concurrency: Input should be greater than or equal to 1 (got 0)",
         ),
-        (("--temperatures", "0,0"), "temperatures: temperature 0.0 given twice in '0,0'"),
+        (("--temperatures", "0,0"), "--temperatures: temperature 0.0 given twice in '0,0'"),
         (
             ("--temperatures", "0:1,1:1"),
-            "temperatures: a list of temperatures, without weights: '0:1,1:1'",
+            "--temperatures: a list of temperatures, without weights: '0:1,1:1'",
         ),
         (
             ("--draft-cost-ratio", "-1"),
-            "draft_cost_ratio: Input should be greater than or equal to 0 (got -1.0)",
+            "--draft-cost-ratio (or SPECDEC_DRAFT_COST_RATIO): Input should be greater than or "
+            "equal to 0 (got -1.0)",
         ),
         (
             ("--base-url", "localhost:8000"),
-            "base_url: expected an http:// or https:// URL, got 'localhost:8000'",
+            "--base-url: expected an http:// or https:// URL, got 'localhost:8000'",
         ),
         (
             ("--spec-url", "localhost:8000"),
-            "spec_url.1: expected an http:// or https:// URL, got 'localhost:8000'",
+            "--spec-url: expected an http:// or https:// URL, got 'localhost:8000'",
         ),
-        (("--max-tokens", "1"), "max_tokens: Input should be greater than or equal to 2 (got '1')"),
-        (("--warmup", "-1"), "warmup: Input should be greater than or equal to 0 (got '-1')"),
-        (("--sample-interval", "0"), "sample_interval: Input should be greater than 0 (got '0')"),
+        (
+            ("--max-tokens", "1"),
+            "--max-tokens: Input should be greater than or equal to 2 (got '1')",
+        ),
+        (("--warmup", "-1"), "--warmup: Input should be greater than or equal to 0 (got '-1')"),
+        (("--sample-interval", "0"), "--sample-interval: Input should be greater than 0 (got '0')"),
         (
             ("--settle-timeout", "-1"),
-            "settle_timeout: Input should be greater than or equal to 0 (got '-1')",
+            "--settle-timeout: Input should be greater than or equal to 0 (got '-1')",
         ),
         (
             ("--tpot-source", "wall"),
-            "tpot_source: Input should be 'client' or 'server' (got 'wall')",
+            "--tpot-source: Input should be 'client' or 'server' (got 'wall')",
         ),
     ],
 )

@@ -25,8 +25,8 @@ SPECDEC = [sys.executable, "-m", "specdec_exporter.cli"]
 def test_bad_setting_is_one_line_and_exit_64(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--interval", "-1"]) == EXIT_USAGE == 64
     assert capsys.readouterr().err == (
-        "specdec-exporter run: invalid setting: interval: Input should be greater than 0 "
-        "(got '-1')\n"
+        "specdec-exporter run: invalid setting: --interval (or SPECDEC_INTERVAL): Input should be "
+        "greater than 0 (got '-1')\n"
     )
 
 
@@ -36,7 +36,8 @@ def test_bad_environment_value_is_one_line_and_exit_64(
     monkeypatch.setenv("SPECDEC_LISTEN", "nonsense")
     assert main(["run"]) == 64
     assert capsys.readouterr().err == (
-        "specdec-exporter run: invalid setting: listen: expected HOST:PORT, got 'nonsense'\n"
+        "specdec-exporter run: invalid setting: --listen (or SPECDEC_LISTEN): expected HOST:PORT, "
+        "got 'nonsense'\n"
     )
 
 
@@ -212,7 +213,7 @@ def test_check_window_is_its_own_and_a_bad_one_is_a_usage_error() -> None:
         bad = run_check(vllm, "--window", "0")
     assert (bad.returncode, bad.stdout) == (64, "")
     assert bad.stderr == (
-        "specdec-exporter check: invalid setting: window: Input should be "
+        "specdec-exporter check: invalid setting: --window: Input should be "
         "greater than 0 (got '0')\n"
     )
 

@@ -20,6 +20,7 @@ from specdec_exporter.commands.flags import (
     FlagsOnly,
     add_settings_flags,
     default_text,
+    given_as,
     settings_from_args,
 )
 from specdec_exporter.commands.load import LoadSettings
@@ -183,3 +184,21 @@ def test_the_pages_flag_table_shows_the_models_defaults(
         field = model.model_fields[names[flag]]
         value = getattr(model.model_validate({field.alias or names[flag]: quoted}), names[flag])
         assert value == field.default, f"{page}: {flag} {quoted}, model {field.default}"
+
+
+def test_a_bad_setting_is_named_as_a_person_gives_it() -> None:
+    """The flag, and the variable it falls back to: the model's prefix for a model that reads
+    the environment, a FromEnv marker's variable, else none; an alias is the flag's name."""
+    assert given_as(Settings)("interval") == "--interval (or SPECDEC_INTERVAL)"
+    assert given_as(LoadSettings)("api_key") == "--api-key (or OPENAI_API_KEY)"
+    assert given_as(LoadSettings)("concurrency") == "--concurrency"
+    assert given_as(CheckSettings)("json") == "--json"
+    assert given_as(CheckSettings)("not_a_field") == "not_a_field"
+    parser = argparse.ArgumentParser()
+    add_settings_flags(parser, CalibrateSettings)
+    with pytest.raises(ConfigError) as refused:  # an item of a list: told by its value
+        settings_from_args(CalibrateSettings, parser.parse_args(["--concurrency", "1,x"]))
+    assert str(refused.value) == (
+        "invalid setting: --concurrency: Input should be a valid integer, unable to parse string "
+        "as an integer (got 'x')"
+    )

@@ -47,14 +47,16 @@ def test_bucket_edges_from_a_flag_or_an_environment_variable(
 
 def test_error_messages_say_their_input_once() -> None:
     assert error_of("--vllm-url", "x") == (
-        "invalid setting: vllm_url: expected an http:// or https:// URL, got 'x'"
+        "invalid setting: --vllm-url (or SPECDEC_VLLM_URL): expected an http:// or https:// "
+        "URL, got 'x'"
     )
     assert error_of("--interval", "-1") == (
-        "invalid setting: interval: Input should be greater than 0 (got '-1')"
+        "invalid setting: --interval (or SPECDEC_INTERVAL): Input should be greater than 0 "
+        "(got '-1')"
     )
     assert error_of("--temperature-buckets", "0.7,0.5") == (
-        "invalid setting: temperature_buckets: temperature bucket edges must be strictly "
-        "increasing: (0.7, 0.5)"
+        "invalid setting: --temperature-buckets (or SPECDEC_TEMPERATURE_BUCKETS): temperature "
+        "bucket edges must be strictly increasing: (0.7, 0.5)"
     )
 
 

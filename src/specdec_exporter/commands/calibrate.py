@@ -12,7 +12,12 @@ from typing import Annotated, Self
 from pydantic import Field, ValidationError, model_validator
 
 from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_UNREACHABLE, UnreachableError
-from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
+from specdec_exporter.commands.flags import (
+    FlagsOnly,
+    add_settings_flags,
+    given_as,
+    settings_from_args,
+)
 from specdec_exporter.core.calibration import Calibration, CalibrationError, build_calibration
 from specdec_exporter.devtools.calibrate.runner import (
     DEFAULT_TEMPERATURES_TEXT,
@@ -106,7 +111,7 @@ def assumed_cost_ratio(settings: CalibrateSettings) -> float:
     try:
         target = VllmTarget(**given)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from None
+        raise ConfigError(describe_validation_error(exc, given_as(VllmTarget))) from None
     return target.draft_cost.ratio
 
 

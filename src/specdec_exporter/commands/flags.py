@@ -28,6 +28,7 @@ from specdec_exporter.options import (
     annotated_items,
     describe_validation_error,
     field_marker,
+    flag_of,
 )
 from specdec_exporter.sidecar.config import CalibrationFile, ListenAddress
 
@@ -164,12 +165,41 @@ def add_settings_flags(
     _cli_source(model, parser, parser.add_argument_group(title) if title else None)
 
 
+def environment_variable(model: type[BaseSettings], name: str) -> str | None:
+    """The variable field ``name`` of ``model`` falls back to without its flag: the one its
+    FromEnv names; else, for a model that reads the environment, its prefix and name
+    (``SPECDEC_INTERVAL``); else none."""
+    marker = field_marker(model.model_fields[name], FromEnv)
+    if marker is not None:
+        return marker.variable
+    if issubclass(model, FlagsOnly):
+        return None
+    return (str(model.model_config.get("env_prefix", "")) + name).upper()
+
+
+def given_as(model: type[BaseSettings]) -> Callable[[str], str]:
+    """How a person gives a field of ``model``, by its name or alias as a validation error names
+    it: the flag, and the variable it falls back to (``--interval (or SPECDEC_INTERVAL)``)."""
+    names = {field.alias or name: name for name, field in model.model_fields.items()}
+
+    def name_of(key: str) -> str:
+        name = names.get(key)
+        if name is None:
+            return key
+        flag = flag_of(model, name)
+        variable = environment_variable(model, name)
+        return flag if variable is None else f"{flag} (or {variable})"
+
+    return name_of
+
+
 def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
     """Build ``model`` from the parsed flags (flags win over the environment, for models that read
-    it); arguments that are not fields are ignored. A bad value raises ConfigError (one line)."""
+    it); arguments that are not fields are ignored. A bad value raises ConfigError (one line,
+    naming the flag and the variable it was given by)."""
     try:
         return model(_cli_settings_source=_cli_source(model)(parsed_args=args))
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from None
+        raise ConfigError(describe_validation_error(exc, given_as(model))) from None
     except SettingsError as exc:
         raise ConfigError(f"invalid setting: {exc}") from None

@@ -139,24 +139,24 @@ def test_unreachable_server_exits_3_with_one_line(capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--temperatures", "0:0.5,abc:1"], "temperatures: temperature is not a number: 'abc'"),
+        (["--temperatures", "0:0.5,abc:1"], "--temperatures: temperature is not a number: 'abc'"),
         (["--requests", "5", "--duration", "3"], "--duration is not allowed with --requests"),
         (
             ["--stream-share", "1.5"],
-            "stream_share: Input should be less than or equal to 1 (got '1.5')",
+            "--stream-share: Input should be less than or equal to 1 (got '1.5')",
         ),
         (
             ["--concurrency", "0"],
-            "concurrency: Input should be greater than or equal to 1 (got '0')",
+            "--concurrency: Input should be greater than or equal to 1 (got '0')",
         ),
-        (["--duration", "0"], "duration: Input should be greater than 0 (got '0')"),
+        (["--duration", "0"], "--duration: Input should be greater than 0 (got '0')"),
         (
             ["--endpoint", "embeddings"],
-            "endpoint: Input should be 'chat' or 'completions' (got 'embeddings')",
+            "--endpoint: Input should be 'chat' or 'completions' (got 'embeddings')",
         ),
         (
             ["--url", "127.0.0.1:8000"],
-            "url: expected an http:// or https:// URL, got '127.0.0.1:8000'",
+            "--url: expected an http:// or https:// URL, got '127.0.0.1:8000'",
         ),
     ],
 )

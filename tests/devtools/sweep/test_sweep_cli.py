@@ -123,20 +123,20 @@ def test_unreadable_metrics_for_counters_exits_3_with_one_line(
     ("argv", "message"),
     [
         (["--json", "--csv"], "--csv is not allowed with --json"),
-        (["--temperatures", "0,0"], "temperatures: temperature 0.0 given twice in '0,0'"),
+        (["--temperatures", "0,0"], "--temperatures: temperature 0.0 given twice in '0,0'"),
         (
             ["--temperatures", "-1"],
-            "temperatures: temperature must be >= 0, got '-1'",
+            "--temperatures: temperature must be >= 0, got '-1'",
         ),
-        (["--requests", "0"], "requests: Input should be greater than or equal to 1 (got '0')"),
+        (["--requests", "0"], "--requests: Input should be greater than or equal to 1 (got '0')"),
         (
             ["--source", "guess"],
-            "source: Input should be 'auto', 'per-request' or 'counters' (got 'guess')",
+            "--source: Input should be 'auto', 'per-request' or 'counters' (got 'guess')",
         ),
-        (["--url", "vllm:8000"], "url: expected an http:// or https:// URL, got 'vllm:8000'"),
+        (["--url", "vllm:8000"], "--url: expected an http:// or https:// URL, got 'vllm:8000'"),
         (
             ["--metrics-url", "vllm:8000"],
-            "metrics_url: expected an http:// or https:// URL, got 'vllm:8000'",
+            "--metrics-url: expected an http:// or https:// URL, got 'vllm:8000'",
         ),
     ],
 )
