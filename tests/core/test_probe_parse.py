@@ -30,6 +30,9 @@ specdec_probe_batch_drafts_total{batch_bucket="2-4",engine="1",model_name="m"} 1
 specdec_probe_batch_draft_tokens_total{batch_bucket="2-4",engine="1",model_name="m"} 48.0
 specdec_probe_batch_accepted_tokens_total{batch_bucket="2-4",engine="1",model_name="m"} 20.0
 specdec_probe_errors_total{hook="record"} 0.0
+specdec_probe_errors_total{hook="finished"} 2.0
+specdec_probe_errors_created{hook="finished"} 1.8e9
+specdec_probe_errors_total{hook="finished",pid="8"} 1.0
 """  # noqa: E501
 
 
@@ -45,6 +48,7 @@ def test_literal_counts_in_any_label_order_without_created() -> None:
     assert (bucket.acceptance_rate.sum, bucket.acceptance_rate.count) == (3.0, 4.0)
     assert bucket.ttft is None
     assert probe.batch == {("m", "1", "2-4"): Totals(12.0, 48.0, 20.0, steps=6.0)}
+    assert probe.errors == {"record": 0.0, "finished": 3.0}  # summed over API servers
 
 
 def test_a_vllm_without_the_probe_gives_no_probe() -> None:

@@ -15,11 +15,18 @@ from real_vllm.conftest import SERVER, announcer, fail_loudly
 from real_vllm.traffic import MODEL, PROMPTS
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.buckets import TEMPERATURE_BUCKETS_ENV
+from specdec_exporter.core.probe_parse import ProbeInfo, ProbeSnapshot, parse_probe
 from specdec_exporter.probe.install import install
+from specdec_exporter.sidecar.split_collector import probe_health_families
 
 pytestmark = pytest.mark.real_vllm
 
 BAD_EDGES = "0.5,warm,1"
+
+
+def health(probe: ProbeSnapshot) -> tuple[ProbeInfo, dict[str, float]]:
+    assert probe.info is not None and "warm" in probe.info.reason
+    return probe.info, probe.errors
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +74,17 @@ def test_vllm_starts_and_serves_with_one_split_off_and_says_why(half_probed_vllm
     assert sum(float(line.rsplit(" ", 1)[1]) for line in steps) > 0  # the other split counts
     errors = [line for line in metrics.splitlines() if line.startswith(names.ERRORS + "_total{")]
     assert errors and all(line.endswith(" 0.0") for line in errors)
+    mirrored = {  # what the sidecar reads of it, and exports for SpecDecodeProbeSplitOff
+        (family.name, sample.labels.get("temperature_split"), sample.labels.get("hook"))
+        for family in probe_health_families(*health(parse_probe(metrics)))
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+    assert mirrored == {
+        ("specdec_engine_probe_info", "off", None),
+        ("specdec_engine_probe_errors", None, "record"),
+        ("specdec_engine_probe_errors", None, "finished"),
+    }
     log = Path(half_probed_vllm.log).read_text(errors="replace")
     probe_lines = [line for line in log.splitlines() if "specdec probe" in line]
     assert len(probe_lines) == 1, probe_lines

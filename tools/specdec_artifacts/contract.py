@@ -74,6 +74,16 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_batch_drafts", "counter", *_BATCH),
     _m("specdec_batch_draft_tokens", "counter", *_BATCH),
     _m("specdec_batch_accepted_tokens", "counter", *_BATCH),
+    _m(
+        "specdec_engine_probe_info",
+        "gauge",
+        "version",
+        "vllm_version",
+        "temperature_split",
+        "batch_split",
+        "reason",
+    ),
+    _m("specdec_engine_probe_errors", "counter", "hook"),
 )
 
 AWAITED_SPECDEC_METRICS: tuple[Metric, ...] = ()

@@ -15,6 +15,15 @@ ENGINE: Final = "engine"
 POSITION: Final = "position"
 """The same label name as vLLM's per-position counter (core.parse reads both with one check)."""
 HOOK: Final = "hook"
+VERSION: Final = "version"
+VLLM_VERSION: Final = "vllm_version"
+TEMPERATURE_SPLIT: Final = "temperature_split"
+BATCH_SPLIT: Final = "batch_split"
+REASON: Final = "reason"
+INFO_LABELS: Final = (VERSION, VLLM_VERSION, TEMPERATURE_SPLIT, BATCH_SPLIT, REASON)
+"""The info series' labels: the probe's version, vLLM's, each split ``on``/``off``, and why."""
+ON: Final = "on"
+OFF: Final = "off"
 
 # Per (model_name, temperature_bucket), one sample per finished sequence (a request with n = 2 is
 # two). Counter names as prometheus_client takes them: the exposition adds ``_total``.

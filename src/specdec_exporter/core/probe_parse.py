@@ -51,13 +51,12 @@ _HISTOGRAMS = {
 _SAMPLE_NAMES = (
     [f"{name}_total" for name in (*_COUNTERS, names.ACCEPTED_PER_POSITION, *_BATCH_COUNTERS)]
     + [f"{name}{suffix}" for name in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")]
-    + [names.INFO]
+    + [names.INFO, f"{names.ERRORS}_total"]
 )
 _WANTED_LINE = re.compile(
     r"\n((?:" + "|".join(sorted(map(re.escape, _SAMPLE_NAMES))) + r")[{ \t][^\n]*)"
 )
 _EXEMPLAR = " # {"
-ON = "on"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +106,8 @@ class ProbeSnapshot:
     batch: dict[BatchKey, Totals] = field(default_factory=dict)
     """Per (model, engine, batch bucket): steps, drafts, draft and accepted tokens."""
     invalid: tuple[InvalidSeries, ...] = ()
+    errors: dict[str, float] = field(default_factory=dict)
+    """Errors the probe caught, per hook (summed over vLLM's API servers)."""
 
     @property
     def temperature_split(self) -> bool:
@@ -140,7 +141,9 @@ def parse_probe(text: str) -> ProbeSnapshot:
     valid = [s for s in samples if (s[0], _series_key(s[1])) not in bad_names]
     temperature, over = _temperature(valid, {item.key for item in invalid})
     batch, batch_over = _batch(valid, {item.key for item in invalid})
-    return ProbeSnapshot(_info(valid), temperature, batch, (*invalid, *over, *batch_over))
+    return ProbeSnapshot(
+        _info(valid), temperature, batch, (*invalid, *over, *batch_over), _errors(valid)
+    )
 
 
 def _strip_exemplar(line: str) -> str:
@@ -183,12 +186,22 @@ def _info(samples: Iterable[Sample]) -> ProbeInfo | None:
         return None
     first = infos[0]
     return ProbeInfo(
-        version=first.get("version", ""),
-        vllm_version=first.get("vllm_version", ""),
-        temperature_split=all(i.get("temperature_split") == ON for i in infos),
-        batch_split=all(i.get("batch_split") == ON for i in infos),
-        reason=next((i["reason"] for i in infos if i.get("reason")), ""),
+        version=first.get(names.VERSION, ""),
+        vllm_version=first.get(names.VLLM_VERSION, ""),
+        temperature_split=all(i.get(names.TEMPERATURE_SPLIT) == names.ON for i in infos),
+        batch_split=all(i.get(names.BATCH_SPLIT) == names.ON for i in infos),
+        reason=next((i[names.REASON] for i in infos if i.get(names.REASON)), ""),
     )
+
+
+def _errors(samples: Iterable[Sample]) -> dict[str, float]:
+    """Per hook, summed over the samples (one per API server when vLLM shows them apart)."""
+    errors: dict[str, float] = {}
+    for name, labels, value in samples:
+        if name == f"{names.ERRORS}_total":
+            hook = labels.get(names.HOOK, "")
+            errors[hook] = errors.get(hook, 0.0) + value
+    return errors
 
 
 def _temperature(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -19,6 +19,7 @@ from prometheus_client.registry import REGISTRY
 
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.histogram_bounds import ACCEPTANCE_RATE_BOUNDS, TPOT_BOUNDS, TTFT_BOUNDS
+from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import SequenceFigures
 
 HOOK_RECORD = "record"
@@ -26,10 +27,11 @@ HOOK_RECORD = "record"
 HOOK_FINISHED = "finished"
 """The wrapped ``OutputProcessor._update_stats_from_finished``: one call per finished sequence."""
 HOOKS = (HOOK_RECORD, HOOK_FINISHED)
+REASON_LIMIT = 300
+"""Characters of the reason the info series keeps (a label value: bounded)."""
 
 TEMPERATURE_LABELS = (names.MODEL, names.TEMPERATURE_BUCKET)
 BATCH_LABELS = (names.MODEL, names.ENGINE, names.BATCH_BUCKET)
-INFO_LABELS = ("version", "vllm_version", "temperature_split", "batch_split", "reason")
 
 HELP = {
     names.SEQUENCES: (
@@ -143,7 +145,7 @@ class Families:
         self.info = Gauge(
             names.INFO,
             HELP[names.INFO],
-            labelnames=INFO_LABELS,
+            labelnames=names.INFO_LABELS,
             registry=registry,
             multiprocess_mode="max",
         )
@@ -155,6 +157,21 @@ class Families:
         self._temperature: dict[tuple[str, str], TemperatureSeries] = {}
         self._batch: dict[tuple[str, str, str], BatchSeries] = {}
         self._lock = threading.Lock()
+
+    def set_info(self, version: str, vllm_version: str, off: Mapping[str, Sequence[str]]) -> str:
+        """Set the info series: a split (``hooks.SPLITS``) is on unless ``off`` lists why it is
+        not. Returns the reason, the whole of it (the series keeps ``REASON_LIMIT`` characters)."""
+        reason = "; ".join(
+            f"{split} split off: {', '.join(why)}" for split, why in off.items() if why
+        )
+        self.info.labels(
+            version,
+            vllm_version,
+            names.OFF if off.get(hooks.TEMPERATURE_SPLIT) else names.ON,
+            names.OFF if off.get(hooks.BATCH_SPLIT) else names.ON,
+            reason[:REASON_LIMIT],
+        ).set(1)
+        return reason
 
     def temperature_series(self, model: str, bucket: str, positions: int) -> TemperatureSeries:
         """The series of (model, bucket), with at least ``positions`` per-position children."""

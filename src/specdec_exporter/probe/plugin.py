@@ -46,7 +46,6 @@ from specdec_exporter.probe.families import HOOK_FINISHED, HOOK_RECORD, Families
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
 WRAPPED_MARK = "__specdec_probe_wrapped__"
-REASON_LIMIT = 300
 """The info series' ``reason`` label is cut to this many characters."""
 
 
@@ -226,16 +225,7 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
         for label in temperature_buckets.labels:
             families.temperature_series(state.model_name, label, positions)
 
-    reason = "; ".join(
-        f"{split} split off: {', '.join(problems)}" for split, problems in off.items() if problems
-    )
-    families.info.labels(
-        __version__,
-        _vllm_version(),
-        "on" if temperature_buckets is not None else "off",
-        "on" if batch_buckets is not None else "off",
-        reason[:REASON_LIMIT],
-    ).set(1)
+    reason = families.set_info(__version__, _vllm_version(), off)
     if reason:
         LOG.warning("specdec probe %s in vLLM %s: %s", __version__, _vllm_version(), reason)
     else:

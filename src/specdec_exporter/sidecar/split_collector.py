@@ -4,7 +4,7 @@ every collect()."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.batch_report import batch_key_order
-from specdec_exporter.core.probe_parse import HistogramCounts, ProbeSnapshot
+from specdec_exporter.core.probe_parse import HistogramCounts, ProbeInfo, ProbeSnapshot
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.split import SPLIT_SOURCES
 
@@ -49,10 +49,46 @@ class SplitCollector(Collector):
         yield info
         if state.snapshot is None:
             return
+        if state.probe.info is not None:
+            yield from probe_health_families(state.probe.info, state.probe.errors)
         if state.temperature_split_source == "probe":
             yield from temperature_families(state.probe)
         if state.probe.batch:
             yield from batch_families(state.probe)
+
+
+def probe_health_families(info: ProbeInfo, errors: Mapping[str, float]) -> Iterator[Metric]:
+    """The engine probe's own health as vLLM's /metrics shows it, mirrored under the sidecar's
+    job (where the alerts look): which splits are on and why not, and the errors its hooks
+    caught."""
+    family = GaugeMetricFamily(
+        "specdec_engine_probe_info",
+        "The engine probe inside vLLM, as the sidecar's last poll saw it: its version, vLLM's, "
+        "each split on or off, and why one is off (the probe's specdec_probe_info); 1 while "
+        "vLLM shows the probe.",
+        labels=list(names.INFO_LABELS),
+    )
+    family.add_metric(
+        [
+            info.version,
+            info.vllm_version,
+            names.ON if info.temperature_split else names.OFF,
+            names.ON if info.batch_split else names.OFF,
+            info.reason,
+        ],
+        1.0,
+    )
+    yield family
+    counted = CounterMetricFamily(
+        "specdec_engine_probe_errors",
+        "Errors the engine probe caught inside its hooks (counted, never raised into vLLM), "
+        "per hook: record (one call per engine step: the load-level split) or finished (one "
+        "per finished sequence: the temperature split); the probe's specdec_probe_errors_total.",
+        labels=[names.HOOK],
+    )
+    for hook in sorted(errors):
+        counted.add_metric([hook], errors[hook])
+    yield counted
 
 
 def temperature_families(probe: ProbeSnapshot) -> Iterator[Metric]:

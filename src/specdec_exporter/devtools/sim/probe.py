@@ -63,16 +63,7 @@ class ProbeSeries:
             for engine in range(engines):
                 for label in self.batches.labels:
                     self.families.batch_series(model, str(engine), label)
-        reason = "; ".join(
-            f"{split} split off: {', '.join(why)}" for split, why in problems.items() if why
-        )
-        self.families.info.labels(
-            __version__,
-            vllm_version,
-            "off" if problems["temperature"] else "on",
-            "off" if problems["batch"] else "on",
-            reason,
-        ).set(1)
+        self.families.set_info(__version__, vllm_version, problems)
 
     def record_sequence(
         self,
