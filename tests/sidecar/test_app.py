@@ -60,6 +60,7 @@ async def test_metrics_health_and_landing() -> None:
         # One engine: the JSON keeps the "all" entry, the table does not repeat it.
         assert [row[:2] for row in report["tables"][0]["rows"]] == [[MODEL, "0"]]
         assert report["buckets"] == []
+        assert report["engine_probe"] is None  # no probe in this vLLM
 
 
 async def test_bucket_rows_cover_the_window_and_since_start_is_shown_beside_it() -> None:

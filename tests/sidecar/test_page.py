@@ -347,3 +347,21 @@ async def test_a_long_scrape_error_is_cut_and_escaped() -> None:
     shown = re.search(r"<tr><th>error</th><td>(.*?)</td></tr>", page)
     assert shown is not None
     assert shown.group(1) == "parse: &lt;b&gt;" + "x" * (MAX_ERROR_CHARS - len("parse: <b>"))
+
+
+def test_with_the_probes_load_level_split_off_the_section_says_why() -> None:
+    """Not "needs the engine probe" when the probe is there: its own reason (escaped)."""
+    probe = {
+        "version": "0.1.0",
+        "vllm_version": "0.33.0",
+        "temperature_split": "on",
+        "batch_split": "off",
+        "reason": "batch split off: invalid SPECDEC_BATCH_BUCKETS '4,<1'",
+    }
+    inputs = page_inputs({"engine_probe": probe}, [], CollectorRegistry())
+    page = render_page(PollState(), "http://vllm:8000", inputs, refresh=5, now=START)
+    assert (
+        "<h2>Acceptance by load level</h2><p class='note'>the engine probe's load-level split is "
+        "off: batch split off: invalid SPECDEC_BATCH_BUCKETS '4,&lt;1'</p>"
+    ) in page
+    assert NO_LOAD_LEVELS not in page

@@ -231,3 +231,14 @@ async def test_the_probes_health_is_mirrored_while_vllm_shows_it() -> None:
     await sidecar.poll()  # vLLM back, without the probe
     text = generate_latest(sidecar.registry).decode()
     assert "specdec_engine_probe" not in text
+
+
+async def test_the_report_carries_the_probe_as_the_last_poll_saw_it() -> None:
+    from specdec_exporter.sidecar.app import probe_json  # noqa: PLC0415
+
+    sidecar = Sidecar([capture("t0") + probe_text(temperature_split=False)], tap=None)
+    await sidecar.poll()
+    probe = probe_json(sidecar.poller.state.probe.info)
+    assert probe is not None
+    assert (probe["temperature_split"], probe["batch_split"]) == ("off", "on")
+    assert probe_json(None) is None

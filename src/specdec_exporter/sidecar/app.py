@@ -12,6 +12,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from specdec_exporter import __version__
+from specdec_exporter.core import probe_names as names
+from specdec_exporter.core.probe_parse import ProbeInfo
 from specdec_exporter.core.report import bucket_json, rows_to_show
 from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.page import PageInputs, refresh_seconds, render_page
@@ -79,6 +81,7 @@ def create_app(
             "temperature_split_source": state.temperature_split_source,
             "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
             "batch_buckets": [row.as_json() for row in state.batch_buckets],
+            "engine_probe": probe_json(state.probe.info if state.snapshot is not None else None),
             "tables": [
                 {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
                 for title, headers, rows in shown
@@ -116,12 +119,30 @@ def page_inputs(
     from the registry, whoever feeds them."""
     levels = report.get("batch_buckets")
     source = report.get("temperature_split_source")
+    probe = report.get("engine_probe")
     return PageInputs(
         tables,
         bucket_latencies(registry.collect()),
         source if isinstance(source, str) else None,
         [LoadLevel.from_json(item) for item in levels] if levels else None,
+        probe if isinstance(probe, Mapping) else None,
     )
+
+
+def probe_json(info: ProbeInfo | None) -> dict[str, str] | None:
+    """The engine probe as the last poll of vLLM saw it (None: not there, or vLLM unreachable):
+    the labels of its info series, as the sidecar mirrors them."""
+    if info is None:
+        return None
+    on_off = {True: names.ON, False: names.OFF}
+    values = (
+        info.version,
+        info.vllm_version,
+        on_off[info.temperature_split],
+        on_off[info.batch_split],
+        info.reason,
+    )
+    return dict(zip(names.INFO_LABELS, values, strict=True))
 
 
 REPORT_HEADERS = (

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import cast, get_args
 
 from specdec_exporter import __version__
+from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.model import DraftCost, DraftCostSource
 from specdec_exporter.core.report import ALL_ENGINES, Entry, rows_to_show
 from specdec_exporter.core.verdict import Criteria
@@ -113,6 +114,8 @@ class PageInputs:
     latencies: Sequence[BucketLatency] = ()
     temperature_split_source: str | None = None
     load_levels: Sequence[LoadLevel] | None = None
+    engine_probe: Mapping[str, str] | None = None
+    """The probe's info labels (/api/report's ``engine_probe``); None: no probe seen."""
 
 
 def render_page(
@@ -253,7 +256,12 @@ def _shown(report: list[Entry]) -> list[Entry]:
 
 def _load_levels(inputs: PageInputs, why: _Explainer) -> str:
     if inputs.load_levels is None:
-        return f"<h2>Acceptance by load level</h2><p class='note'>{NO_LOAD_LEVELS}</p>"
+        probe = inputs.engine_probe
+        note = NO_LOAD_LEVELS
+        if probe is not None and probe.get(names.BATCH_SPLIT) == names.OFF:
+            note = f"the engine probe's load-level split is off: {probe.get(names.REASON, '')}"
+        note = html.escape(note, quote=False)
+        return f"<h2>Acceptance by load level</h2><p class='note'>{note}</p>"
     return _table(*load_level_table(inputs.load_levels), why=why)
 
 
