@@ -219,3 +219,28 @@ async def test_landing_escapes_model_and_bucket_names() -> None:
         page = (await client.get("/")).text
     assert not re.search(r"<script|<b>m|<i>", page)
     assert "&lt;b&gt;m&lt;/b&gt;" in page and "data-bucket='&lt;i&gt;'" in page
+
+
+@pytest.mark.parametrize(("source", "shown"), [("tap", True), ("probe", False)])
+async def test_the_taps_since_start_table_is_gone_while_the_probe_feeds_the_split(
+    source: str, shown: bool
+) -> None:
+    """Its counts are withheld then (one source at a time): no table, rather than an empty one
+    that reads as "no data yet"."""
+    tap = TapParts(Settings(proxy_listen="127.0.0.1:0"))
+    state = PollState(temperature_split_source=source)  # type: ignore[arg-type]
+    app = create_app(
+        CollectorRegistry(),
+        state,
+        lambda: None,
+        "http://vllm:8000",
+        tap.landing_tables,
+        refresh_every=5,
+    )
+    async with client_for(app) as client:
+        report = (await client.get("/api/report")).json()
+        page = (await client.get("/")).text
+    titles = [table["title"] for table in report["tables"]]
+    since_start = "Acceptance by temperature bucket (request tap, since start)"
+    assert (since_start in titles) is shown
+    assert (since_start in page) is shown

@@ -22,8 +22,9 @@ from specdec_exporter.sidecar.sections import LoadLevel, Table, bucket_latencies
 from specdec_exporter.term import Cell
 
 Rows = tuple[Sequence[str], Sequence[Sequence[Cell]]]
-LandingRows = Callable[[PollState], Rows]
-"""One table of the page (and of /api/report's ``tables``), from the poll state."""
+LandingRows = Callable[[PollState], Rows | None]
+"""One table of the page (and of /api/report's ``tables``), from the poll state; None: the table
+is not shown now (an empty one says "no data yet")."""
 
 
 def create_app(
@@ -55,7 +56,8 @@ def create_app(
         if source != "none":
             window_title = f"Acceptance by temperature bucket ({SPLIT_SOURCE_WORDS[source]}, "
             makers.append((window_title + "sidecar window)", bucket_window_rows))
-        return [(title, *make(state)) for title, make in [*makers, *extra_tables]]
+        made = [(title, make(state)) for title, make in [*makers, *extra_tables]]
+        return [(title, *rows) for title, rows in made if rows is not None]
 
     @app.get("/metrics")
     def metrics(request: Request) -> Response:

@@ -82,9 +82,13 @@ class TapParts:
             for row in self.stats.bucket_summary()
         }
 
-    def bucket_rows(self, state: PollState) -> tuple[Sequence[str], Sequence[Sequence[Cell]]]:
-        """The tap's own counts since start; none while the engine probe feeds the split (the
-        tap's counts are withheld then, so no table shows two figures for one bucket)."""
+    def bucket_rows(
+        self, state: PollState
+    ) -> tuple[Sequence[str], Sequence[Sequence[Cell]]] | None:
+        """The tap's own counts since start; no table while the engine probe feeds the split
+        (the tap's counts are withheld then, so no table shows two figures for one bucket)."""
+        if state.temperature_split_source == "probe":
+            return None
         headers = (
             "model",
             "temperature bucket",
@@ -104,7 +108,7 @@ class TapParts:
             )
             for row in self.stats.bucket_summary()
         ]
-        return headers, ([] if state.temperature_split_source == "probe" else rows)
+        return headers, rows
 
     async def run(
         self,
