@@ -309,6 +309,34 @@
               "runbook_url": c.runbookURL + "#specdecodevllmneverup",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
             }
+          },
+          {
+            "alert": "SpecDecodeProbeSplitOff",
+            "expr": "specdec_engine_probe_info{" + c.specdecSelector + ", temperature_split=\"off\"}\nor\nspecdec_engine_probe_info{" + c.specdecSelector + ", batch_split=\"off\"}",
+            "for": "15m",
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "The engine probe inside vLLM switched a split off: vLLM serves as usual; the probe's acceptance by temperature or by load is missing.",
+              "description": "The engine probe inside vLLM {{ $labels.vllm_version }} on {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) runs with its temperature split {{ $labels.temperature_split }} and its batch split {{ $labels.batch_split }}. The probe's reason: {{ $labels.reason }}. {{ if eq $labels.temperature_split \"off\" }}Acceptance by temperature now comes from the request tap if one runs, else from nothing. {{ end }}{{ if eq $labels.batch_split \"off\" }}Acceptance by running-batch size (the load-level split) is not counted and its dashboard row is empty. {{ end }}vLLM itself is unaffected: the probe switched the split off at start-up instead of failing.",
+              "runbook_url": c.runbookURL + "#specdecodeprobesplitoff",
+              "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
+            }
+          },
+          {
+            "alert": "SpecDecodeProbeErrors",
+            "expr": "rate(specdec_engine_probe_errors_total{" + c.specdecSelector + "}[5m]) > 0",
+            "for": "15m",
+            "labels": {
+              "severity": "warning"
+            },
+            "annotations": {
+              "summary": "The engine probe inside vLLM is catching errors in its hooks: its splits undercount.",
+              "description": "The engine probe inside vLLM on {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) caught errors in its `{{ $labels.hook }}` hook over the last 5m ({{ $value | printf \"%.3g\" }} per second). {{ if eq $labels.hook \"finished\" }}The finished sequences whose hook erred are missing from the temperature split.{{ else if eq $labels.hook \"record\" }}The engine steps whose hook erred are missing from the batch (load-level) split.{{ end }} vLLM itself is unaffected: the probe counts these errors and never raises them. They are not logged one by one; vLLM's log has the probe's start-up line with its version and vLLM's (see the runbook).",
+              "runbook_url": c.runbookURL + "#specdecodeprobeerrors",
+              "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
+            }
           }
         ]
       }

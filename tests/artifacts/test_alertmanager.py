@@ -86,6 +86,8 @@ def test_the_committed_file_is_the_subtree_to_merge() -> None:
         ),
         (["severity=critical", "alertname=SpecDecodeVLLMNeverUp", "namespace=llm"], PAGER),
         (["severity=warning", "alertname=SpecDecodeBucketAcceptanceLow", "namespace=llm"], CHAT),
+        (["severity=warning", "alertname=SpecDecodeProbeSplitOff", "namespace=llm"], CHAT),
+        (["severity=warning", "alertname=SpecDecodeProbeErrors", "namespace=llm"], CHAT),
         (["alertname=SpecDecodeSomethingNew"], CHAT),
         # Another team's alerts, critical or not, never reach our receivers.
         (["alertname=KubePodCrashLooping", "severity=critical", "namespace=llm"], DEFAULT),

@@ -14,6 +14,7 @@ from typing import Any
 from specdec_artifacts.promql import guarded_ratio, rate, selector, sum_by, sum_without
 from specdec_artifacts.settings import Settings, duration_seconds
 from specdec_exporter.core.verdict import NET_LOSS_BELOW
+from specdec_exporter.probe.families import HOOK_FINISHED, HOOK_RECORD
 
 Rule = dict[str, Any]
 RuleGroup = dict[str, Any]
@@ -220,6 +221,7 @@ def alerting_rules(settings: Settings) -> list[Rule]:
         *bucket_alerts(settings),
         *efficiency_alerts(settings),
         *health_alerts(settings),
+        *probe_alerts(settings),
     ]
 
 
@@ -463,6 +465,67 @@ def health_alerts(settings: Settings) -> list[Rule]:
                 "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
                 f" has not reached vLLM once in {grace}, longer than vLLM's startup budget: "
                 "vLLM is stuck loading, crash-looping or misconfigured."
+            ),
+            dashboard_vars=("namespace", "pod"),
+        ),
+    ]
+
+
+SPLIT_OFF = "off"
+"""The value of the engine probe info's `temperature_split` / `batch_split` for a split it
+switched off (probe/plugin.py writes "on" or "off")."""
+
+
+def probe_alerts(settings: Settings) -> list[Rule]:
+    """The engine probe's health, from the sidecar's re-export of vLLM's specdec_probe_info and
+    specdec_probe_errors_total. Both families vanish while vLLM does not answer, so neither alert
+    fires for a vLLM that is down (the health alerts above page for that)."""
+    sel, w = settings.selectors.sidecar, settings.windows.rate
+    off = _quoted(SPLIT_OFF)
+    split_off = "\nor\n".join(
+        selector("specdec_engine_probe_info", sel, f"{label}={off}")
+        for label in ("temperature_split", "batch_split")
+    )
+    pod = "{{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
+    temperature_off = f"{{{{ if eq $labels.temperature_split {off} }}}}"
+    batch_off = f"{{{{ if eq $labels.batch_split {off} }}}}"
+    finished = f"{{{{ if eq $labels.hook {_quoted(HOOK_FINISHED)} }}}}"
+    record = f"{{{{ else if eq $labels.hook {_quoted(HOOK_RECORD)} }}}}"
+    return [
+        _alert(
+            settings,
+            "SpecDecodeProbeSplitOff",
+            split_off,
+            summary="The engine probe inside vLLM switched a split off: vLLM serves as usual; "
+            "the probe's acceptance by temperature or by load is missing.",
+            description=(
+                f"The engine probe inside vLLM {{{{ $labels.vllm_version }}}} on {pod} runs with "
+                "its temperature split {{ $labels.temperature_split }} and its batch split "
+                "{{ $labels.batch_split }}. The probe's reason: {{ $labels.reason }}. "
+                f"{temperature_off}Acceptance by temperature now comes from the request tap if "
+                "one runs, else from nothing. {{ end }}"
+                f"{batch_off}Acceptance by running-batch size (the load-level split) is not "
+                "counted and its dashboard row is empty. {{ end }}"
+                "vLLM itself is unaffected: the probe switched the split off at start-up "
+                "instead of failing."
+            ),
+            dashboard_vars=("namespace", "pod"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeProbeErrors",
+            f"{rate('specdec_engine_probe_errors_total', w, sel)} > 0",
+            summary="The engine probe inside vLLM is catching errors in its hooks: "
+            "its splits undercount.",
+            description=(
+                f"The engine probe inside vLLM on {pod} caught errors in its "
+                "`{{ $labels.hook }}` hook over the last "
+                f'{w} ({{{{ $value | printf "%.3g" }}}} per second). {finished}The finished '
+                "sequences whose hook erred are missing from the temperature split."
+                f"{record}The engine steps whose hook erred are missing from the batch "
+                "(load-level) split.{{ end }} vLLM itself is unaffected: the probe counts these "
+                "errors and never raises them. They are not logged one by one; vLLM's log has "
+                "the probe's start-up line with its version and vLLM's (see the runbook)."
             ),
             dashboard_vars=("namespace", "pod"),
         ),
