@@ -199,11 +199,11 @@ def test_the_taps_reset_zeroes_every_count() -> None:
     assert stats.bucket_summary() == []
 
 
-async def test_the_probes_health_is_mirrored_while_vllm_shows_it() -> None:
+async def test_the_probes_health_is_mirrored_as_the_last_successful_poll_saw_it() -> None:
     """specdec_engine_probe_info and specdec_engine_probe_errors_total: what vLLM's
     specdec_probe_info and specdec_probe_errors_total say (errors summed over API servers), under
-    the sidecar's job, where SpecDecodeProbeSplitOff and SpecDecodeProbeErrors look; gone while
-    vLLM is unreachable, and without a probe."""
+    the sidecar's job, where SpecDecodeProbeSplitOff and SpecDecodeProbeErrors look; kept as last
+    seen while vLLM is unreachable, gone once vLLM answers without a probe."""
     from specdec_exporter import __version__  # noqa: PLC0415
     from specdec_exporter.devtools.sim.probe import SPLIT_OFF_WITHOUT_METRICS  # noqa: PLC0415
     from specdec_exporter.sidecar.scraper import ScrapeError  # noqa: PLC0415
@@ -226,8 +226,9 @@ async def test_the_probes_health_is_mirrored_while_vllm_shows_it() -> None:
     assert sidecar.value("specdec_engine_probe_info", **info) == 1.0
     assert sidecar.value("specdec_engine_probe_errors_total", hook="finished") == 4.0
     assert sidecar.value("specdec_engine_probe_errors_total", hook="record") == 0.0
-    await sidecar.poll()  # vLLM unreachable: nothing to mirror
-    assert sidecar.value("specdec_engine_probe_info", **info) is None
+    await sidecar.poll()  # vLLM unreachable: the last seen, so the alert's clock runs on
+    assert sidecar.value("specdec_engine_probe_info", **info) == 1.0
+    assert sidecar.value("specdec_engine_probe_errors_total", hook="finished") == 4.0
     await sidecar.poll()  # vLLM back, without the probe
     text = generate_latest(sidecar.registry).decode()
     assert "specdec_engine_probe" not in text

@@ -13,6 +13,7 @@ from typing import Any
 
 from specdec_artifacts.promql import guarded_ratio, rate, selector, sum_by, sum_without
 from specdec_artifacts.settings import Settings, duration_seconds
+from specdec_exporter.core import probe_names
 from specdec_exporter.core.verdict import NET_LOSS_BELOW
 from specdec_exporter.probe.families import HOOK_FINISHED, HOOK_RECORD
 
@@ -33,8 +34,10 @@ INHIBITED_ALERTS = (
     "SpecDecodeSpeedupBelowOne",
     "SpecDecodeNotDrafting",
     "SpecDecodeTapCoverageLow",
+    "SpecDecodeProbeSplitOff",
 )
-"""Per-pod alerts whose numbers cannot be trusted while that pod's sidecar or vLLM is down."""
+"""Per-pod alerts whose numbers cannot be trusted while that pod's sidecar or vLLM is down (the
+probe's split state is the last one seen, kept while vLLM does not answer)."""
 RUNBOOK_ANCHOR = "#"
 """runbook_url = the runbook's URL, this, the alert's name in lower case (one section each)."""
 DASHBOARD_PATH = "/d/"
@@ -471,24 +474,19 @@ def health_alerts(settings: Settings) -> list[Rule]:
     ]
 
 
-SPLIT_OFF = "off"
-"""The value of the engine probe info's `temperature_split` / `batch_split` for a split it
-switched off (probe/plugin.py writes "on" or "off")."""
-
-
 def probe_alerts(settings: Settings) -> list[Rule]:
     """The engine probe's health, from the sidecar's re-export of vLLM's specdec_probe_info and
-    specdec_probe_errors_total. Both families vanish while vLLM does not answer, so neither alert
-    fires for a vLLM that is down (the health alerts above page for that)."""
+    specdec_probe_errors_total, as its last successful poll saw them (kept while vLLM does not
+    answer: the split-off ticket is inhibited then, and the errors' rate is flat)."""
     sel, w = settings.selectors.sidecar, settings.windows.rate
-    off = _quoted(SPLIT_OFF)
+    off = _quoted(probe_names.OFF)
     split_off = "\nor\n".join(
         selector("specdec_engine_probe_info", sel, f"{label}={off}")
-        for label in ("temperature_split", "batch_split")
+        for label in (probe_names.TEMPERATURE_SPLIT, probe_names.BATCH_SPLIT)
     )
     pod = "{{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
-    temperature_off = f"{{{{ if eq $labels.temperature_split {off} }}}}"
-    batch_off = f"{{{{ if eq $labels.batch_split {off} }}}}"
+    temperature_off = f"{{{{ if eq $labels.{probe_names.TEMPERATURE_SPLIT} {off} }}}}"
+    batch_off = f"{{{{ if eq $labels.{probe_names.BATCH_SPLIT} {off} }}}}"
     finished = f"{{{{ if eq $labels.hook {_quoted(HOOK_FINISHED)} }}}}"
     record = f"{{{{ else if eq $labels.hook {_quoted(HOOK_RECORD)} }}}}"
     return [

@@ -83,7 +83,7 @@ def create_app(
             "temperature_split_source": state.temperature_split_source,
             "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
             "batch_buckets": [row.as_json() for row in state.batch_buckets],
-            "engine_probe": probe_json(state.probe.info if state.snapshot is not None else None),
+            "engine_probe": probe_json(state.probe_seen.info),
             "tables": [
                 {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
                 for title, headers, rows in shown
@@ -132,8 +132,8 @@ def page_inputs(
 
 
 def probe_json(info: ProbeInfo | None) -> dict[str, str] | None:
-    """The engine probe as the last poll of vLLM saw it (None: not there, or vLLM unreachable):
-    the labels of its info series, as the sidecar mirrors them."""
+    """The engine probe as the last successful poll of vLLM saw it (None: not there): the labels
+    of its info series, as the sidecar mirrors them."""
     if info is None:
         return None
     on_off = {True: names.ON, False: names.OFF}

@@ -87,7 +87,11 @@ class PollState:
     from the source in ``temperature_split_source``."""
     temperature_split_source: SplitSource = "none"
     probe: ProbeSnapshot = NO_PROBE
-    """The engine probe's families on the last successful poll (``NO_PROBE``: none there)."""
+    """The engine probe's families on this poll (``NO_PROBE``: none there, or the poll failed)."""
+    probe_seen: ProbeSnapshot = NO_PROBE
+    """The engine probe as the last successful poll saw it, kept while vLLM does not answer: its
+    health (split on or off, hook errors) is mirrored from it, so a failed poll now and then does
+    not restart the clock of the alert on a split that is off."""
     batch_buckets: list[BatchEntry] = field(default_factory=list)
     """The probe's figures per (model, engine, running-batch bucket) over the same window."""
     history: AcceptanceHistory = field(default_factory=AcceptanceHistory)
@@ -229,7 +233,7 @@ class Poller:
         window = self._timeline.window()
         state.report = build_report(snapshot, window, self._cost, self._criteria)
         state.window_seconds = window.seconds
-        state.probe = probe
+        state.probe = state.probe_seen = probe
         self._observe_split(now, snapshot, probe, window.deltas)
         history: dict[SeriesId, float | None] = {
             (e.model_name, None): e.acceptance_rate for e in state.report if e.engine == ALL_ENGINES

@@ -29,8 +29,9 @@ FROM_PROBE = (
 
 
 class SplitCollector(Collector):
-    """``specdec_temperature_split_info`` always; the probe's split and batch families while the
-    last poll of vLLM succeeded and showed them."""
+    """``specdec_temperature_split_info`` always; the probe's health as the last successful poll
+    saw it; the probe's split and batch families while the last poll of vLLM succeeded and showed
+    them."""
 
     def __init__(self, state: PollState) -> None:
         self._state = state
@@ -47,10 +48,11 @@ class SplitCollector(Collector):
         assert state.temperature_split_source in SPLIT_SOURCES
         info.add_metric([state.temperature_split_source], 1.0)
         yield info
+        seen = state.probe_seen
+        if seen.info is not None:
+            yield from probe_health_families(seen.info, seen.errors)
         if state.snapshot is None:
             return
-        if state.probe.info is not None:
-            yield from probe_health_families(state.probe.info, state.probe.errors)
         if state.temperature_split_source == "probe":
             yield from temperature_families(state.probe)
         if state.probe.batch:
@@ -63,9 +65,9 @@ def probe_health_families(info: ProbeInfo, errors: Mapping[str, float]) -> Itera
     caught."""
     family = GaugeMetricFamily(
         "specdec_engine_probe_info",
-        "The engine probe inside vLLM, as the sidecar's last poll saw it: its version, vLLM's, "
-        "each split on or off, and why one is off (the probe's specdec_probe_info); 1 while "
-        "vLLM shows the probe.",
+        "The engine probe inside vLLM, as the sidecar's last successful poll saw it: its version, "
+        "vLLM's, each split on or off, and why one is off (the probe's specdec_probe_info); 1 "
+        "while vLLM showed the probe on its last answer.",
         labels=list(names.INFO_LABELS),
     )
     family.add_metric(
