@@ -247,6 +247,32 @@ def test_an_error_inside_a_hook_is_counted_never_raised(probe: Probe) -> None:
     assert probe.temperature("specdec_probe_accepted_tokens_total", "0.5-0.7") == 1
 
 
+def test_a_hooks_errors_log_one_line_with_the_type_and_place_never_the_message(
+    probe: Probe, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A counted error is not silent in vLLM's log either: one line per hook per interval, with
+    what and where, but no exception message (it may quote a request)."""
+    from specdec_exporter.probe import plugin  # noqa: PLC0415
+
+    logger = probe.logger()
+    processor = probe.processor()
+    secret = state(0.6, [1, "private prompt text", 0, 0, 0], 4)  # type: ignore[list-item]
+    with caplog.at_level("WARNING", logger="vllm.specdec_probe"):
+        for _ in range(3):
+            processor._update_stats_from_finished(secret, 1, None)
+            logger.record(SimpleNamespace(spec_decoding_stats=SimpleNamespace()), None)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines  # one per hook, not one per error
+    assert "ValueError in its finished hook at counting.py:" in lines[0]
+    assert "AttributeError in its record hook at plugin.py:" in lines[1]
+    assert not any("private" in line or "num_drafts" in line for line in lines)
+    assert probe.value("specdec_probe_errors_total", hook="finished") == 3
+    monkeypatch.setattr(plugin, "ERROR_LOG_INTERVAL", 0)
+    with caplog.at_level("WARNING", logger="vllm.specdec_probe"):
+        processor._update_stats_from_finished(secret, 1, None)
+    assert len(caplog.records) == 3  # the interval over: the next error is logged again
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "off"),
     [

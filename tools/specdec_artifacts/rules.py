@@ -15,7 +15,7 @@ from specdec_artifacts.promql import guarded_ratio, rate, selector, sum_by, sum_
 from specdec_artifacts.settings import Settings, duration_seconds
 from specdec_exporter.core import probe_names
 from specdec_exporter.core.verdict import NET_LOSS_BELOW
-from specdec_exporter.probe.families import HOOK_FINISHED, HOOK_RECORD
+from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, HOOK_FINISHED, HOOK_RECORD
 
 Rule = dict[str, Any]
 RuleGroup = dict[str, Any]
@@ -522,8 +522,9 @@ def probe_alerts(settings: Settings) -> list[Rule]:
                 "sequences whose hook erred are missing from the temperature split."
                 f"{record}The engine steps whose hook erred are missing from the batch "
                 "(load-level) split.{{ end }} vLLM itself is unaffected: the probe counts these "
-                "errors and never raises them. They are not logged one by one; vLLM's log has "
-                "the probe's start-up line with its version and vLLM's (see the runbook)."
+                "errors and never raises them. vLLM's log has a line per hook at most every "
+                f"{ERROR_LOG_INTERVAL // 60} minutes with the error's type and where it was "
+                "raised (see the runbook)."
             ),
             dashboard_vars=("namespace", "pod"),
         ),

@@ -29,6 +29,8 @@ HOOK_FINISHED = "finished"
 HOOKS = (HOOK_RECORD, HOOK_FINISHED)
 REASON_LIMIT = 300
 """Characters of the reason the info series keeps (a label value: bounded)."""
+ERROR_LOG_INTERVAL = 600
+"""Seconds between two log lines for one hook's errors (the counter has every one)."""
 
 TEMPERATURE_LABELS = (names.MODEL, names.TEMPERATURE_BUCKET)
 BATCH_LABELS = (names.MODEL, names.ENGINE, names.BATCH_BUCKET)

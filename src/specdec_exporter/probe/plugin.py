@@ -17,13 +17,16 @@ and no token ids: only the temperature, the speculative counts and the timing st
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
@@ -41,7 +44,12 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
-from specdec_exporter.probe.families import HOOK_FINISHED, HOOK_RECORD, Families
+from specdec_exporter.probe.families import (
+    ERROR_LOG_INTERVAL,
+    HOOK_FINISHED,
+    HOOK_RECORD,
+    Families,
+)
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
@@ -61,6 +69,8 @@ class ProbeState:
     """None: the batch split is off."""
     positions: int
     """k, the configured number of speculative tokens (0 without speculation)."""
+    errors_logged_at: dict[str, float] = field(default_factory=dict)
+    """When each hook's last error was logged (``time.monotonic``)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments). Never raises."""
@@ -94,8 +104,8 @@ class ProbeState:
                         stats.first_token_ts, stats.last_token_ts, stats.num_generation_tokens
                     )
                 )
-        except Exception:
-            self.families.count_error(HOOK_FINISHED)
+        except Exception as exc:
+            self._hook_failed(HOOK_FINISHED, exc)
 
     def observe_step(self, scheduler_stats: Any, engine_idx: int) -> None:
         """One engine step's scheduler stats. Never raises."""
@@ -115,8 +125,31 @@ class ProbeState:
             series.drafts.inc(spec.num_drafts)
             series.draft_tokens.inc(spec.num_draft_tokens)
             series.accepted_tokens.inc(spec.num_accepted_tokens)
-        except Exception:
-            self.families.count_error(HOOK_RECORD)
+        except Exception as exc:
+            self._hook_failed(HOOK_RECORD, exc)
+
+    def _hook_failed(self, hook: str, exc: Exception) -> None:
+        """Count the error; log one line per hook at most every ``ERROR_LOG_INTERVAL`` seconds:
+        its type and where it was raised, never its message (which may quote a request). Never
+        raises."""
+        self.families.count_error(hook)
+        with contextlib.suppress(Exception):
+            now = time.monotonic()
+            last = self.errors_logged_at.get(hook)
+            if last is not None and now - last < ERROR_LOG_INTERVAL:
+                return
+            self.errors_logged_at[hook] = now
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            LOG.warning(
+                "specdec probe: %s in its %s hook at %s:%s, counted in "
+                "specdec_probe_errors_total; vLLM goes on (at most one such line per hook every "
+                "%d s)",
+                type(exc).__name__,
+                hook,
+                os.path.basename(frame.filename),
+                frame.lineno,
+                ERROR_LOG_INTERVAL,
+            )
 
 
 _STATE: ProbeState | None = None
