@@ -1,6 +1,6 @@
 """The engine probe's families on vLLM's /metrics text -> a typed ProbeSnapshot. Pure: no I/O.
 
-Same approach as ``exposition``: one regex pass picks the probe's sample lines (names from
+Same approach as ``parse``: one regex pass picks the probe's sample lines (names from
 ``probe_names`` only), prometheus_client's parser reads them, values no count can be are left out
 and listed. Takes the single-process and the multiprocess rendering (any label order, ``_sum``
 before ``_bucket``, extra labels such as ``pid``), text and OpenMetrics; ``_created`` never matches.
