@@ -33,6 +33,7 @@ specdec_probe_errors_total{hook="record"} 0.0
 specdec_probe_errors_total{hook="finished"} 2.0
 specdec_probe_errors_created{hook="finished"} 1.8e9
 specdec_probe_errors_total{hook="finished",pid="8"} 1.0
+specdec_probe_errors_total{hook="someone else's"} 5.0
 """  # noqa: E501
 
 
@@ -117,3 +118,18 @@ def test_the_probe_and_vllm_share_the_position_label_that_one_check_reads() -> N
     from specdec_exporter.core import probe_names, vllm_names  # noqa: PLC0415
 
     assert probe_names.POSITION == vllm_names.LABEL_POSITION
+
+
+def test_the_info_labels_the_sidecar_mirrors_are_bounded() -> None:
+    """Whatever vLLM's text carries (not our probe's own 300-character reason): a label value the
+    sidecar re-exports keeps at most REASON_LIMIT characters."""
+    from specdec_exporter.core.probe_names import REASON_LIMIT  # noqa: PLC0415
+
+    long = "x" * (REASON_LIMIT + 50)
+    text = (
+        f'specdec_probe_info{{batch_split="on",reason="{long}",temperature_split="off",'
+        f'version="{long}",vllm_version="0.32.0"}} 1.0\n'
+    )
+    info = parse_probe(text).info
+    assert info is not None
+    assert (len(info.reason), len(info.version), info.vllm_version) == (300, 300, "0.32.0")

@@ -32,6 +32,7 @@ from real_vllm.traffic import (
     stream_events,
 )
 from specdec_exporter.core import probe_names as names
+from specdec_exporter.core.probe_parse import parse_probe
 from specdec_exporter.probe.install import install
 
 pytestmark = pytest.mark.real_vllm
@@ -234,6 +235,9 @@ def test_the_probe_splits_exactly_what_vllm_counted(probed_vllm: Any) -> None:
         }
     ]
     assert probe.total(f"{names.ERRORS}_total") == 0
+    seen = parse_probe(text)  # what the sidecar mirrors for its alerts, one or two API servers
+    assert seen.temperature_split and seen.batch_split
+    assert seen.errors == {names.HOOK_RECORD: 0.0, names.HOOK_FINISHED: 0.0}
 
     vllm_delta = after.spec - before.spec
     per_bucket = {label: probe.bucket(label) - start.bucket(label) for label in TEMPERATURE_LABELS}

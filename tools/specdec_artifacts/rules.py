@@ -15,7 +15,7 @@ from specdec_artifacts.promql import guarded_ratio, rate, selector, sum_by, sum_
 from specdec_artifacts.settings import Settings, duration_seconds
 from specdec_exporter.core import probe_names
 from specdec_exporter.core.verdict import NET_LOSS_BELOW
-from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, HOOK_FINISHED, HOOK_RECORD
+from specdec_exporter.probe.families import ERROR_LOG_INTERVAL
 
 Rule = dict[str, Any]
 RuleGroup = dict[str, Any]
@@ -487,8 +487,8 @@ def probe_alerts(settings: Settings) -> list[Rule]:
     pod = "{{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
     temperature_off = f"{{{{ if eq $labels.{probe_names.TEMPERATURE_SPLIT} {off} }}}}"
     batch_off = f"{{{{ if eq $labels.{probe_names.BATCH_SPLIT} {off} }}}}"
-    finished = f"{{{{ if eq $labels.hook {_quoted(HOOK_FINISHED)} }}}}"
-    record = f"{{{{ else if eq $labels.hook {_quoted(HOOK_RECORD)} }}}}"
+    finished = f"{{{{ if eq $labels.hook {_quoted(probe_names.HOOK_FINISHED)} }}}}"
+    record = f"{{{{ else if eq $labels.hook {_quoted(probe_names.HOOK_RECORD)} }}}}"
     return [
         _alert(
             settings,

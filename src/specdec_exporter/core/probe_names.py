@@ -15,6 +15,11 @@ ENGINE: Final = "engine"
 POSITION: Final = "position"
 """The same label name as vLLM's per-position counter (core.parse reads both with one check)."""
 HOOK: Final = "hook"
+HOOK_RECORD: Final = "record"
+"""The stat logger's ``record()``: one call per engine step (the batch split)."""
+HOOK_FINISHED: Final = "finished"
+"""The wrapped ``OutputProcessor._update_stats_from_finished``: one call per finished sequence."""
+HOOKS: Final = (HOOK_RECORD, HOOK_FINISHED)
 VERSION: Final = "version"
 VLLM_VERSION: Final = "vllm_version"
 TEMPERATURE_SPLIT: Final = "temperature_split"
@@ -24,6 +29,9 @@ INFO_LABELS: Final = (VERSION, VLLM_VERSION, TEMPERATURE_SPLIT, BATCH_SPLIT, REA
 """The info series' labels: the probe's version, vLLM's, each split ``on``/``off``, and why."""
 ON: Final = "on"
 OFF: Final = "off"
+REASON_LIMIT: Final = 300
+"""Characters an info label keeps (the probe writes at most this much reason; the sidecar reads
+at most this much of any label: a label value is bounded)."""
 
 # Per (model_name, temperature_bucket), one sample per finished sequence (a request with n = 2 is
 # two). Counter names as prometheus_client takes them: the exposition adds ``_total``.

@@ -185,21 +185,23 @@ def _info(samples: Iterable[Sample]) -> ProbeInfo | None:
     if not infos:
         return None
     first = infos[0]
+    limit = names.REASON_LIMIT  # labels the sidecar mirrors: bounded, whatever vLLM shows
     return ProbeInfo(
-        version=first.get(names.VERSION, ""),
-        vllm_version=first.get(names.VLLM_VERSION, ""),
+        version=first.get(names.VERSION, "")[:limit],
+        vllm_version=first.get(names.VLLM_VERSION, "")[:limit],
         temperature_split=all(i.get(names.TEMPERATURE_SPLIT) == names.ON for i in infos),
         batch_split=all(i.get(names.BATCH_SPLIT) == names.ON for i in infos),
-        reason=next((i[names.REASON] for i in infos if i.get(names.REASON)), ""),
+        reason=next((i[names.REASON] for i in infos if i.get(names.REASON)), "")[:limit],
     )
 
 
 def _errors(samples: Iterable[Sample]) -> dict[str, float]:
-    """Per hook, summed over the samples (one per API server when vLLM shows them apart)."""
+    """Per hook the probe has, summed over the samples (one per API server when vLLM shows them
+    apart); another hook label is not the probe's and is left out (a bounded label set)."""
     errors: dict[str, float] = {}
     for name, labels, value in samples:
-        if name == f"{names.ERRORS}_total":
-            hook = labels.get(names.HOOK, "")
+        hook = labels.get(names.HOOK, "")
+        if name == f"{names.ERRORS}_total" and hook in names.HOOKS:
             errors[hook] = errors.get(hook, 0.0) + value
     return errors
 

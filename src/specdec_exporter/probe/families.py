@@ -22,13 +22,6 @@ from specdec_exporter.core.histogram_bounds import ACCEPTANCE_RATE_BOUNDS, TPOT_
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import SequenceFigures
 
-HOOK_RECORD = "record"
-"""The stat logger's ``record()``: one call per engine step (the batch split)."""
-HOOK_FINISHED = "finished"
-"""The wrapped ``OutputProcessor._update_stats_from_finished``: one call per finished sequence."""
-HOOKS = (HOOK_RECORD, HOOK_FINISHED)
-REASON_LIMIT = 300
-"""Characters of the reason the info series keeps (a label value: bounded)."""
 ERROR_LOG_INTERVAL = 600
 """Seconds between two log lines for one hook's errors (the counter has every one)."""
 
@@ -154,7 +147,7 @@ class Families:
         self.errors = Counter(
             names.ERRORS, HELP[names.ERRORS], labelnames=(names.HOOK,), registry=registry
         )
-        for hook in HOOKS:
+        for hook in names.HOOKS:
             self.errors.labels(hook)
         self._temperature: dict[tuple[str, str], TemperatureSeries] = {}
         self._batch: dict[tuple[str, str, str], BatchSeries] = {}
@@ -162,7 +155,8 @@ class Families:
 
     def set_info(self, version: str, vllm_version: str, off: Mapping[str, Sequence[str]]) -> str:
         """Set the info series: a split (``hooks.SPLITS``) is on unless ``off`` lists why it is
-        not. Returns the reason, the whole of it (the series keeps ``REASON_LIMIT`` characters)."""
+        not. Returns the reason, the whole of it (the series keeps ``names.REASON_LIMIT``
+        characters)."""
         reason = "; ".join(
             f"{split} split off: {', '.join(why)}" for split, why in off.items() if why
         )
@@ -171,7 +165,7 @@ class Families:
             vllm_version,
             names.OFF if off.get(hooks.TEMPERATURE_SPLIT) else names.ON,
             names.OFF if off.get(hooks.BATCH_SPLIT) else names.ON,
-            reason[:REASON_LIMIT],
+            reason[: names.REASON_LIMIT],
         ).set(1)
         return reason
 

@@ -32,6 +32,7 @@ from typing import Any
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
 
 from specdec_exporter import __version__
+from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.buckets import (
     BATCH_BUCKETS_ENV,
     DEFAULT_BATCH_EDGES,
@@ -44,12 +45,7 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
-from specdec_exporter.probe.families import (
-    ERROR_LOG_INTERVAL,
-    HOOK_FINISHED,
-    HOOK_RECORD,
-    Families,
-)
+from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, Families
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
@@ -105,7 +101,7 @@ class ProbeState:
                     )
                 )
         except Exception as exc:
-            self._hook_failed(HOOK_FINISHED, exc)
+            self._hook_failed(names.HOOK_FINISHED, exc)
 
     def observe_step(self, scheduler_stats: Any, engine_idx: int) -> None:
         """One engine step's scheduler stats. Never raises."""
@@ -126,7 +122,7 @@ class ProbeState:
             series.draft_tokens.inc(spec.num_draft_tokens)
             series.accepted_tokens.inc(spec.num_accepted_tokens)
         except Exception as exc:
-            self._hook_failed(HOOK_RECORD, exc)
+            self._hook_failed(names.HOOK_RECORD, exc)
 
     def _hook_failed(self, hook: str, exc: Exception) -> None:
         """Count the error; log one line per hook at most every ``ERROR_LOG_INTERVAL`` seconds:
