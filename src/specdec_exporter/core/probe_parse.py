@@ -96,6 +96,16 @@ class ProbeInfo:
     batch_split: bool
     reason: str
 
+    def label_values(self) -> tuple[str, str, str, str, str]:
+        """The info series' label values, in the order of ``probe_names.INFO_LABELS``."""
+        return (
+            self.version,
+            self.vllm_version,
+            names.ON if self.temperature_split else names.OFF,
+            names.ON if self.batch_split else names.OFF,
+            self.reason,
+        )
+
 
 @dataclass(frozen=True)
 class ProbeSnapshot:

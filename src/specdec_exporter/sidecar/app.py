@@ -136,15 +136,7 @@ def probe_json(info: ProbeInfo | None) -> dict[str, str] | None:
     of its info series, as the sidecar mirrors them."""
     if info is None:
         return None
-    on_off = {True: names.ON, False: names.OFF}
-    values = (
-        info.version,
-        info.vllm_version,
-        on_off[info.temperature_split],
-        on_off[info.batch_split],
-        info.reason,
-    )
-    return dict(zip(names.INFO_LABELS, values, strict=True))
+    return dict(zip(names.INFO_LABELS, info.label_values(), strict=True))
 
 
 REPORT_HEADERS = (

@@ -70,16 +70,7 @@ def probe_health_families(info: ProbeInfo, errors: Mapping[str, float]) -> Itera
         "while vLLM showed the probe on its last answer.",
         labels=list(names.INFO_LABELS),
     )
-    family.add_metric(
-        [
-            info.version,
-            info.vllm_version,
-            names.ON if info.temperature_split else names.OFF,
-            names.ON if info.batch_split else names.OFF,
-            info.reason,
-        ],
-        1.0,
-    )
+    family.add_metric(list(info.label_values()), 1.0)
     yield family
     counted = CounterMetricFamily(
         "specdec_engine_probe_errors",
