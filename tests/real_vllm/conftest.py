@@ -76,13 +76,17 @@ def fail_loudly(problem: str) -> NoReturn:
     )
 
 
-def serve(config: pytest.Config, layout: Any, *, spec: bool) -> Iterator[Any]:
-    """Start a server, yield it, stop it (its whole process group)."""
+def serve(
+    config: pytest.Config, layout: Any, *, spec: bool, what: str | None = None, **options: Any
+) -> Iterator[Any]:
+    """Start a server, yield it, stop it (its whole process group). ``what`` says which on the
+    terminal; ``options`` go to the server script's ``start`` (name, env, extra_args)."""
     say = announcer(config)
-    say(f"starting vLLM ({'speculative decoding' if spec else 'no speculative config'})")
+    what = what or ("speculative decoding" if spec else "no speculative config")
+    say(f"starting vLLM ({what})")
     problem = None
     try:
-        server = SERVER.start(layout, spec=spec)
+        server = SERVER.start(layout, spec=spec, **options)
     except SERVER.RealVllmError as failure:
         problem = str(failure)
     if problem is not None:

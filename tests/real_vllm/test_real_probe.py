@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from real_vllm.conftest import SERVER, announcer, fail_loudly
+from real_vllm.conftest import serve
 from real_vllm.traffic import (
     MODEL,
     NUM_SPEC_TOKENS,
@@ -49,26 +49,15 @@ def probed_vllm(
     directory = tmp_path_factory.mktemp("probe")
     install(directory)
     servers = request.param
-    say = announcer(request.config)
-    say(f"starting vLLM with the probe from PYTHONPATH={directory}, {servers} API server(s)")
-    problem = None
-    try:
-        server = SERVER.start(
-            real_vllm_layout,
-            spec=True,
-            name=f"probe-{servers}",
-            extra_args=["--api-server-count", str(servers)],
-            env={"PYTHONPATH": str(directory), "SPECDEC_BATCH_BUCKETS": BATCH_EDGES},
-        )
-    except SERVER.RealVllmError as failure:
-        problem = str(failure)
-    if problem is not None:
-        fail_loudly(problem)
-    say(f"vLLM with the probe ready at {server.url} (log {server.log})")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serve(
+        request.config,
+        real_vllm_layout,
+        spec=True,
+        what=f"the probe from PYTHONPATH={directory}, {servers} API server(s)",
+        name=f"probe-{servers}",
+        extra_args=["--api-server-count", str(servers)],
+        env={"PYTHONPATH": str(directory), "SPECDEC_BATCH_BUCKETS": BATCH_EDGES},
+    )
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from real_vllm.conftest import SERVER, announcer, fail_loudly
+from real_vllm.conftest import serve
 from real_vllm.traffic import MODEL, PROMPTS
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.buckets import TEMPERATURE_BUCKETS_ENV
@@ -35,24 +35,14 @@ def half_probed_vllm(
 ) -> Iterator[Any]:
     directory = tmp_path_factory.mktemp("probe-off")
     install(directory)
-    say = announcer(request.config)
-    say(f"starting vLLM with the probe and {TEMPERATURE_BUCKETS_ENV}={BAD_EDGES!r}")
-    problem = None
-    try:
-        server = SERVER.start(
-            real_vllm_layout,
-            spec=True,
-            name="probe-off",
-            env={"PYTHONPATH": str(directory), TEMPERATURE_BUCKETS_ENV: BAD_EDGES},
-        )
-    except SERVER.RealVllmError as failure:
-        problem = str(failure)
-    if problem is not None:
-        fail_loudly(problem)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serve(
+        request.config,
+        real_vllm_layout,
+        spec=True,
+        what=f"the probe and {TEMPERATURE_BUCKETS_ENV}={BAD_EDGES!r}",
+        name="probe-off",
+        env={"PYTHONPATH": str(directory), TEMPERATURE_BUCKETS_ENV: BAD_EDGES},
+    )
 
 
 def test_vllm_starts_and_serves_with_one_split_off_and_says_why(half_probed_vllm: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from real_vllm.conftest import SERVER, announcer, fail_loudly
+from real_vllm.conftest import SERVER, serve
 from real_vllm.shapes import family_table, readable_diff, render_family_table
 from real_vllm.test_real_sim_parity import sim_config_for
 from real_vllm.traffic import MODEL, PROMPTS, Reading, samples, settled_reading
@@ -39,20 +39,14 @@ def probed_vllm(
 ) -> Iterator[Any]:
     directory = tmp_path_factory.mktemp("probe-parity")
     install(directory)
-    announcer(request.config)(f"starting vLLM with the probe from PYTHONPATH={directory}")
-    problem = None
-    try:
-        server = SERVER.start(
-            real_vllm_layout, spec=True, name="probe-parity", env={"PYTHONPATH": str(directory)}
-        )
-    except SERVER.RealVllmError as failure:
-        problem = str(failure)
-    if problem is not None:
-        fail_loudly(problem)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from serve(
+        request.config,
+        real_vllm_layout,
+        spec=True,
+        what=f"the probe from PYTHONPATH={directory}",
+        name="probe-parity",
+        env={"PYTHONPATH": str(directory)},
+    )
 
 
 @pytest.fixture(scope="module")
