@@ -468,7 +468,7 @@ def efficiency_alerts(settings: Settings) -> list[Rule]:
             "measure c before acting.",
             description=(
                 f"{loss}, with c = {look.cost} (source: {look.cost_source}: an assumption, "
-                "nobody measured it). Whether generation is slower than plain decoding depends "
+                "nobody measured it). Whether speculation loses time by the model depends "
                 "on that c: measure it (`specdec-exporter calibrate`, runbook); with a measured "
                 "c the same figures page as SpecDecodeSpeedupBelowOne."
             ),
