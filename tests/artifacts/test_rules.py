@@ -188,8 +188,9 @@ def test_only_the_measured_speedup_page_claims_a_net_loss() -> None:
     }
     assert claims == {"SpecDecodeSpeedupBelowOne", "SpecDecodeAcceptanceLow"}
     low = next(r for r in alerting_rules(load()) if r["alert"] == "SpecDecodeAcceptanceLow")
-    assert "{{ if lt (. | first | value) 1.0 }}a net loss{{ else }}still a gain{{ end }}" in (
-        low["annotations"]["description"]
+    assert (
+        "{{ if lt (. | first | value) 1.0 }}a net loss{{ else }}still a gain{{ end }}"
+        in (low["annotations"]["description"])
     )
 
 
