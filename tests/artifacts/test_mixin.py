@@ -300,3 +300,12 @@ def _data_with(change: dict[str, Any]) -> dict[str, Any]:
         target = data["alerts"][table] if table.startswith("SpecDecode") else data[table]
         target.update(values)
     return data
+
+
+def test_no_rule_hard_codes_the_sidecars_job() -> None:
+    """Every rule selects the sidecar's series with `_config.specdecSelector` ([selectors]
+    sidecar): with another selector, the default job appears in no rule."""
+    rules = render("{ _config+:: { specdecSelector: 'job=\"llm-sidecars\"' } }")["groups"]
+    assert 'job=\\"specdec-exporter\\"' not in json.dumps(rules)
+    assert "specdec-exporter" not in json.dumps([r["expr"] for g in rules for r in g["rules"]])
+    assert 'job=\\"llm-sidecars\\"' in json.dumps(rules)
