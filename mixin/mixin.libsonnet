@@ -4,8 +4,11 @@
 // The vllm-specdec-exporter monitoring mixin: prometheusRules (recording), prometheusAlerts,
 // grafanaDashboards. Override _config (docs/alerting.md, "The monitoring mixin"):
 //   (import 'mixin.libsonnet') + { _config+:: { clusterLabel: 'cluster' } }
-// Windows, `for` durations, severities, t per method or model and the tail quantile are fixed
-// here: set them in alerts/config.toml and regenerate.
+// t, every alert's severity, `for` and keepFiringFor are in _config too:
+//   { _config+:: { thresholds+: { acceptanceRate: 0.4 },
+//                  alerts+: { SpecDecodeAcceptanceLow+: { severity: 'warning', 'for': '20m' } } } }
+// Windows, t per method or model and the tail quantile are fixed here: set them in
+// alerts/config.toml and regenerate.
 {
   _config+:: {
     "specdecSelector": "job=\"specdec-exporter\"",
@@ -14,6 +17,7 @@
     "runbookURL": "https://runbook.unset.invalid/docs/runbook.md",
     "grafanaURL": "https://grafana.unset.invalid",
     "thresholds": {
+      "acceptanceRate": 0.5,
       "tailAcceptanceRate": 0.5,
       "acceptanceDrop": 0.05,
       "coverageRatio": 0.8,
@@ -21,6 +25,69 @@
       "minBucketDraftTokensPerSecond": 5.0,
       "minBucketRequestsPerSecond": 0.05,
       "minGenerationTokensPerSecond": 1.0
+    },
+    "alerts": {
+      "SpecDecodeAcceptanceLow": {
+        "severity": "critical",
+        "for": "10m",
+        "keepFiringFor": "15m"
+      },
+      "SpecDecodeSpeedupBelowOne": {
+        "severity": "critical",
+        "for": "10m",
+        "keepFiringFor": "15m"
+      },
+      "SpecDecodeSpeedupBelowOneAssumedCost": {
+        "severity": "warning",
+        "for": "10m",
+        "keepFiringFor": "15m"
+      },
+      "SpecDecodeBucketAcceptanceLow": {
+        "severity": "warning",
+        "for": "10m",
+        "keepFiringFor": "15m"
+      },
+      "SpecDecodeBucketAcceptanceTailLow": {
+        "severity": "warning",
+        "for": "15m",
+        "keepFiringFor": "15m"
+      },
+      "SpecDecodeAcceptanceDropped": {
+        "severity": "warning",
+        "for": "30m"
+      },
+      "SpecDecodeNotDrafting": {
+        "severity": "warning",
+        "for": "15m"
+      },
+      "SpecDecodeTemperatureSplitCoverageLow": {
+        "severity": "warning",
+        "for": "30m"
+      },
+      "SpecDecodeSidecarDown": {
+        "severity": "warning",
+        "for": "5m"
+      },
+      "SpecDecodeSidecarAbsent": {
+        "severity": "warning",
+        "for": "15m"
+      },
+      "SpecDecodeVLLMUnreachable": {
+        "severity": "warning",
+        "for": "5m"
+      },
+      "SpecDecodeVLLMNeverUp": {
+        "severity": "warning",
+        "for": "20m"
+      },
+      "SpecDecodeProbeSplitOff": {
+        "severity": "warning",
+        "for": "15m"
+      },
+      "SpecDecodeProbeErrors": {
+        "severity": "warning",
+        "for": "15m"
+      }
     }
   },
 
@@ -74,7 +141,7 @@
           },
           {
             "record": "instance_model_name:specdec_acceptance_threshold:config",
-            "expr": "0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + "})"
+            "expr": std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + "})"
           },
           {
             "record": "namespace_model_name:specdec_acceptance_rate:ratio_rate5m",
@@ -154,15 +221,15 @@
         "rules": [
           {
             "alert": "SpecDecodeAcceptanceLow",
-            "expr": "instance_model_name:specdec_acceptance_rate:ratio_rate5m\n< instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nunless\nspecdec_estimated_speedup{" + c.specdecSelector + "} < 1",
-            "for": "10m",
-            "keep_firing_for": "15m",
+            "expr": "instance_model_name:specdec_acceptance_rate:ratio_rate5m\n< instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond),
+            "for": c.alerts.SpecDecodeAcceptanceLow["for"],
+            "keep_firing_for": c.alerts.SpecDecodeAcceptanceLow["keepFiringFor"],
             "labels": {
-              "severity": "critical"
+              "severity": c.alerts.SpecDecodeAcceptanceLow["severity"]
             },
             "annotations": {
-              "summary": "Speculative decoding acceptance is below its threshold; by the model it still pays.",
-              "description": (if hasCluster then "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the last 5m, below its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with at least " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + " draft tokens/s. The modelled speedup is {{ with printf `specdec_estimated_speedup{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | printf \"%.2f\" }}{{ else }}unknown{{ end }} (c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }}), not below 1: the drafter lost acceptance, but speculation is not a net loss by the model. Find the cause; if this acceptance is normal here, calibrate c or lower t for this method or model." else "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the last 5m, below its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with at least " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + " draft tokens/s. The modelled speedup is {{ with printf `specdec_estimated_speedup{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | printf \"%.2f\" }}{{ else }}unknown{{ end }} (c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }}), not below 1: the drafter lost acceptance, but speculation is not a net loss by the model. Find the cause; if this acceptance is normal here, calibrate c or lower t for this method or model."),
+              "summary": "Speculative decoding acceptance is below its threshold t.",
+              "description": (if hasCluster then "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the last 5m, below its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with at least " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + " draft tokens/s. By the model, speculation is {{ with printf `specdec_estimated_speedup{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ if lt (. | first | value) 1.0 }}a net loss{{ else }}still a gain{{ end }} (modelled speedup {{ . | first | value | printf \"%.2f\" }}){{ else }}of unknown worth (no modelled speedup: k unknown){{ end }}, with c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }} (source: {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | label \"source\" }}{{ else }}unknown{{ end }}). The drafter lost acceptance: find the cause (runbook). c from `method` or `default` is an assumption; `specdec-exporter calibrate` measures it." else "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the last 5m, below its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with at least " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + " draft tokens/s. By the model, speculation is {{ with printf `specdec_estimated_speedup{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ if lt (. | first | value) 1.0 }}a net loss{{ else }}still a gain{{ end }} (modelled speedup {{ . | first | value | printf \"%.2f\" }}){{ else }}of unknown worth (no modelled speedup: k unknown){{ end }}, with c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }} (source: {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | label \"source\" }}{{ else }}unknown{{ end }}). The drafter lost acceptance: find the cause (runbook). c from `method` or `default` is an assumption; `specdec-exporter calibrate` measures it."),
               "runbook_url": c.runbookURL + "#specdecodeacceptancelow",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}")
             }
@@ -170,9 +237,9 @@
           {
             "alert": "SpecDecodeAcceptanceDropped",
             "expr": "namespace_model_name:specdec_acceptance_rate:ratio_rate1h_offset1d\n- namespace_model_name:specdec_acceptance_rate:ratio_rate1h\n> " + std.format('%g', c.thresholds.acceptanceDrop) + "\nand\nnamespace_model_name:specdec_draft_tokens:rate1h >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand\nnamespace_model_name:specdec_draft_tokens:rate1h_offset1d >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond),
-            "for": "30m",
+            "for": c.alerts.SpecDecodeAcceptanceDropped["for"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeAcceptanceDropped["severity"]
             },
             "annotations": {
               "summary": "Acceptance fell against the same hour yesterday.",
@@ -184,10 +251,10 @@
           {
             "alert": "SpecDecodeBucketAcceptanceLow",
             "expr": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:ratio_rate5m\n< ignoring (temperature_bucket) group_left ()\ninstance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name_temperature_bucket:specdec_request_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minBucketDraftTokensPerSecond),
-            "for": "10m",
-            "keep_firing_for": "15m",
+            "for": c.alerts.SpecDecodeBucketAcceptanceLow["for"],
+            "keep_firing_for": c.alerts.SpecDecodeBucketAcceptanceLow["keepFiringFor"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeBucketAcceptanceLow["severity"]
             },
             "annotations": {
               "summary": "Acceptance is below its threshold for one temperature bucket.",
@@ -199,10 +266,10 @@
           {
             "alert": "SpecDecodeBucketAcceptanceTailLow",
             "expr": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:quantile_rate5m{quantile=\"0.1\"} < " + std.format('%g', c.thresholds.tailAcceptanceRate) + "\nand ignoring (quantile)\nrate(specdec_request_acceptance_rate_count{" + c.specdecSelector + "}[5m]) >= " + std.format('%g', c.thresholds.minBucketRequestsPerSecond),
-            "for": "15m",
-            "keep_firing_for": "15m",
+            "for": c.alerts.SpecDecodeBucketAcceptanceTailLow["for"],
+            "keep_firing_for": c.alerts.SpecDecodeBucketAcceptanceTailLow["keepFiringFor"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeBucketAcceptanceTailLow["severity"]
             },
             "annotations": {
               "summary": "The P10 of per-request acceptance is low in a temperature bucket.",
@@ -213,25 +280,40 @@
           },
           {
             "alert": "SpecDecodeSpeedupBelowOne",
-            "expr": "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond),
-            "for": "10m",
-            "keep_firing_for": "15m",
+            "expr": (if hasCluster then "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance, " + c.clusterLabel + ")\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source=~\"flag|calibration\"}" else "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance)\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source=~\"flag|calibration\"}"),
+            "for": c.alerts.SpecDecodeSpeedupBelowOne["for"],
+            "keep_firing_for": c.alerts.SpecDecodeSpeedupBelowOne["keepFiringFor"],
             "labels": {
-              "severity": "critical"
+              "severity": c.alerts.SpecDecodeSpeedupBelowOne["severity"]
             },
             "annotations": {
-              "summary": "Speculative decoding is a net loss by the model: modelled speedup below 1.",
-              "description": (if hasCluster then "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), with acceptance {{ with printf `instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }} (threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}) and c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }}: the tokens accepted per step do not pay for drafting, so generation is slower than plain decoding by the model." else "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), with acceptance {{ with printf `instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }} (threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}) and c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }}: the tokens accepted per step do not pay for drafting, so generation is slower than plain decoding by the model."),
+              "summary": "Speculative decoding is a net loss by the model (modelled speedup below 1), with a measured or set draft cost.",
+              "description": (if hasCluster then "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) while its acceptance {{ with printf `instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }} is at or above its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }} (source: {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | label \"source\" }}{{ else }}unknown{{ end }}: measured by `calibrate` or set by a person): the tokens accepted per step do not pay for drafting, so generation is slower than plain decoding by the model." else "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) while its acceptance {{ with printf `instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }} is at or above its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }} (source: {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | label \"source\" }}{{ else }}unknown{{ end }}: measured by `calibrate` or set by a person): the tokens accepted per step do not pay for drafting, so generation is slower than plain decoding by the model."),
               "runbook_url": c.runbookURL + "#specdecodespeedupbelowone",
+              "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}")
+            }
+          },
+          {
+            "alert": "SpecDecodeSpeedupBelowOneAssumedCost",
+            "expr": (if hasCluster then "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance, " + c.clusterLabel + ")\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source!~\"flag|calibration\"}" else "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance)\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source!~\"flag|calibration\"}"),
+            "for": c.alerts.SpecDecodeSpeedupBelowOneAssumedCost["for"],
+            "keep_firing_for": c.alerts.SpecDecodeSpeedupBelowOneAssumedCost["keepFiringFor"],
+            "labels": {
+              "severity": c.alerts.SpecDecodeSpeedupBelowOneAssumedCost["severity"]
+            },
+            "annotations": {
+              "summary": "The modelled speedup is below 1, but it rests on an assumed draft cost: measure c before acting.",
+              "description": (if hasCluster then "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) while its acceptance {{ with printf `instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }} is at or above its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, " + c.clusterLabel + "=%q, model_name=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }} (source: {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ . | first | label \"source\" }}{{ else }}unknown{{ end }}: an assumption, nobody measured it). Whether speculation loses time by the model depends on that c: measure it (`specdec-exporter calibrate`, runbook); with a measured c the same figures page as SpecDecodeSpeedupBelowOne." else "The sidecar models a speedup of {{ $value | printf \"%.2f\" }} for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) while its acceptance {{ with printf `instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }} is at or above its threshold t = {{ with printf `instance_model_name:specdec_acceptance_threshold:config{job=%q, instance=%q, model_name=%q}` $labels.job $labels.instance $labels.model_name | query }}{{ . | first | value | humanizePercentage }}{{ else }}unknown{{ end }}, with c = {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | value | printf \"%g\" }}{{ else }}unknown{{ end }} (source: {{ with printf `specdec_draft_cost_ratio{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ . | first | label \"source\" }}{{ else }}unknown{{ end }}: an assumption, nobody measured it). Whether speculation loses time by the model depends on that c: measure it (`specdec-exporter calibrate`, runbook); with a measured c the same figures page as SpecDecodeSpeedupBelowOne."),
+              "runbook_url": c.runbookURL + "#specdecodespeedupbelowoneassumedcost",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}")
             }
           },
           {
             "alert": "SpecDecodeNotDrafting",
             "expr": "specdec_spec_decode_enabled{" + c.specdecSelector + "} == 1\nand\ninstance_model_name:specdec_generation_tokens:rate5m >= " + std.format('%g', c.thresholds.minGenerationTokensPerSecond) + "\nand\ninstance_model_name:specdec_drafts:rate5m == 0",
-            "for": "15m",
+            "for": c.alerts.SpecDecodeNotDrafting["for"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeNotDrafting["severity"]
             },
             "annotations": {
               "summary": "Speculative decoding is configured but nothing is drafted.",
@@ -241,29 +323,29 @@
             }
           },
           {
-            "alert": "SpecDecodeTapCoverageLow",
+            "alert": "SpecDecodeTemperatureSplitCoverageLow",
             "expr": "specdec_request_coverage_ratio{" + c.specdecSelector + "} < " + std.format('%g', c.thresholds.coverageRatio) + "\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond),
-            "for": "30m",
+            "for": c.alerts.SpecDecodeTemperatureSplitCoverageLow["for"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeTemperatureSplitCoverageLow["severity"]
             },
             "annotations": {
-              "summary": "The request tap sees too little of the drafted traffic.",
-              "description": "The tap attributed {{ $value | humanizePercentage }} of the draft tokens vLLM counted for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), below " + std.format('%g', c.thresholds.coverageRatio * 100) + "%: the per-temperature figures describe only part of the traffic.",
-              "runbook_url": c.runbookURL + "#specdecodetapcoveragelow",
+              "summary": "The temperature split covers too little of the drafted traffic.",
+              "description": (if hasCluster then "The temperature split's source ({{ with printf `specdec_temperature_split_info{job=%q, instance=%q, " + c.clusterLabel + "=%q}` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ $source := . | first | label \"source\" }}{{ if eq $source \"probe\" }}the engine probe{{ else if eq $source \"tap\" }}the request tap{{ else }}{{ $source }}{{ end }}{{ else }}unknown{{ end }}) attributed {{ $value | humanizePercentage }} of the draft tokens vLLM counted for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), below " + std.format('%g', c.thresholds.coverageRatio * 100) + "%: the per-temperature figures describe only part of the traffic." else "The temperature split's source ({{ with printf `specdec_temperature_split_info{job=%q, instance=%q}` $labels.job $labels.instance | query }}{{ $source := . | first | label \"source\" }}{{ if eq $source \"probe\" }}the engine probe{{ else if eq $source \"tap\" }}the request tap{{ else }}{{ $source }}{{ end }}{{ else }}unknown{{ end }}) attributed {{ $value | humanizePercentage }} of the draft tokens vLLM counted for model {{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), below " + std.format('%g', c.thresholds.coverageRatio * 100) + "%: the per-temperature figures describe only part of the traffic."),
+              "runbook_url": c.runbookURL + "#specdecodetemperaturesplitcoveragelow",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}&var-model={{ $labels.model_name | urlquery }}")
             }
           },
           {
             "alert": "SpecDecodeSidecarDown",
             "expr": "up{" + c.specdecSelector + "} == 0",
-            "for": "5m",
+            "for": c.alerts.SpecDecodeSidecarDown["for"],
             "labels": {
-              "severity": "critical"
+              "severity": c.alerts.SpecDecodeSidecarDown["severity"]
             },
             "annotations": {
               "summary": "Prometheus cannot scrape the speculative-decoding sidecar.",
-              "description": "The sidecar target {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) has been down. The tap is on the request path, so requests to this pod are probably failing too.",
+              "description": (if hasCluster then "The sidecar target {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) has been down. {{ with printf `last_over_time(specdec_tap_enabled{job=%q, instance=%q, " + c.clusterLabel + "=%q}[1h])` $labels.job $labels.instance $labels." + c.clusterLabel + " | query }}{{ if eq (. | first | value) 1.0 }}Its request tap is on the request path: requests the Service sends to this pod fail while the sidecar is down (vLLM's own availability alerts see them); the runbook says how to take the tap out of the path.{{ else }}Its request tap is off (engine probe or no split): vLLM serves as usual; only the monitoring of this pod is blind.{{ end }}{{ else }}Whether its request tap is on is unknown (no scrape in the last 1h): if the Service targets the tap, requests to this pod fail too.{{ end }}" else "The sidecar target {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) has been down. {{ with printf `last_over_time(specdec_tap_enabled{job=%q, instance=%q}[1h])` $labels.job $labels.instance | query }}{{ if eq (. | first | value) 1.0 }}Its request tap is on the request path: requests the Service sends to this pod fail while the sidecar is down (vLLM's own availability alerts see them); the runbook says how to take the tap out of the path.{{ else }}Its request tap is off (engine probe or no split): vLLM serves as usual; only the monitoring of this pod is blind.{{ end }}{{ else }}Whether its request tap is on is unknown (no scrape in the last 1h): if the Service targets the tap, requests to this pod fail too.{{ end }}"),
               "runbook_url": c.runbookURL + "#specdecodesidecardown",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
             }
@@ -271,13 +353,13 @@
           {
             "alert": "SpecDecodeSidecarAbsent",
             "expr": "absent(up{" + c.specdecSelector + "})",
-            "for": "15m",
+            "for": c.alerts.SpecDecodeSidecarAbsent["for"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeSidecarAbsent["severity"]
             },
             "annotations": {
               "summary": "No speculative-decoding sidecar target is discovered.",
-              "description": "Prometheus has no target matching {" + c.specdecSelector + "}: the PodMonitor is not selected, or no pod runs the sidecar. No speculative-decoding alert can fire.",
+              "description": "Prometheus has no target matching {" + c.specdecSelector + "}: the PodMonitor is not selected, or no pod runs the sidecar. No speculative-decoding alert can fire: the monitor is blind.",
               "runbook_url": c.runbookURL + "#specdecodesidecarabsent",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding")
             }
@@ -285,13 +367,13 @@
           {
             "alert": "SpecDecodeVLLMUnreachable",
             "expr": "specdec_up{" + c.specdecSelector + "} == 0\nand\nspecdec_vllm_ever_up{" + c.specdecSelector + "} == 1",
-            "for": "5m",
+            "for": c.alerts.SpecDecodeVLLMUnreachable["for"],
             "labels": {
-              "severity": "critical"
+              "severity": c.alerts.SpecDecodeVLLMUnreachable["severity"]
             },
             "annotations": {
-              "summary": "vLLM went down: the sidecar can no longer scrape its /metrics.",
-              "description": "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) reached vLLM in its pod before and now fails to scrape it (see specdec_scrape_failures_total by reason). vLLM is down, overloaded or not serving /metrics.",
+              "summary": "The sidecar can no longer scrape vLLM's /metrics: its monitor is blind.",
+              "description": "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) reached vLLM in its pod before and now fails to scrape it (see specdec_scrape_failures_total by reason): vLLM is down, overloaded or not serving /metrics. vLLM's own availability alerts page for that; its speculative-decoding alerts are inhibited: the monitor of this pod is blind.",
               "runbook_url": c.runbookURL + "#specdecodevllmunreachable",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
             }
@@ -299,13 +381,13 @@
           {
             "alert": "SpecDecodeVLLMNeverUp",
             "expr": "specdec_vllm_ever_up{" + c.specdecSelector + "} == 0",
-            "for": "20m",
+            "for": c.alerts.SpecDecodeVLLMNeverUp["for"],
             "labels": {
-              "severity": "critical"
+              "severity": c.alerts.SpecDecodeVLLMNeverUp["severity"]
             },
             "annotations": {
-              "summary": "vLLM has not come up since the sidecar started.",
-              "description": "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) has not reached vLLM once in 20m, longer than vLLM's startup budget: vLLM is stuck loading, crash-looping or misconfigured.",
+              "summary": "vLLM has not come up since the sidecar started: its monitor is blind.",
+              "description": "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) has not reached vLLM once in " + c.alerts.SpecDecodeVLLMNeverUp["for"] + ", longer than vLLM's startup budget: vLLM is stuck loading, crash-looping or misconfigured. vLLM's own availability alerts page for that; its speculative-decoding alerts are inhibited: the monitor of this pod is blind.",
               "runbook_url": c.runbookURL + "#specdecodevllmneverup",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
             }
@@ -313,9 +395,9 @@
           {
             "alert": "SpecDecodeProbeSplitOff",
             "expr": "specdec_engine_probe_info{" + c.specdecSelector + ", temperature_split=\"off\"}\nor\nspecdec_engine_probe_info{" + c.specdecSelector + ", batch_split=\"off\"}",
-            "for": "15m",
+            "for": c.alerts.SpecDecodeProbeSplitOff["for"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeProbeSplitOff["severity"]
             },
             "annotations": {
               "summary": "The engine probe inside vLLM switched a split off: vLLM serves as usual; the probe's acceptance by temperature or by load is missing.",
@@ -327,9 +409,9 @@
           {
             "alert": "SpecDecodeProbeErrors",
             "expr": "rate(specdec_engine_probe_errors_total{" + c.specdecSelector + "}[5m]) > 0",
-            "for": "15m",
+            "for": c.alerts.SpecDecodeProbeErrors["for"],
             "labels": {
-              "severity": "warning"
+              "severity": c.alerts.SpecDecodeProbeErrors["severity"]
             },
             "annotations": {
               "summary": "The engine probe inside vLLM is catching errors in its hooks: its splits undercount.",
@@ -799,7 +881,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "(\n0 * (min by (model_name) (specdec_estimated_speedup{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)" else "(\n0 * (min by (model_name) (specdec_estimated_speedup{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)"),
+              "expr": (if hasCluster then "(\n0 * (min by (model_name) (specdec_estimated_speedup{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)" else "(\n0 * (min by (model_name) (specdec_estimated_speedup{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)"),
               "legendFormat": "{{model_name}}",
               "range": true,
               "instant": false,
@@ -1005,7 +1087,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
               "legendFormat": "threshold {{model_name}}",
               "range": true,
               "instant": false,
@@ -1140,7 +1222,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
               "legendFormat": "threshold {{model_name}}",
               "range": true,
               "instant": false,
@@ -1582,7 +1664,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
               "legendFormat": "threshold {{model_name}}",
               "range": true,
               "instant": false,
@@ -2015,7 +2097,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n0.5 * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
               "legendFormat": "threshold {{model_name}}",
               "range": true,
               "instant": false,
@@ -3691,7 +3773,7 @@
                   },
                   {
                     "color": "green",
-                    "value": 0.5
+                    "value": c.thresholds.acceptanceRate
                   }
                 ]
               },
@@ -3875,7 +3957,7 @@
                   },
                   {
                     "color": "green",
-                    "value": 0.5
+                    "value": c.thresholds.acceptanceRate
                   }
                 ]
               },

@@ -44,6 +44,7 @@ class FakeSpecdecExporter:
         self._last = time.monotonic()
         self._lock = threading.Lock()
         self._speedup = 1.5
+        self._cost = ("method", 0.1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -69,6 +70,11 @@ class FakeSpecdecExporter:
     def set_speedup(self, speedup: float) -> None:
         with self._lock:
             self._speedup = speedup
+
+    def set_cost(self, source: str, ratio: float) -> None:
+        """c and where it came from (`specdec_draft_cost_ratio{source}`)."""
+        with self._lock:
+            self._cost = (source, ratio)
 
     def exposition(self) -> str:
         """Text format 0.0.4, one TYPE line per family, samples grouped under it."""
@@ -105,7 +111,9 @@ class FakeSpecdecExporter:
         accepted = sum(t.accepted for t in totals)
         yield from _gauge("specdec_up", "", 1)
         yield from _gauge("specdec_vllm_ever_up", "", 1)
-        yield from _gauge("specdec_draft_cost_ratio", 'source="method"', 0.1)
+        source, ratio = self._cost
+        yield from _gauge("specdec_draft_cost_ratio", f'source="{source}"', ratio)
+        yield from _gauge("specdec_tap_enabled", "", 1)
         yield from _gauge("specdec_scrape_duration_seconds", "", 0.004)
         for reason in ("connect", "timeout", "http_status", "parse", "too_large"):
             yield from _counter("specdec_scrape_failures_total", f'reason="{reason}"', 0)

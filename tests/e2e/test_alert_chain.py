@@ -1,8 +1,9 @@
 """End to end: exporter -> real Prometheus (generated rules, short `for`) -> real Alertmanager
 (generated routing) -> PagerDuty Events v2 stub. A bucket's acceptance drops: its ticket and the
-P10 warning reach chat, nothing pages. The modelled speedup falls below 1: a `trigger` for the
-model arrives, critical, with the runbook link; it recovers: a `resolve` follows. Another team's
-critical alert goes to the default receiver, never to ours.
+P10 warning reach chat, nothing pages. The modelled speedup falls below 1 with the method's
+default c: a ticket; with a calibrated c: a `trigger` for the model arrives, critical, with the
+runbook link; it recovers: a `resolve` follows. Acceptance below t: the second page. Another
+team's critical alert goes to the default receiver, never to ours.
 
 The exporter is a fake serving the contract metrics; the final proof swaps in the simulator and
 the real sidecar with its tap (see docs/alerting.md, "End-to-end test").
@@ -59,9 +60,10 @@ def stack(
         yield running
 
 
-def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(
-    stack: Stack, exporter: FakeSpecdecExporter
-) -> None:
+def test_only_the_two_pages_page(stack: Stack, exporter: FakeSpecdecExporter) -> None:
+    """A degraded bucket tickets; a modelled net loss on the method's default c tickets; the
+    same net loss on a calibrated c pages, then resolves; acceptance below t pages, saying the
+    model still calls speculation a gain. Nothing else ever reaches PagerDuty."""
     wait_until(
         lambda: set(bucket_acceptance(stack.prometheus)) == {HEALTHY, DEGRADED},
         EVENT_TIMEOUT,
@@ -69,7 +71,7 @@ def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(
     )
     assert stack.stub.events() == [], "nothing may page while acceptance is 0.8"
 
-    exporter.set_acceptance(DEGRADED, 0.3)
+    exporter.set_acceptance(DEGRADED, 0.3)  # the model: 0.55, at or above t
     wait_until(
         lambda: chat_mentions(stack.stub, "SpecDecodeBucketAcceptanceLow"),
         EVENT_TIMEOUT,
@@ -82,7 +84,15 @@ def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(
     )
     assert stack.stub.events() == [], "a bucket tickets by default; it does not page"
 
-    exporter.set_speedup(0.8)
+    exporter.set_speedup(0.8)  # with c the method's default: an assumption
+    wait_until(
+        lambda: chat_mentions(stack.stub, "SpecDecodeSpeedupBelowOneAssumedCost"),
+        EVENT_TIMEOUT,
+        "the assumed-cost net loss to reach chat as a ticket",
+    )
+    assert stack.stub.events() == [], "a net loss on an assumed c does not page"
+
+    exporter.set_cost("calibration", 0.3)
     trigger = stack.stub.wait_for_event(lambda e: e["event_action"] == "trigger", EVENT_TIMEOUT)
     details = trigger["payload"]["custom_details"]
     assert trigger["routing_key"] == ROUTING_KEY
@@ -92,15 +102,28 @@ def test_a_degraded_bucket_tickets_and_a_net_loss_pages_then_resolves(
     assert details["runbook_url"].endswith("docs/runbook.md#specdecodespeedupbelowone")
     assert trigger["links"][0]["href"] == details["runbook_url"]
     assert "var-model=llama-e2e" in trigger["links"][1]["href"]
-    assert "c = 0.1" in details["alerts"] and "a net loss" in trigger["payload"]["summary"]
+    assert "c = 0.3 (source: calibration" in details["alerts"]
+    assert "a net loss" in trigger["payload"]["summary"]
 
     exporter.set_speedup(1.5)
     stack.stub.wait_for_event(
         lambda e: e["event_action"] == "resolve" and e["dedup_key"] == trigger["dedup_key"],
         EVENT_TIMEOUT,
     )
+
+    exporter.set_acceptance(HEALTHY, 0.3)  # the model: 0.3, below t; s still 1.5
+    low = stack.stub.wait_for_event(
+        lambda e: (
+            e["event_action"] == "trigger" and e["payload"]["class"] == "SpecDecodeAcceptanceLow"
+        ),
+        EVENT_TIMEOUT,
+    )
+    assert low["payload"]["severity"] == "critical"
+    assert "still a gain (modelled speedup 1.50)" in low["payload"]["custom_details"]["alerts"]
+    assert "c = 0.3 (source: calibration)" in low["payload"]["custom_details"]["alerts"]
+
     pages = [e["payload"]["class"] for e in stack.stub.events() if e["event_action"] == "trigger"]
-    assert pages == ["SpecDecodeSpeedupBelowOne"], "one page: the net loss, not the tickets"
+    assert pages == ["SpecDecodeSpeedupBelowOne", "SpecDecodeAcceptanceLow"], "the two pages only"
 
 
 def test_another_teams_critical_alert_goes_to_the_default_receiver(tmp_path: Path) -> None:
@@ -173,7 +196,7 @@ def test_a_down_sidecar_inhibits_only_its_own_pods_acceptance_alerts(tmp_path: P
         _post_alerts(
             alertmanager,
             [
-                {"alertname": "SpecDecodeSidecarDown", "severity": "critical", **pod_a},
+                {"alertname": "SpecDecodeSidecarDown", "severity": "warning", **pod_a},
                 {
                     "alertname": "SpecDecodeAcceptanceLow",
                     "severity": "critical",

@@ -91,7 +91,7 @@ def test_t1_traffic_pages_and_greedy_traffic_does_not(alert_chain: tuple[str, St
         page = stub.wait_for_event(lambda e: _paged(e, "SpecDecodeAcceptanceLow "), TIMEOUT)
         assert page["payload"]["severity"] == "critical"
         assert "below its threshold t = 50%" in page["payload"]["custom_details"]["alerts"]
-        assert "(c = 0.1)" in page["payload"]["custom_details"]["alerts"]
+        assert "c = 0.1 (source: " in page["payload"]["custom_details"]["alerts"]
         wait_until(
             lambda: chat_mentions(stub, "SpecDecodeBucketAcceptanceLow"),
             TIMEOUT,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.app import create_app, page_inputs
 from specdec_exporter.sidecar.charts import clock_ticks
-from specdec_exporter.sidecar.config import DEFAULT_RUNBOOK_URL, Settings
+from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.explain import (
     BUCKET_SECTIONS,
     MODEL_SECTIONS,
@@ -30,6 +29,7 @@ from specdec_exporter.sidecar.explain import (
 from specdec_exporter.sidecar.history import AcceptanceHistory
 from specdec_exporter.sidecar.page import render_page
 from specdec_exporter.sidecar.poller import Poller, PollState
+from specdec_exporter.sidecar.runbook import RUNBOOK_LINK
 from specdec_exporter.sidecar.scraper import ScrapeError
 from specdec_exporter.sidecar.sections import MAX_ERROR_CHARS, NO_LOAD_LEVELS
 from specdec_exporter.tap.stats import RequestRecord, RequestStats
@@ -134,9 +134,9 @@ def test_every_runbook_link_of_the_page_has_its_section() -> None:
         assert link.partition("#")[2] in runbook_anchors(), link
 
 
-def test_the_default_runbook_is_the_alerts_runbook() -> None:
-    config = tomllib.loads((ROOT / "alerts" / "config.toml").read_text())
-    assert config["links"]["runbook"] == DEFAULT_RUNBOOK_URL == Settings().runbook_url
+def test_the_default_runbook_is_the_one_the_sidecar_serves() -> None:
+    assert Settings().runbook_url is None
+    assert PageContext.of(Settings()).runbook(None) == RUNBOOK_LINK
     assert Settings().grafana_dashboard_url is None
 
 
@@ -148,7 +148,7 @@ async def test_grafana_is_linked_per_model_only_when_configured() -> None:
     assert f"<a href='{GRAFANA}?var-model={model}'>Grafana dashboard</a>" in with_grafana
     without = await page_of(poller.state, now=wall.now, context=PageContext(COST))
     assert "Grafana" not in without
-    assert f"<a href='{DEFAULT_RUNBOOK_URL}'>runbook</a>" in without
+    assert f"<a href='{RUNBOOK_LINK}'>runbook</a>" in without
 
 
 async def test_vllm_down_shows_the_reason_the_last_success_and_the_failure_counts() -> None:

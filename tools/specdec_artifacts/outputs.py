@@ -31,6 +31,10 @@ GENERATED_ALERTMANAGER = "deploy/monitoring/alertmanager/generated"
 MIXIN_FILE = "mixin/mixin.libsonnet"
 MIXIN_JSONNETFILE = "mixin/jsonnetfile.json"
 """The monitoring mixin (mixin.py) and its jsonnet-bundler file."""
+RUNBOOK_SOURCE = "docs/runbook.md"
+PACKAGED_RUNBOOK = "src/specdec_exporter/sidecar/runbook.md"
+"""The runbook the sidecar serves at /runbook (sidecar/runbook.py): a copy of docs/runbook.md in
+the package, so the image (which gets src/, not docs/) carries it."""
 LINKS_COMPONENT = "deploy/monitoring/links/kustomization.yaml"
 """The optional Component setting the runbook and Grafana URLs from the overlay (links.py)."""
 EXAMPLE_GENERATED = "deploy/examples/llama-ngram/generated"
@@ -74,6 +78,7 @@ def all_outputs(settings: Settings) -> list[Output]:
             to_yaml(alertmanager.alertmanager_config_resource(settings)),
         ),
         Output(MIXIN_FILE, mixin.mixin_text(settings)),
+        Output(PACKAGED_RUNBOOK, (REPO_ROOT / RUNBOOK_SOURCE).read_text(encoding="utf-8")),
         Output(MIXIN_JSONNETFILE, mixin.JSONNETFILE),
         Output(
             SPECULATIVE_CONFIG_FILE,

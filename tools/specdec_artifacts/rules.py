@@ -9,11 +9,12 @@ The alerts implement the rows of the verdict's decision table (core/verdict.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from specdec_artifacts.promql import guarded_ratio, rate, selector, sum_by, sum_without
 from specdec_artifacts.settings import Settings, duration_seconds
 from specdec_exporter.core import probe_names
+from specdec_exporter.core.model import DraftCostSource
 from specdec_exporter.core.verdict import NET_LOSS_BELOW
 from specdec_exporter.probe.families import ERROR_LOG_INTERVAL
 
@@ -32,8 +33,9 @@ INHIBITED_ALERTS = (
     "SpecDecodeBucketAcceptanceLow",
     "SpecDecodeBucketAcceptanceTailLow",
     "SpecDecodeSpeedupBelowOne",
+    "SpecDecodeSpeedupBelowOneAssumedCost",
     "SpecDecodeNotDrafting",
-    "SpecDecodeTapCoverageLow",
+    "SpecDecodeTemperatureSplitCoverageLow",
     "SpecDecodeProbeSplitOff",
 )
 """Per-pod alerts whose numbers cannot be trusted while that pod's sidecar or vLLM is down (the
@@ -44,6 +46,15 @@ DASHBOARD_PATH = "/d/"
 """dashboard_url = Grafana's base URL, this, the dashboard's uid and slug, the variables."""
 ALERT_PREFIX = "SpecDecode"
 """Every alert of ours starts with it: the Alertmanager routes match on it."""
+MEASURED_OR_SET: tuple[DraftCostSource, ...] = ("flag", "calibration")
+"""Sources of c (`specdec_draft_cost_ratio{source}`) a page may rest on: measured by `calibrate`
+or set by a person. Any other source (a method's default, the default) is an assumption: the
+speedup alert built on it tickets (SpecDecodeSpeedupBelowOneAssumedCost)."""
+assert set(MEASURED_OR_SET) < set(get_args(DraftCostSource))
+TAP_ENABLED = "specdec_tap_enabled"
+"""1 while the sidecar runs its request tap (--proxy-listen): the sidecar-down text reads it."""
+TAP_LOOKBACK = "1h"
+"""How far back the sidecar-down text looks for the down sidecar's last TAP_ENABLED."""
 
 
 @dataclass(frozen=True)
@@ -240,24 +251,71 @@ class Lookup:
         self.threshold = self._value(names.threshold, "humanizePercentage", model=True)
         self.speedup = self._value("specdec_estimated_speedup", 'printf "%.2f"', model=True)
         self.cost = self._value("specdec_draft_cost_ratio", 'printf "%g"', model=False)
+        self.cost_source = self._label("specdec_draft_cost_ratio", "source", model=False)
+        self.split_source = self._query(
+            "specdec_temperature_split_info",
+            model=False,
+            found=(
+                '{{ $source := . | first | label "source" }}'
+                '{{ if eq $source "probe" }}the engine probe'
+                '{{ else if eq $source "tap" }}the request tap'
+                "{{ else }}{{ $source }}{{ end }}"
+            ),
+            missing="unknown",
+        )
+        self.gain_or_loss = self._query(
+            "specdec_estimated_speedup",
+            model=True,
+            found=(
+                f"{{{{ if lt (. | first | value) {NET_LOSS_BELOW:.1f} }}}}a net loss"
+                "{{ else }}still a gain{{ end }} (modelled speedup "
+                '{{ . | first | value | printf "%.2f" }})'
+            ),
+            missing="of unknown worth (no modelled speedup: k unknown)",
+        )
 
-    def _value(self, metric: str, format_: str, *, model: bool) -> str:
+    def _query(
+        self, metric: str, *, model: bool, found: str, missing: str, around: str = "{}"
+    ) -> str:
+        """`found` (the query's result as `.`) if the query returns a series, else `missing`.
+        The query is `metric` with the alert's own target (and model) labels, put in `around`'s
+        `{}` (e.g. `last_over_time({}[1h])`)."""
         labels = (*self._target, "model_name") if model else self._target
         matchers = ", ".join(f"{label}=%q" for label in labels)
         values = " ".join(f"$labels.{label}" for label in labels)
+        query = around.replace("{}", f"{metric}{{{matchers}}}")
         return (
-            f"{{{{ with printf `{metric}{{{matchers}}}` {values} | query }}}}"
-            f"{{{{ . | first | value | {format_} }}}}{{{{ else }}}}unknown{{{{ end }}}}"
+            f"{{{{ with printf `{query}` {values} | query }}}}"
+            f"{found}{{{{ else }}}}{missing}{{{{ end }}}}"
+        )
+
+    def _value(self, metric: str, format_: str, *, model: bool) -> str:
+        return self._query(
+            metric, model=model, found=f"{{{{ . | first | value | {format_} }}}}", missing="unknown"
+        )
+
+    def _label(self, metric: str, label: str, *, model: bool) -> str:
+        return self._query(
+            metric, model=model, found=f'{{{{ . | first | label "{label}" }}}}', missing="unknown"
+        )
+
+    def tap_text(self, *, on: str, off: str, unknown: str) -> str:
+        """`on` or `off` by the down sidecar's last TAP_ENABLED, `unknown` without one."""
+        return self._query(
+            TAP_ENABLED,
+            around=f"last_over_time({{}}[{TAP_LOOKBACK}])",
+            model=False,
+            found=f"{{{{ if eq (. | first | value) 1.0 }}}}{on}{{{{ else }}}}{off}{{{{ end }}}}",
+            missing=unknown,
         )
 
 
 def acceptance_alerts(settings: Settings) -> list[Rule]:
     names, t, look = Names.of(settings), settings.thresholds, Lookup(settings)
-    ratio_op, w, sel = f"ratio_{names.window}", settings.windows.rate, settings.selectors.sidecar
+    ratio_op, w = f"ratio_{names.window}", settings.windows.rate
     low = (
         f"{names.pod('acceptance_rate', ratio_op)}\n< {names.threshold}\n"
-        f"and\n{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}\n"
-        f"unless\n{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}"
+        f"and\n{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}"
     )
     dropped = (
         f"{names.model('acceptance_rate', f'ratio_{names.offset}')}\n"
@@ -273,17 +331,16 @@ def acceptance_alerts(settings: Settings) -> list[Rule]:
             settings,
             "SpecDecodeAcceptanceLow",
             low,
-            summary="Speculative decoding acceptance is below its threshold; by the model it "
-            "still pays.",
+            summary="Speculative decoding acceptance is below its threshold t.",
             description=(
                 "Draft acceptance of model {{ $labels.model_name }} on {{ $labels.instance }} "
                 "({{ $labels.namespace }}) is {{ $value | humanizePercentage }} over the "
                 f"last {w}, below its threshold t = {look.threshold}, with at least "
-                f"{_num(t.min_draft_tokens_per_second)} draft tokens/s. The modelled speedup "
-                f"is {look.speedup} (c = {look.cost}), not below 1: the drafter lost "
-                "acceptance, but speculation is not a net loss by the model. Find the cause; "
-                "if this acceptance is normal here, calibrate c or lower t for this method "
-                "or model."
+                f"{_num(t.min_draft_tokens_per_second)} draft tokens/s. By the model, "
+                f"speculation is {look.gain_or_loss}, with c = {look.cost} "
+                f"(source: {look.cost_source}). The drafter lost acceptance: find the cause "
+                "(runbook). c from `method` or `default` is an assumption; "
+                "`specdec-exporter calibrate` measures it."
             ),
             dashboard_vars=("namespace", "pod", "model_name"),
         ),
@@ -361,9 +418,19 @@ def efficiency_alerts(settings: Settings) -> list[Rule]:
     names, t, look = Names.of(settings), settings.thresholds, Lookup(settings)
     sel = settings.selectors.sidecar
     drafting = f"{names.pod('draft_tokens')} >= {_num(t.min_draft_tokens_per_second)}"
-    speedup = (
-        f"{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}\nand\n{drafting}"
-    )
+    acceptance = names.pod("acceptance_rate", f"ratio_{names.window}")
+    target = ", ".join(("job", "instance", *settings.cluster))
+    sources = "|".join(MEASURED_OR_SET)
+
+    def speedup(cost_matcher: str) -> str:
+        cost = selector("specdec_draft_cost_ratio", sel, cost_matcher)
+        return (
+            f"{selector('specdec_estimated_speedup', sel)} < {_num(NET_LOSS_BELOW)}\n"
+            f"and\n{acceptance} >= {names.threshold}\n"
+            f"and\n{drafting}\n"
+            f"and on ({target})\n{cost}"
+        )
+
     coverage = (
         f"{selector('specdec_request_coverage_ratio', sel)} < {_num(t.coverage_ratio)}\n"
         f"and\n{drafting}"
@@ -374,18 +441,36 @@ def efficiency_alerts(settings: Settings) -> list[Rule]:
         f" >= {_num(t.min_generation_tokens_per_second)}\n"
         f"and\n{names.pod('drafts')} == 0"
     )
+    loss = (
+        'The sidecar models a speedup of {{ $value | printf "%.2f" }} for model '
+        "{{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}) while "
+        f"its acceptance {look.acceptance} is at or above its threshold t = {look.threshold}"
+    )
     return [
         _alert(
             settings,
             "SpecDecodeSpeedupBelowOne",
-            speedup,
-            summary="Speculative decoding is a net loss by the model: modelled speedup below 1.",
+            speedup(f'source=~"{sources}"'),
+            summary="Speculative decoding is a net loss by the model (modelled speedup below 1), "
+            "with a measured or set draft cost.",
             description=(
-                'The sidecar models a speedup of {{ $value | printf "%.2f" }} for model '
-                "{{ $labels.model_name }} on {{ $labels.instance }} ({{ $labels.namespace }}), "
-                f"with acceptance {look.acceptance} (threshold t = {look.threshold}) and "
-                f"c = {look.cost}: the tokens accepted per step do not pay for drafting, so "
-                "generation is slower than plain decoding by the model."
+                f"{loss}, with c = {look.cost} (source: {look.cost_source}: measured by "
+                "`calibrate` or set by a person): the tokens accepted per step do not pay for "
+                "drafting, so generation is slower than plain decoding by the model."
+            ),
+            dashboard_vars=("namespace", "pod", "model_name"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeSpeedupBelowOneAssumedCost",
+            speedup(f'source!~"{sources}"'),
+            summary="The modelled speedup is below 1, but it rests on an assumed draft cost: "
+            "measure c before acting.",
+            description=(
+                f"{loss}, with c = {look.cost} (source: {look.cost_source}: an assumption, "
+                "nobody measured it). Whether speculation loses time by the model depends "
+                "on that c: measure it (`specdec-exporter calibrate`, runbook); with a measured "
+                "c the same figures page as SpecDecodeSpeedupBelowOne."
             ),
             dashboard_vars=("namespace", "pod", "model_name"),
         ),
@@ -404,12 +489,13 @@ def efficiency_alerts(settings: Settings) -> list[Rule]:
         ),
         _alert(
             settings,
-            "SpecDecodeTapCoverageLow",
+            "SpecDecodeTemperatureSplitCoverageLow",
             coverage,
-            summary="The request tap sees too little of the drafted traffic.",
+            summary="The temperature split covers too little of the drafted traffic.",
             description=(
-                "The tap attributed {{ $value | humanizePercentage }} of the draft tokens "
-                "vLLM counted for model {{ $labels.model_name }} on {{ $labels.instance }} "
+                f"The temperature split's source ({look.split_source}) attributed "
+                "{{ $value | humanizePercentage }} of the draft tokens vLLM counted for model "
+                "{{ $labels.model_name }} on {{ $labels.instance }} "
                 f"({{{{ $labels.namespace }}}}), below {_pct(t.coverage_ratio)}: the "
                 "per-temperature figures describe only part of the traffic."
             ),
@@ -419,8 +505,20 @@ def efficiency_alerts(settings: Settings) -> list[Rule]:
 
 
 def health_alerts(settings: Settings) -> list[Rule]:
-    sel = settings.selectors.sidecar
+    """The monitor's own health: tickets, never pages (vLLM's availability is paged by the
+    service's own alerts; these say the speculative-decoding monitor of a pod is blind)."""
+    sel, look = settings.selectors.sidecar, Lookup(settings)
     grace = settings.policy("SpecDecodeVLLMNeverUp").for_
+    blind = "its speculative-decoding alerts are inhibited: the monitor of this pod is blind."
+    tap = look.tap_text(
+        on="Its request tap is on the request path: requests the Service sends to this pod "
+        "fail while the sidecar is down (vLLM's own availability alerts see them); the "
+        "runbook says how to take the tap out of the path.",
+        off="Its request tap is off (engine probe or no split): vLLM serves as usual; only "
+        "the monitoring of this pod is blind.",
+        unknown=f"Whether its request tap is on is unknown (no scrape in the last "
+        f"{TAP_LOOKBACK}): if the Service targets the tap, requests to this pod fail too.",
+    )
     return [
         _alert(
             settings,
@@ -429,8 +527,7 @@ def health_alerts(settings: Settings) -> list[Rule]:
             summary="Prometheus cannot scrape the speculative-decoding sidecar.",
             description=(
                 "The sidecar target {{ $labels.instance }} ({{ $labels.namespace }}/"
-                "{{ $labels.pod }}) has been down. The tap is on the request path, so "
-                "requests to this pod are probably failing too."
+                f"{{{{ $labels.pod }}}}) has been down. {tap}"
             ),
             dashboard_vars=("namespace", "pod"),
         ),
@@ -441,7 +538,8 @@ def health_alerts(settings: Settings) -> list[Rule]:
             summary="No speculative-decoding sidecar target is discovered.",
             description=(
                 f"Prometheus has no target matching {{{sel}}}: the PodMonitor is not "
-                "selected, or no pod runs the sidecar. No speculative-decoding alert can fire."
+                "selected, or no pod runs the sidecar. No speculative-decoding alert can fire: "
+                "the monitor is blind."
             ),
             dashboard_vars=(),
         ),
@@ -450,12 +548,12 @@ def health_alerts(settings: Settings) -> list[Rule]:
             "SpecDecodeVLLMUnreachable",
             f"{selector('specdec_up', sel)} == 0\n"
             f"and\n{selector('specdec_vllm_ever_up', sel)} == 1",
-            summary="vLLM went down: the sidecar can no longer scrape its /metrics.",
+            summary="The sidecar can no longer scrape vLLM's /metrics: its monitor is blind.",
             description=(
                 "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
                 " reached vLLM in its pod before and now fails to scrape it (see "
-                "specdec_scrape_failures_total by reason). vLLM is down, overloaded or not "
-                "serving /metrics."
+                "specdec_scrape_failures_total by reason): vLLM is down, overloaded or not "
+                "serving /metrics. vLLM's own availability alerts page for that; " + blind
             ),
             dashboard_vars=("namespace", "pod"),
         ),
@@ -463,11 +561,12 @@ def health_alerts(settings: Settings) -> list[Rule]:
             settings,
             "SpecDecodeVLLMNeverUp",
             f"{selector('specdec_vllm_ever_up', sel)} == 0",
-            summary="vLLM has not come up since the sidecar started.",
+            summary="vLLM has not come up since the sidecar started: its monitor is blind.",
             description=(
                 "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }})"
                 f" has not reached vLLM once in {grace}, longer than vLLM's startup budget: "
-                "vLLM is stuck loading, crash-looping or misconfigured."
+                "vLLM is stuck loading, crash-looping or misconfigured. vLLM's own "
+                "availability alerts page for that; " + blind
             ),
             dashboard_vars=("namespace", "pod"),
         ),

@@ -1,4 +1,5 @@
-"""The sidecar's HTTP face: /metrics, /healthz, /readyz, the live page at / and /api/report."""
+"""The sidecar's HTTP face: /metrics, /healthz, /readyz, the live page at /, /api/report and
+/runbook."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from specdec_exporter.core.report import bucket_json, rows_to_show
 from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.page import PageInputs, refresh_seconds, render_page
 from specdec_exporter.sidecar.poller import PollState
+from specdec_exporter.sidecar.runbook import add_runbook_route
 from specdec_exporter.sidecar.sections import LoadLevel, Table, bucket_latencies
 from specdec_exporter.term import Cell
 
@@ -110,6 +112,7 @@ def create_app(
         """The page's data as JSON (the demo's live table reads it)."""
         return JSONResponse(report_json(tables()))
 
+    add_runbook_route(app)
     return app
 
 

@@ -68,6 +68,12 @@ class SpecDecodeCollector(Collector):
         )
         cost.add_metric([self._cost.source], self._cost.ratio)
         yield cost
+        yield GaugeMetricFamily(
+            "specdec_tap_enabled",
+            "1 if this sidecar runs the request tap (--proxy-listen), else 0: whether requests "
+            "may pass through it (the sidecar-down alert's text reads it).",
+            value=1.0 if self._coverage_enabled else 0.0,
+        )
         if state.scrape_duration is not None:
             yield GaugeMetricFamily(
                 "specdec_scrape_duration_seconds",

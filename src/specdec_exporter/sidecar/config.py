@@ -35,9 +35,6 @@ DEFAULT_MAX_MODELS = 64
 """vLLM serves one model per server; a few more cover renames and a shared sidecar."""
 DEFAULT_MODEL_EXPIRY = 600.0
 """Seconds of successful polls without a model before its per-model tap series go."""
-DEFAULT_RUNBOOK_URL = "https://runbook.unset.invalid/docs/runbook.md"
-"""The runbook the live page links each verdict to: `[links] runbook` of alerts/config.toml (a
-test keeps the two equal)."""
 GENERATION_CONFIG_FILE = "generation_config.json"
 """The file in a Hugging Face model folder whose ``temperature`` vLLM applies by default."""
 
@@ -218,10 +215,10 @@ class Settings(VllmTarget):
         description="seconds of successful "
         "polls without a model before its per-model tap series go",
     )
-    runbook_url: HttpUrl = Field(
-        DEFAULT_RUNBOOK_URL,
+    runbook_url: HttpUrl | None = Field(
+        None,
         description="docs/runbook.md as your team reads it; the live page links each verdict "
-        "to its section",
+        "to its section (default: the runbook this sidecar serves at /runbook)",
     )
     grafana_dashboard_url: HttpUrl | None = Field(
         None,

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from specdec_exporter.core.model import DEFAULT_DRAFT_COST_RATIO, DraftCost
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, NET_LOSS_BELOW, Criteria, Verdict
-from specdec_exporter.sidecar.config import DEFAULT_RUNBOOK_URL, Settings
+from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.runbook import RUNBOOK_LINK
 
 MODEL_SECTIONS = {
     Verdict.DISABLE: "SpecDecodeSpeedupBelowOne",
@@ -36,7 +37,8 @@ class PageContext:
 
     cost: DraftCost = field(default_factory=lambda: DraftCost(DEFAULT_DRAFT_COST_RATIO, "default"))
     criteria: Criteria = DEFAULT_CRITERIA
-    runbook_url: str = DEFAULT_RUNBOOK_URL
+    runbook_url: str = RUNBOOK_LINK
+    """--runbook-url, else the sidecar's own /runbook (relative to the page)."""
     grafana_dashboard_url: str | None = None
 
     @classmethod
@@ -44,7 +46,7 @@ class PageContext:
         return cls(
             settings.draft_cost,
             settings.criteria,
-            settings.runbook_url,
+            settings.runbook_url or RUNBOOK_LINK,
             settings.grafana_dashboard_url,
         )
 
