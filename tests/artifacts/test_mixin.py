@@ -22,7 +22,7 @@ from specdec_artifacts.settings import REPO_ROOT, Settings, load
 
 OVERRIDE = """{
   _config+:: {
-    specdecSelector: 'job="sd", team="llm"',
+    sidecarJob: 'sd',
     clusterLabel: 'k8s_cluster',
     thresholds+: { coverageRatio: 0.7 },
   },
@@ -54,7 +54,7 @@ def generated(settings: Settings) -> dict[str, Any]:
 
 def overridden_settings() -> Settings:
     data = load().model_dump(by_alias=True)
-    data["selectors"].update(sidecar='job="sd", team="llm"', cluster_label="k8s_cluster")
+    data["selectors"].update(sidecar_job="sd", cluster_label="k8s_cluster")
     data["thresholds"]["coverage_ratio"] = 0.7
     return Settings.model_validate(data)
 
@@ -87,7 +87,9 @@ def test_an_override_changes_only_what_those_values_touch() -> None:
     assert changed, "the override changed nothing"
     for path in changed - {p for p in changed if p[:4] == cluster_variable}:
         text = str(after[path])
-        assert any(part in text for part in ('job="sd", team="llm"', "k8s_cluster", "0.7", "70")), (
+        assert any(part in text for part in ('job="sd"', "k8s_cluster", "0.7", "70")) or (
+            text == "sd" and path[:4] == ("dashboard", "templating", "list", "2")
+        ), (
             path,
             before[path],
             after[path],
@@ -140,3 +142,21 @@ def test_the_documented_usage_renders(tmp_path: Path) -> None:
     assert coverage["expr"].startswith(
         'specdec_request_coverage_ratio{job="specdec-exporter"} < 0.7'
     )
+
+
+def test_the_mixins_dashboard_names_no_job_and_leads_with_health() -> None:
+    """As jsonnet renders it, with the sidecar's job overridden: the job is the variable's
+    default, never a literal in a query (issue 29)."""
+    from specdec_artifacts.checks import (  # noqa: PLC0415
+        first_row_problems,
+        hard_coded_jobs,
+        panels_of,
+        tap_title_problems,
+    )
+
+    board = render(OVERRIDE)["dashboard"]
+    exprs = [t["expr"] for p in panels_of(board) for t in p["targets"]]
+    assert [problem for expr in exprs for problem in hard_coded_jobs(expr)] == []
+    assert first_row_problems(board) == [] and tap_title_problems(board) == []
+    variable = {v["name"]: v for v in board["templating"]["list"]}["sidecar_job"]
+    assert variable["current"]["value"] == ["sd"]
