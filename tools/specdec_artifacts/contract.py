@@ -47,6 +47,8 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_up", "gauge"),
     _m("specdec_vllm_ever_up", "gauge"),
     _m("specdec_draft_cost_ratio", "gauge", "source"),
+    _m("specdec_window_seconds", "gauge"),
+    _m("specdec_poll_interval_seconds", "gauge"),
     _m("specdec_scrape_duration_seconds", "gauge"),
     _m("specdec_scrape_failures", "counter", "reason"),
     _m("specdec_build_info", "gauge", "version"),
