@@ -38,6 +38,8 @@ class PageContext:
     criteria: Criteria = DEFAULT_CRITERIA
     runbook_url: str = DEFAULT_RUNBOOK_URL
     grafana_dashboard_url: str | None = None
+    window: float | None = None
+    """The sidecar's --window: what the header says while figures are missing (None: unknown)."""
 
     @classmethod
     def of(cls, settings: Settings) -> PageContext:
@@ -46,6 +48,7 @@ class PageContext:
             settings.criteria,
             settings.runbook_url,
             settings.grafana_dashboard_url,
+            settings.window,
         )
 
     def runbook(self, section: str | None) -> str:
