@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.registry import CollectorRegistry
-from probe_text import probe_text
 from test_poller_collector import Clock, ScriptedSource
 
+from probe_text import probe_text
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.app import create_app, page_inputs
@@ -392,9 +392,7 @@ async def report_of(state: PollState, *, now: float, context: PageContext = CONT
         return (await client.get("/api/report")).json()
 
 
-async def test_with_the_probes_temperature_split_off_the_page_says_why_where_the_split_would_be() -> (
-    None
-):
+async def test_with_the_probes_temperature_split_off_the_page_says_why_where_it_would_be() -> None:
     """vLLM without --per-request-spec-decode-metrics: the probe turns its temperature split off
     and says why; the page says it where the per-bucket table would be, not only /api/report."""
     body = capture("t3") + probe_text(temperature_split=False)
