@@ -368,8 +368,8 @@ def test_with_the_probes_load_level_split_off_the_section_says_why() -> None:
     inputs = page_inputs({"engine_probe": probe}, [], CollectorRegistry())
     page = render_page(PollState(), "http://vllm:8000", inputs, refresh=5, now=START)
     assert (
-        "<h2>Acceptance by load level</h2><p class='note'>the engine probe's load-level split is "
-        "off: batch split off: invalid SPECDEC_BATCH_BUCKETS '4,&lt;1'</p>"
+        "<h2>Acceptance by load level</h2><p class='note'>the engine probe inside vLLM "
+        "reports: batch split off: invalid SPECDEC_BATCH_BUCKETS '4,&lt;1'</p>"
     ) in page
     assert NO_LOAD_LEVELS not in page
 
@@ -401,7 +401,7 @@ async def test_with_the_probes_temperature_split_off_the_page_says_why_where_it_
     page = await page_of(poller.state, now=wall.now)
     assert (
         "<h2>Acceptance by temperature bucket</h2><p class='note' id='split-off'>the engine "
-        "probe's temperature split is off: temperature split off: vLLM runs without "
+        "probe inside vLLM reports: temperature split off: vLLM runs without "
         "--per-request-spec-decode-metrics summary</p>"
     ) in page
     per_position = page.index("Acceptance per draft position")
@@ -426,7 +426,7 @@ def test_with_the_probes_split_off_and_the_tap_on_the_page_says_which_feeds_it()
     inputs = page_inputs(report, [], CollectorRegistry())
     page = render_page(PollState(), "http://vllm:8000", inputs, refresh=5, now=START)
     assert (
-        "the engine probe's temperature split is off: temperature split off: &lt;why&gt;; the "
+        "the engine probe inside vLLM reports: temperature split off: &lt;why&gt;; the "
         "request tap feeds the split instead"
     ) in page
 

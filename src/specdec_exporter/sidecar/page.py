@@ -63,6 +63,8 @@ VERDICT_HEADER = "verdict"
 BUCKET_HEADER = "temperature bucket"
 
 NO_DATA = "no data yet"
+PROBE_REPORTS = "the engine probe inside vLLM reports: "
+"""Before the probe's own reason for a split it turned off (its info series' ``reason``)."""
 NO_FIGURES_WHILE_DOWN = "no figures while vLLM does not answer"
 
 REFRESH_SECONDS_MIN, REFRESH_SECONDS_MAX = 2, 60
@@ -277,7 +279,7 @@ def _load_levels(inputs: PageInputs, why: _Explainer, *, up: bool) -> str:
         probe = inputs.engine_probe
         note = NO_LOAD_LEVELS
         if probe is not None and probe.get(names.BATCH_SPLIT) == names.OFF:
-            note = f"the engine probe's load-level split is off: {probe.get(names.REASON, '')}"
+            note = f"{PROBE_REPORTS}{probe.get(names.REASON, '')}"
         elif probe is not None:
             note = LOAD_LEVELS_NOT_YET if up else LOAD_LEVELS_WHILE_DOWN
         note = html.escape(note, quote=False)
@@ -290,7 +292,7 @@ def _temperature_split(inputs: PageInputs) -> str:
     is off), or which source feeds it when the probe's is off and the tap's is on."""
     probe = inputs.engine_probe
     off = probe is not None and probe.get(names.TEMPERATURE_SPLIT) == names.OFF
-    reason = f"the engine probe's temperature split is off: {(probe or {}).get(names.REASON, '')}"
+    reason = f"{PROBE_REPORTS}{(probe or {}).get(names.REASON, '')}"
     if inputs.temperature_split_source in (None, "none"):
         note = reason if off else NO_TEMPERATURE_SPLIT
         return (
