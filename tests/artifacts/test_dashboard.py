@@ -561,7 +561,7 @@ def test_the_probe_fed_series_are_the_ones_the_sidecar_exports_from_the_probe() 
     """The golden exposition is a sidecar reading a vLLM with the engine probe: its
     specdec_request* series are what the probe feeds."""
     golden = (REPO_ROOT / "tests" / "golden" / "exporter_two_engines.prom").read_text()
-    assert "from the engine probe" in golden
+    assert 'specdec_temperature_split_info{source="probe"} 1.0' in golden
     exported = set(re.findall(r"^(specdec_request\w*)[{ ]", golden, re.MULTILINE))
     assert exported == PROBE_FED
 

@@ -395,3 +395,19 @@ async def test_coverage_above_one_is_exported_as_counted_and_its_help_says_why()
     assert "Above 1 for a while: a sequence's draft tokens are attributed when it finishes" in (
         help_line
     )
+
+
+def test_the_splits_help_is_the_same_whichever_source_feeds_it() -> None:
+    """One pod's split from the engine probe, another's from the tap: the same families must
+    carry the same HELP, or Prometheus and Thanos see conflicting metadata across targets."""
+    from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
+    from specdec_exporter.core.probe_parse import parse_probe  # noqa: PLC0415
+    from specdec_exporter.sidecar.split_collector import temperature_families  # noqa: PLC0415
+    from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
+
+    tap = {
+        f.name: f.documentation for f in RequestStats(TemperatureBuckets(), lambda _: 4).describe()
+    }
+    probe = {f.name: f.documentation for f in temperature_families(parse_probe(probe_text()))}
+    assert set(probe) < set(tap)
+    assert {name: tap[name] for name in probe} == probe
