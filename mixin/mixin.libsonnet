@@ -911,7 +911,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "min by (model_name, source) (\nspecdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance, " + c.clusterLabel + ") group_left (source)\ngroup by (job, instance, " + c.clusterLabel + ", source) (specdec_draft_cost_ratio{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)" else "min by (model_name, source) (\nspecdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance) group_left (source)\ngroup by (job, instance, source) (specdec_draft_cost_ratio{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)"),
+              "expr": (if hasCluster then "min by (model_name, source) (\nspecdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance, " + c.clusterLabel + ") group_left (source)\ngroup by (job, instance, " + c.clusterLabel + ", source) (specdec_draft_cost_ratio{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "min by (model_name, source) (\nspecdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance) group_left (source)\ngroup by (job, instance, source) (specdec_draft_cost_ratio{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}} (c: {{source}})",
               "range": false,
               "instant": true,
@@ -2543,7 +2543,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "specdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}" else "specdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}"),
+              "expr": (if hasCluster then "specdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\nor\nspecdec_spec_decode_enabled{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"} * NaN" else "specdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\nor\nspecdec_spec_decode_enabled{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"} * NaN"),
               "legendFormat": "{{model_name}} {{pod}}",
               "range": true,
               "instant": false,

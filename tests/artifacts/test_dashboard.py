@@ -250,6 +250,9 @@ def test_every_ratio_and_quantile_falls_back_to_nan_where_nothing_was_counted(
                 if panel["type"] == "table":  # the fleet's recording rules rank what exists
                     continue
                 assert re.search(r"\nor\n.* \* NaN", expr), (panel["title"], expr)
+    for title in ("Speedup (c calibrated, else assumed)", "Modelled speedup"):
+        (target,) = next(p for p in panels_of(board) if p["title"] == title)["targets"]
+        assert re.search(r"\nor\n.* \* NaN$", target["expr"]), "the gauge is absent when idle"
 
 
 def test_panels_fit_the_grid_without_overlapping(board: dict[str, Any]) -> None:

@@ -297,7 +297,8 @@ def now_row(settings: Settings, scope: Scope) -> Row:
         f"min by (model_name, source) (\n{selector('specdec_estimated_speedup', scope.model)}\n"
         f"* on ({target}) group_left (source)\n"
         f"group by ({target}, source) ({selector('specdec_draft_cost_ratio', scope.sidecar)})\n)"
-    )
+        + _idle(_sum_rate("model_name", "specdec_draft_tokens_total", scope.engine))
+    )  # the speedup gauge is absent without drafts in the sidecar's window: idle, not down
     coverage = selector("specdec_request_coverage_ratio", scope.model)
     split_info = selector("specdec_temperature_split_info", scope.sidecar)
     coverage_by_source = (
@@ -675,7 +676,9 @@ def speedup_row(scope: Scope) -> Row:
                 "than it saves (a net loss, the SpecDecodeSpeedupBelowOne page).",
                 (
                     Query(
-                        selector("specdec_estimated_speedup", scope.model), "{{model_name}} {{pod}}"
+                        selector("specdec_estimated_speedup", scope.model)
+                        + _idle(selector("specdec_spec_decode_enabled", scope.model)),
+                        "{{model_name}} {{pod}}",
                     ),
                 ),
                 width=10,
