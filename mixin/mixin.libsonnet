@@ -11,7 +11,7 @@
 // alerts/config.toml and regenerate.
 {
   _config+:: {
-    "specdecSelector": "job=\"specdec-exporter\"",
+    "sidecarJob": "specdec-exporter",
     "vllmJob": "vllm",
     "clusterLabel": "",
     "runbookURL": "https://runbook.unset.invalid/docs/runbook.md",
@@ -101,19 +101,19 @@
         "rules": [
           {
             "record": "instance_model_name:specdec_drafts:rate5m",
-            "expr": "sum without (engine) (rate(specdec_drafts_total{" + c.specdecSelector + "}[5m]))"
+            "expr": "sum without (engine) (rate(specdec_drafts_total{job=\"" + c.sidecarJob + "\"}[5m]))"
           },
           {
             "record": "instance_model_name:specdec_draft_tokens:rate5m",
-            "expr": "sum without (engine) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[5m]))"
+            "expr": "sum without (engine) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[5m]))"
           },
           {
             "record": "instance_model_name:specdec_accepted_tokens:rate5m",
-            "expr": "sum without (engine) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + "}[5m]))"
+            "expr": "sum without (engine) (rate(specdec_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[5m]))"
           },
           {
             "record": "instance_model_name:specdec_generation_tokens:rate5m",
-            "expr": "sum without (engine) (rate(specdec_generation_tokens_total{" + c.specdecSelector + "}[5m]))"
+            "expr": "sum without (engine) (rate(specdec_generation_tokens_total{job=\"" + c.sidecarJob + "\"}[5m]))"
           },
           {
             "record": "instance_model_name:specdec_acceptance_rate:ratio_rate5m",
@@ -129,19 +129,19 @@
           },
           {
             "record": "instance_model_name_engine:specdec_acceptance_rate:ratio_rate5m",
-            "expr": "rate(specdec_accepted_tokens_total{" + c.specdecSelector + "}[5m])\n/ (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[5m]) > 0)"
+            "expr": "rate(specdec_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[5m])\n/ (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[5m]) > 0)"
           },
           {
             "record": "instance_model_name_engine:specdec_acceptance_length:mean_rate5m",
-            "expr": "1 + rate(specdec_accepted_tokens_total{" + c.specdecSelector + "}[5m])\n/ (rate(specdec_drafts_total{" + c.specdecSelector + "}[5m]) > 0)"
+            "expr": "1 + rate(specdec_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[5m])\n/ (rate(specdec_drafts_total{job=\"" + c.sidecarJob + "\"}[5m]) > 0)"
           },
           {
             "record": "instance_model_name_position:specdec_position_acceptance_rate:ratio_rate5m",
-            "expr": "sum without (engine) (rate(specdec_accepted_tokens_per_position_total{" + c.specdecSelector + "}[5m]))\n/ ignoring (position) group_left () (instance_model_name:specdec_drafts:rate5m > 0)"
+            "expr": "sum without (engine) (rate(specdec_accepted_tokens_per_position_total{job=\"" + c.sidecarJob + "\"}[5m]))\n/ ignoring (position) group_left () (instance_model_name:specdec_drafts:rate5m > 0)"
           },
           {
             "record": "instance_model_name:specdec_acceptance_threshold:config",
-            "expr": std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + "})"
+            "expr": std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=\"" + c.sidecarJob + "\"})"
           },
           {
             "record": "namespace_model_name:specdec_acceptance_rate:ratio_rate5m",
@@ -149,7 +149,7 @@
           },
           {
             "record": "namespace_model_name:specdec_estimated_speedup:min",
-            "expr": (if hasCluster then "min by (" + c.clusterLabel + ", namespace, model_name) (specdec_estimated_speedup{" + c.specdecSelector + "})" else "min by (namespace, model_name) (specdec_estimated_speedup{" + c.specdecSelector + "})")
+            "expr": (if hasCluster then "min by (" + c.clusterLabel + ", namespace, model_name) (specdec_estimated_speedup{job=\"" + c.sidecarJob + "\"})" else "min by (namespace, model_name) (specdec_estimated_speedup{job=\"" + c.sidecarJob + "\"})")
           }
         ]
       },
@@ -158,33 +158,33 @@
         "rules": [
           {
             "record": "instance_model_name_temperature_bucket:specdec_request_draft_tokens:rate5m",
-            "expr": "rate(specdec_request_draft_tokens_total{" + c.specdecSelector + "}[5m])"
+            "expr": "rate(specdec_request_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[5m])"
           },
           {
             "record": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:ratio_rate5m",
-            "expr": "rate(specdec_request_accepted_tokens_total{" + c.specdecSelector + "}[5m])\n/ (instance_model_name_temperature_bucket:specdec_request_draft_tokens:rate5m > 0)"
+            "expr": "rate(specdec_request_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[5m])\n/ (instance_model_name_temperature_bucket:specdec_request_draft_tokens:rate5m > 0)"
           },
           {
             "record": "instance_model_name_temperature_bucket:specdec_request_acceptance_length:mean_rate5m",
-            "expr": "1 + rate(specdec_request_accepted_tokens_total{" + c.specdecSelector + "}[5m])\n/ (rate(specdec_request_drafts_total{" + c.specdecSelector + "}[5m]) > 0)"
+            "expr": "1 + rate(specdec_request_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[5m])\n/ (rate(specdec_request_drafts_total{job=\"" + c.sidecarJob + "\"}[5m]) > 0)"
           },
           {
             "record": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:quantile_rate5m",
-            "expr": "histogram_quantile(0.1, rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + "}[5m]))\nand\nrate(specdec_request_acceptance_rate_count{" + c.specdecSelector + "}[5m]) > 0",
+            "expr": "histogram_quantile(0.1, rate(specdec_request_acceptance_rate_bucket{job=\"" + c.sidecarJob + "\"}[5m]))\nand\nrate(specdec_request_acceptance_rate_count{job=\"" + c.sidecarJob + "\"}[5m]) > 0",
             "labels": {
               "quantile": "0.1"
             }
           },
           {
             "record": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:quantile_rate5m",
-            "expr": "histogram_quantile(0.5, rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + "}[5m]))\nand\nrate(specdec_request_acceptance_rate_count{" + c.specdecSelector + "}[5m]) > 0",
+            "expr": "histogram_quantile(0.5, rate(specdec_request_acceptance_rate_bucket{job=\"" + c.sidecarJob + "\"}[5m]))\nand\nrate(specdec_request_acceptance_rate_count{job=\"" + c.sidecarJob + "\"}[5m]) > 0",
             "labels": {
               "quantile": "0.5"
             }
           },
           {
             "record": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:quantile_rate5m",
-            "expr": "histogram_quantile(0.9, rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + "}[5m]))\nand\nrate(specdec_request_acceptance_rate_count{" + c.specdecSelector + "}[5m]) > 0",
+            "expr": "histogram_quantile(0.9, rate(specdec_request_acceptance_rate_bucket{job=\"" + c.sidecarJob + "\"}[5m]))\nand\nrate(specdec_request_acceptance_rate_count{job=\"" + c.sidecarJob + "\"}[5m]) > 0",
             "labels": {
               "quantile": "0.9"
             }
@@ -196,19 +196,19 @@
         "rules": [
           {
             "record": "namespace_model_name:specdec_draft_tokens:rate1h",
-            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h]))" else "sum by (namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h]))")
+            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h]))" else "sum by (namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h]))")
           },
           {
             "record": "namespace_model_name:specdec_acceptance_rate:ratio_rate1h",
-            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + "}[1h]))\n/ (sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h])) > 0)" else "sum by (namespace, model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + "}[1h]))\n/ (sum by (namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h])) > 0)")
+            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[1h]))\n/ (sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h])) > 0)" else "sum by (namespace, model_name) (rate(specdec_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[1h]))\n/ (sum by (namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h])) > 0)")
           },
           {
             "record": "namespace_model_name:specdec_draft_tokens:rate1h_offset1d",
-            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h] offset 1d))" else "sum by (namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h] offset 1d))")
+            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h] offset 1d))" else "sum by (namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h] offset 1d))")
           },
           {
             "record": "namespace_model_name:specdec_acceptance_rate:ratio_rate1h_offset1d",
-            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + "}[1h] offset 1d))\n/ (sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h] offset 1d)) > 0)" else "sum by (namespace, model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + "}[1h] offset 1d))\n/ (sum by (namespace, model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + "}[1h] offset 1d)) > 0)")
+            "expr": (if hasCluster then "sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[1h] offset 1d))\n/ (sum by (" + c.clusterLabel + ", namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h] offset 1d)) > 0)" else "sum by (namespace, model_name) (rate(specdec_accepted_tokens_total{job=\"" + c.sidecarJob + "\"}[1h] offset 1d))\n/ (sum by (namespace, model_name) (rate(specdec_draft_tokens_total{job=\"" + c.sidecarJob + "\"}[1h] offset 1d)) > 0)")
           }
         ]
       }
@@ -265,7 +265,7 @@
           },
           {
             "alert": "SpecDecodeBucketAcceptanceTailLow",
-            "expr": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:quantile_rate5m{quantile=\"0.1\"} < " + std.format('%g', c.thresholds.tailAcceptanceRate) + "\nand ignoring (quantile)\nrate(specdec_request_acceptance_rate_count{" + c.specdecSelector + "}[5m]) >= " + std.format('%g', c.thresholds.minBucketRequestsPerSecond),
+            "expr": "instance_model_name_temperature_bucket:specdec_request_acceptance_rate:quantile_rate5m{quantile=\"0.1\"} < " + std.format('%g', c.thresholds.tailAcceptanceRate) + "\nand ignoring (quantile)\nrate(specdec_request_acceptance_rate_count{job=\"" + c.sidecarJob + "\"}[5m]) >= " + std.format('%g', c.thresholds.minBucketRequestsPerSecond),
             "for": c.alerts.SpecDecodeBucketAcceptanceTailLow["for"],
             "keep_firing_for": c.alerts.SpecDecodeBucketAcceptanceTailLow["keepFiringFor"],
             "labels": {
@@ -280,7 +280,7 @@
           },
           {
             "alert": "SpecDecodeSpeedupBelowOne",
-            "expr": (if hasCluster then "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance, " + c.clusterLabel + ")\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source=~\"flag|calibration\"}" else "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance)\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source=~\"flag|calibration\"}"),
+            "expr": (if hasCluster then "specdec_estimated_speedup{job=\"" + c.sidecarJob + "\"} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance, " + c.clusterLabel + ")\nspecdec_draft_cost_ratio{job=\"" + c.sidecarJob + "\", source=~\"flag|calibration\"}" else "specdec_estimated_speedup{job=\"" + c.sidecarJob + "\"} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance)\nspecdec_draft_cost_ratio{job=\"" + c.sidecarJob + "\", source=~\"flag|calibration\"}"),
             "for": c.alerts.SpecDecodeSpeedupBelowOne["for"],
             "keep_firing_for": c.alerts.SpecDecodeSpeedupBelowOne["keepFiringFor"],
             "labels": {
@@ -295,7 +295,7 @@
           },
           {
             "alert": "SpecDecodeSpeedupBelowOneAssumedCost",
-            "expr": (if hasCluster then "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance, " + c.clusterLabel + ")\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source!~\"flag|calibration\"}" else "specdec_estimated_speedup{" + c.specdecSelector + "} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance)\nspecdec_draft_cost_ratio{" + c.specdecSelector + ", source!~\"flag|calibration\"}"),
+            "expr": (if hasCluster then "specdec_estimated_speedup{job=\"" + c.sidecarJob + "\"} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance, " + c.clusterLabel + ")\nspecdec_draft_cost_ratio{job=\"" + c.sidecarJob + "\", source!~\"flag|calibration\"}" else "specdec_estimated_speedup{job=\"" + c.sidecarJob + "\"} < 1\nand\ninstance_model_name:specdec_acceptance_rate:ratio_rate5m >= instance_model_name:specdec_acceptance_threshold:config\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond) + "\nand on (job, instance)\nspecdec_draft_cost_ratio{job=\"" + c.sidecarJob + "\", source!~\"flag|calibration\"}"),
             "for": c.alerts.SpecDecodeSpeedupBelowOneAssumedCost["for"],
             "keep_firing_for": c.alerts.SpecDecodeSpeedupBelowOneAssumedCost["keepFiringFor"],
             "labels": {
@@ -310,7 +310,7 @@
           },
           {
             "alert": "SpecDecodeNotDrafting",
-            "expr": "specdec_spec_decode_enabled{" + c.specdecSelector + "} == 1\nand\ninstance_model_name:specdec_generation_tokens:rate5m >= " + std.format('%g', c.thresholds.minGenerationTokensPerSecond) + "\nand\ninstance_model_name:specdec_drafts:rate5m == 0",
+            "expr": "specdec_spec_decode_enabled{job=\"" + c.sidecarJob + "\"} == 1\nand\ninstance_model_name:specdec_generation_tokens:rate5m >= " + std.format('%g', c.thresholds.minGenerationTokensPerSecond) + "\nand\ninstance_model_name:specdec_drafts:rate5m == 0",
             "for": c.alerts.SpecDecodeNotDrafting["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeNotDrafting["severity"]
@@ -324,7 +324,7 @@
           },
           {
             "alert": "SpecDecodeTemperatureSplitCoverageLow",
-            "expr": "specdec_request_coverage_ratio{" + c.specdecSelector + "} < " + std.format('%g', c.thresholds.coverageRatio) + "\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond),
+            "expr": "specdec_request_coverage_ratio{job=\"" + c.sidecarJob + "\"} < " + std.format('%g', c.thresholds.coverageRatio) + "\nand\ninstance_model_name:specdec_draft_tokens:rate5m >= " + std.format('%g', c.thresholds.minDraftTokensPerSecond),
             "for": c.alerts.SpecDecodeTemperatureSplitCoverageLow["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeTemperatureSplitCoverageLow["severity"]
@@ -338,7 +338,7 @@
           },
           {
             "alert": "SpecDecodeSidecarDown",
-            "expr": "up{" + c.specdecSelector + "} == 0",
+            "expr": "up{job=\"" + c.sidecarJob + "\"} == 0",
             "for": c.alerts.SpecDecodeSidecarDown["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeSidecarDown["severity"]
@@ -352,21 +352,21 @@
           },
           {
             "alert": "SpecDecodeSidecarAbsent",
-            "expr": "absent(up{" + c.specdecSelector + "})",
+            "expr": "absent(up{job=\"" + c.sidecarJob + "\"})",
             "for": c.alerts.SpecDecodeSidecarAbsent["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeSidecarAbsent["severity"]
             },
             "annotations": {
               "summary": "No speculative-decoding sidecar target is discovered.",
-              "description": "Prometheus has no target matching {" + c.specdecSelector + "}: the PodMonitor is not selected, or no pod runs the sidecar. No speculative-decoding alert can fire: the monitor is blind.",
+              "description": "Prometheus has no target matching {job=\"" + c.sidecarJob + "\"}: the PodMonitor is not selected, or no pod runs the sidecar. No speculative-decoding alert can fire: the monitor is blind.",
               "runbook_url": c.runbookURL + "#specdecodesidecarabsent",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding")
             }
           },
           {
             "alert": "SpecDecodeVLLMUnreachable",
-            "expr": "specdec_up{" + c.specdecSelector + "} == 0\nand\nspecdec_vllm_ever_up{" + c.specdecSelector + "} == 1",
+            "expr": "specdec_up{job=\"" + c.sidecarJob + "\"} == 0\nand\nspecdec_vllm_ever_up{job=\"" + c.sidecarJob + "\"} == 1",
             "for": c.alerts.SpecDecodeVLLMUnreachable["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeVLLMUnreachable["severity"]
@@ -380,7 +380,7 @@
           },
           {
             "alert": "SpecDecodeVLLMNeverUp",
-            "expr": "specdec_vllm_ever_up{" + c.specdecSelector + "} == 0",
+            "expr": "specdec_vllm_ever_up{job=\"" + c.sidecarJob + "\"} == 0",
             "for": c.alerts.SpecDecodeVLLMNeverUp["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeVLLMNeverUp["severity"]
@@ -394,7 +394,7 @@
           },
           {
             "alert": "SpecDecodeProbeSplitOff",
-            "expr": "specdec_engine_probe_info{" + c.specdecSelector + ", temperature_split=\"off\"}\nor\nspecdec_engine_probe_info{" + c.specdecSelector + ", batch_split=\"off\"}",
+            "expr": "specdec_engine_probe_info{job=\"" + c.sidecarJob + "\", temperature_split=\"off\"}\nor\nspecdec_engine_probe_info{job=\"" + c.sidecarJob + "\", batch_split=\"off\"}",
             "for": c.alerts.SpecDecodeProbeSplitOff["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeProbeSplitOff["severity"]
@@ -408,7 +408,7 @@
           },
           {
             "alert": "SpecDecodeProbeErrors",
-            "expr": "rate(specdec_engine_probe_errors_total{" + c.specdecSelector + "}[5m]) > 0",
+            "expr": "rate(specdec_engine_probe_errors_total{job=\"" + c.sidecarJob + "\"}[5m]) > 0",
             "for": c.alerts.SpecDecodeProbeErrors["for"],
             "labels": {
               "severity": c.alerts.SpecDecodeProbeErrors["severity"]
@@ -472,9 +472,9 @@
               "type": "prometheus",
               "uid": "${datasource}"
             },
-            "definition": "label_values(specdec_build_info{" + c.specdecSelector + "}, " + c.clusterLabel + ")",
+            "definition": "label_values(specdec_build_info, " + c.clusterLabel + ")",
             "query": {
-              "query": "label_values(specdec_build_info{" + c.specdecSelector + "}, " + c.clusterLabel + ")",
+              "query": "label_values(specdec_build_info, " + c.clusterLabel + ")",
               "refId": "cluster-variable",
               "qryType": 1
             },
@@ -499,6 +499,37 @@
             "options": []
           }),
           {
+            "name": "sidecar_job",
+            "label": "Sidecar job",
+            "type": "query",
+            "datasource": {
+              "type": "prometheus",
+              "uid": "${datasource}"
+            },
+            "definition": (if hasCluster then "label_values(specdec_build_info{" + c.clusterLabel + "=~\"$cluster\"}, job)" else "label_values(specdec_build_info, job)"),
+            "query": {
+              "query": (if hasCluster then "label_values(specdec_build_info{" + c.clusterLabel + "=~\"$cluster\"}, job)" else "label_values(specdec_build_info, job)"),
+              "refId": "sidecar_job-variable",
+              "qryType": 1
+            },
+            "refresh": 2,
+            "includeAll": true,
+            "multi": true,
+            "sort": 1,
+            "current": {
+              "text": [
+                c.sidecarJob
+              ],
+              "value": [
+                c.sidecarJob
+              ]
+            },
+            "options": [],
+            "hide": 0,
+            "regex": "",
+            "allValue": ".*"
+          },
+          {
             "name": "namespace",
             "label": "Namespace",
             "type": "query",
@@ -506,9 +537,9 @@
               "type": "prometheus",
               "uid": "${datasource}"
             },
-            "definition": (if hasCluster then "label_values(specdec_build_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\"}, namespace)" else "label_values(specdec_build_info{" + c.specdecSelector + "}, namespace)"),
+            "definition": (if hasCluster then "label_values(specdec_build_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\"}, namespace)" else "label_values(specdec_build_info{job=~\"$sidecar_job\"}, namespace)"),
             "query": {
-              "query": (if hasCluster then "label_values(specdec_build_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\"}, namespace)" else "label_values(specdec_build_info{" + c.specdecSelector + "}, namespace)"),
+              "query": (if hasCluster then "label_values(specdec_build_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\"}, namespace)" else "label_values(specdec_build_info{job=~\"$sidecar_job\"}, namespace)"),
               "refId": "namespace-variable",
               "qryType": 1
             },
@@ -530,9 +561,9 @@
               "type": "prometheus",
               "uid": "${datasource}"
             },
-            "definition": (if hasCluster then "label_values(specdec_build_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"}, pod)" else "label_values(specdec_build_info{" + c.specdecSelector + ", namespace=~\"$namespace\"}, pod)"),
+            "definition": (if hasCluster then "label_values(specdec_build_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"}, pod)" else "label_values(specdec_build_info{job=~\"$sidecar_job\", namespace=~\"$namespace\"}, pod)"),
             "query": {
-              "query": (if hasCluster then "label_values(specdec_build_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"}, pod)" else "label_values(specdec_build_info{" + c.specdecSelector + ", namespace=~\"$namespace\"}, pod)"),
+              "query": (if hasCluster then "label_values(specdec_build_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"}, pod)" else "label_values(specdec_build_info{job=~\"$sidecar_job\", namespace=~\"$namespace\"}, pod)"),
               "refId": "pod-variable",
               "qryType": 1
             },
@@ -554,9 +585,9 @@
               "type": "prometheus",
               "uid": "${datasource}"
             },
-            "definition": (if hasCluster then "label_values(specdec_spec_decode_enabled{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)" else "label_values(specdec_spec_decode_enabled{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)"),
+            "definition": (if hasCluster then "label_values(specdec_spec_decode_enabled{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)" else "label_values(specdec_spec_decode_enabled{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)"),
             "query": {
-              "query": (if hasCluster then "label_values(specdec_spec_decode_enabled{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)" else "label_values(specdec_spec_decode_enabled{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)"),
+              "query": (if hasCluster then "label_values(specdec_spec_decode_enabled{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)" else "label_values(specdec_spec_decode_enabled{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}, model_name)"),
               "refId": "model-variable",
               "qryType": 1
             },
@@ -578,9 +609,9 @@
               "type": "prometheus",
               "uid": "${datasource}"
             },
-            "definition": (if hasCluster then "label_values(specdec_drafts_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)" else "label_values(specdec_drafts_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)"),
+            "definition": (if hasCluster then "label_values(specdec_drafts_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)" else "label_values(specdec_drafts_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)"),
             "query": {
-              "query": (if hasCluster then "label_values(specdec_drafts_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)" else "label_values(specdec_drafts_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)"),
+              "query": (if hasCluster then "label_values(specdec_drafts_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)" else "label_values(specdec_drafts_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, engine)"),
               "refId": "engine-variable",
               "qryType": 1
             },
@@ -602,9 +633,9 @@
               "type": "prometheus",
               "uid": "${datasource}"
             },
-            "definition": (if hasCluster then "label_values(specdec_requests_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)" else "label_values(specdec_requests_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)"),
+            "definition": (if hasCluster then "label_values(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)" else "label_values(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)"),
             "query": {
-              "query": (if hasCluster then "label_values(specdec_requests_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)" else "label_values(specdec_requests_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)"),
+              "query": (if hasCluster then "label_values(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)" else "label_values(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}, temperature_bucket)"),
               "refId": "bucket-variable",
               "qryType": 1
             },
@@ -690,7 +721,7 @@
       "panels": [
         {
           "type": "row",
-          "title": "Now: acceptance, speedup, verdict, coverage",
+          "title": "Now: health, acceptance, speedup, verdict, split coverage",
           "id": 1,
           "collapsed": false,
           "panels": [],
@@ -704,8 +735,8 @@
         {
           "type": "stat",
           "id": 2,
-          "title": "Acceptance now",
-          "description": "Accepted / proposed draft tokens per model over the selected engines and pods (red below the default t = 0.5; a model's own t is in the verdict and the acceptance row).",
+          "title": "Health",
+          "description": "The worst pod of each: the sidecar's target as Prometheus scrapes it (DOWN: the sidecar is not answering Prometheus); vLLM as the sidecar polls it (specdec_up); where the temperature split comes from (engine probe, request tap, none); the engine probe inside vLLM (a split off: specdec_engine_probe_info says why; not in vLLM: no probe). \"No data: no sidecar scraped\" means Prometheus has no sidecar series at all, which is not \"No traffic\".",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
@@ -723,17 +754,173 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "min(up{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})" else "min(up{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})"),
+              "legendFormat": "sidecar target",
+              "range": false,
+              "instant": true,
+              "editorMode": "code"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "B",
+              "expr": (if hasCluster then "min(specdec_up{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})" else "min(specdec_up{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})"),
+              "legendFormat": "vLLM",
+              "range": false,
+              "instant": true,
+              "editorMode": "code"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "C",
+              "expr": (if hasCluster then "max(\n2 * specdec_temperature_split_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", source=\"probe\"}\nor\n3 * specdec_temperature_split_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", source=\"tap\"}\nor\n4 * specdec_temperature_split_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", source=\"none\"}\n)" else "max(\n2 * specdec_temperature_split_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", source=\"probe\"}\nor\n3 * specdec_temperature_split_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", source=\"tap\"}\nor\n4 * specdec_temperature_split_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", source=\"none\"}\n)"),
+              "legendFormat": "temperature split",
+              "range": false,
+              "instant": true,
+              "editorMode": "code"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "D",
+              "expr": (if hasCluster then "min(\n6 * specdec_engine_probe_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", temperature_split=\"on\", batch_split=\"on\"}\nor\n5 * specdec_engine_probe_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}\nor on (job, instance, " + c.clusterLabel + ")\n7 * group by (job, instance, " + c.clusterLabel + ") (specdec_build_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)" else "min(\n6 * specdec_engine_probe_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", temperature_split=\"on\", batch_split=\"on\"}\nor\n5 * specdec_engine_probe_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}\nor on (job, instance)\n7 * group by (job, instance) (specdec_build_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)"),
+              "legendFormat": "engine probe",
+              "range": false,
+              "instant": true,
+              "editorMode": "code"
+            }
+          ],
+          "fieldConfig": {
+            "defaults": {
+              "unit": "none",
+              "noValue": "No data: no sidecar scraped",
+              "mappings": [
+                {
+                  "type": "special",
+                  "options": {
+                    "match": "null+nan",
+                    "result": {
+                      "text": "No traffic",
+                      "index": 0
+                    }
+                  }
+                },
+                {
+                  "type": "value",
+                  "options": {
+                    "0": {
+                      "text": "DOWN",
+                      "color": "red",
+                      "index": 1
+                    },
+                    "1": {
+                      "text": "up",
+                      "color": "green",
+                      "index": 2
+                    },
+                    "2": {
+                      "text": "engine probe",
+                      "color": "green",
+                      "index": 3
+                    },
+                    "3": {
+                      "text": "request tap",
+                      "color": "green",
+                      "index": 4
+                    },
+                    "4": {
+                      "text": "none",
+                      "color": "orange",
+                      "index": 5
+                    },
+                    "5": {
+                      "text": "a split off",
+                      "color": "orange",
+                      "index": 6
+                    },
+                    "6": {
+                      "text": "both splits on",
+                      "color": "green",
+                      "index": 7
+                    },
+                    "7": {
+                      "text": "not in vLLM",
+                      "color": "blue",
+                      "index": 8
+                    }
+                  }
+                }
+              ],
+              "color": {
+                "mode": "thresholds"
+              },
+              "thresholds": {
+                "mode": "absolute",
+                "steps": [
+                  {
+                    "color": "green",
+                    "value": null
+                  }
+                ]
+              }
+            },
+            "overrides": []
+          },
+          "options": {
+            "reduceOptions": {
+              "calcs": [
+                "last"
+              ],
+              "fields": "",
+              "values": false
+            },
+            "colorMode": "value",
+            "graphMode": "none",
+            "textMode": "value_and_name",
+            "orientation": "auto",
+            "justifyMode": "auto"
+          }
+        },
+        {
+          "type": "stat",
+          "id": 3,
+          "title": "Acceptance now",
+          "description": "Accepted / proposed draft tokens per model over the selected engines and pods: red below the default t = 0.5, yellow in the borderline band up to 0.65, green above (a model's own t is in the verdict and the acceptance row).",
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "gridPos": {
+            "x": 6,
+            "y": 1,
+            "w": 5,
+            "h": 5
+          },
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "A",
+              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -757,8 +944,12 @@
                     "value": null
                   },
                   {
-                    "color": "green",
+                    "color": "yellow",
                     "value": 0.5
+                  },
+                  {
+                    "color": "green",
+                    "value": 0.65
                   }
                 ]
               }
@@ -768,21 +959,21 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "stat",
-          "id": 3,
+          "id": 4,
           "title": "Speedup (c calibrated, else assumed)",
           "description": "The sidecar's modelled speedup L / (1 + k·c), the worst pod per model, with where c came from: `calibration` (measured by `specdec-exporter calibrate`), `flag`, `method` (that method's default) or `default`. Below 1: a net loss.",
           "datasource": {
@@ -790,9 +981,9 @@
             "uid": "${datasource}"
           },
           "gridPos": {
-            "x": 6,
+            "x": 11,
             "y": 1,
-            "w": 6,
+            "w": 5,
             "h": 5
           },
           "targets": [
@@ -802,17 +993,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "min by (model_name, source) (\nspecdec_estimated_speedup{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance, " + c.clusterLabel + ") group_left (source)\ngroup by (job, instance, " + c.clusterLabel + ", source) (specdec_draft_cost_ratio{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)" else "min by (model_name, source) (\nspecdec_estimated_speedup{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance) group_left (source)\ngroup by (job, instance, source) (specdec_draft_cost_ratio{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"})\n)"),
+              "expr": (if hasCluster then "min by (model_name, source) (\nspecdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance, " + c.clusterLabel + ") group_left (source)\ngroup by (job, instance, " + c.clusterLabel + ", source) (specdec_draft_cost_ratio{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "min by (model_name, source) (\nspecdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance) group_left (source)\ngroup by (job, instance, source) (specdec_draft_cost_ratio{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}} (c: {{source}})",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -847,31 +1038,31 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "stat",
-          "id": 4,
+          "id": 5,
           "title": "Verdict",
-          "description": "check's decision table per model, over this dashboard's window: disable (modelled speedup < 1), below threshold (acceptance < the model's t), borderline (up to 0.65), healthy. The runbook explains each (dashboard link).",
+          "description": "check's decision table per model, over the last rate interval: disable (modelled speedup < 1), below threshold (acceptance < the model's t), borderline (up to 0.65), healthy; No traffic once nothing is drafted, never the last verdict before traffic stopped. The runbook explains each (dashboard link).",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
           },
           "gridPos": {
-            "x": 12,
+            "x": 16,
             "y": 1,
-            "w": 6,
+            "w": 4,
             "h": 5
           },
           "targets": [
@@ -881,17 +1072,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "(\n0 * (min by (model_name) (specdec_estimated_speedup{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)" else "(\n0 * (min by (model_name) (specdec_estimated_speedup{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)"),
+              "expr": (if hasCluster then "(\n0 * (min by (model_name) (specdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "(\n0 * (min by (model_name) (specdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}) < 1)\nor\n1 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n< max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n))\nor\n2 + 0 * ((\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n) <= 0.65)\nor\n3 + 0 * (\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\n)\nand\n(\nsum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\n)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -947,31 +1138,31 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "stat",
-          "id": 5,
-          "title": "Temperature-split coverage (tap or probe)",
-          "description": "Draft tokens attributed to a temperature bucket / draft tokens vLLM counted, the lowest pod per model, with the split's source (`tap` or the engine `probe`) where the sidecar reports it.",
+          "id": 6,
+          "title": "Split coverage (engine probe or request tap)",
+          "description": "Draft tokens attributed to a temperature bucket / draft tokens vLLM counted, the lowest pod per model, with the split's source (`probe` or `tap`). It can exceed 1 for a while: a sequence's draft tokens are attributed when it finishes, vLLM counts them as they are drafted, so long sequences that began before the window and finish in it add more than vLLM counted in it.",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
           },
           "gridPos": {
-            "x": 18,
+            "x": 20,
             "y": 1,
-            "w": 6,
+            "w": 4,
             "h": 5
           },
           "targets": [
@@ -981,17 +1172,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "min by (model_name, source) (\nspecdec_request_coverage_ratio{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance, " + c.clusterLabel + ") group_left (source)\ngroup by (job, instance, " + c.clusterLabel + ", source) (specdec_temperature_split_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor on (model_name)\nmin by (model_name) (specdec_request_coverage_ratio{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})" else "min by (model_name, source) (\nspecdec_request_coverage_ratio{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance) group_left (source)\ngroup by (job, instance, source) (specdec_temperature_split_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor on (model_name)\nmin by (model_name) (specdec_request_coverage_ratio{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})"),
+              "expr": (if hasCluster then "min by (model_name, source) (\nspecdec_request_coverage_ratio{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance, " + c.clusterLabel + ") group_left (source)\ngroup by (job, instance, " + c.clusterLabel + ", source) (specdec_temperature_split_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor on (model_name)\nmin by (model_name) (specdec_request_coverage_ratio{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "min by (model_name, source) (\nspecdec_request_coverage_ratio{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\n* on (job, instance) group_left (source)\ngroup by (job, instance, source) (specdec_temperature_split_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})\n)\nor on (model_name)\nmin by (model_name) (specdec_request_coverage_ratio{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}} {{source}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1020,22 +1211,21 @@
                   }
                 ]
               },
-              "min": 0,
-              "max": 1
+              "min": 0
             },
             "overrides": []
           },
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
@@ -1043,7 +1233,7 @@
         {
           "type": "row",
           "title": "Acceptance",
-          "id": 6,
+          "id": 7,
           "collapsed": false,
           "panels": [],
           "gridPos": {
@@ -1055,7 +1245,7 @@
         },
         {
           "type": "timeseries",
-          "id": 7,
+          "id": 8,
           "title": "Acceptance rate per model",
           "description": "Accepted / proposed draft tokens, engines summed before dividing. Dashed: the model's alert threshold t, and the break-even: the acceptance rate at which the modelled speedup L / (1 + k·c) is 1 (k·c / mean draft length; c when every draft is k tokens long). Below the break-even, speculation is a net loss by the model.",
           "datasource": {
@@ -1075,7 +1265,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}}",
               "range": true,
               "instant": false,
@@ -1087,7 +1277,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
               "legendFormat": "threshold {{model_name}}",
               "range": true,
               "instant": false,
@@ -1099,7 +1289,7 @@
                 "uid": "${datasource}"
               },
               "refId": "C",
-              "expr": (if hasCluster then "max by (model_name) (specdec_break_even_acceptance_rate{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})" else "max by (model_name) (specdec_break_even_acceptance_rate{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})"),
+              "expr": (if hasCluster then "max by (model_name) (specdec_break_even_acceptance_rate{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})" else "max by (model_name) (specdec_break_even_acceptance_rate{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})"),
               "legendFormat": "break-even {{model_name}}",
               "range": true,
               "instant": false,
@@ -1109,130 +1299,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
-              "mappings": [
-                {
-                  "type": "special",
-                  "options": {
-                    "match": "null+nan",
-                    "result": {
-                      "text": "No traffic",
-                      "index": 0
-                    }
-                  }
-                }
-              ],
-              "color": {
-                "mode": "palette-classic"
-              },
-              "thresholds": {
-                "mode": "absolute",
-                "steps": [
-                  {
-                    "color": "green",
-                    "value": null
-                  }
-                ]
-              },
-              "min": 0,
-              "max": 1,
-              "custom": {
-                "drawStyle": "line",
-                "lineWidth": 1,
-                "fillOpacity": 10,
-                "showPoints": "never",
-                "spanNulls": false,
-                "stacking": {
-                  "mode": "none",
-                  "group": "A"
-                },
-                "thresholdsStyle": {
-                  "mode": "off"
-                }
-              }
-            },
-            "overrides": [
-              {
-                "matcher": {
-                  "id": "byRegexp",
-                  "options": "(threshold|break-even|k \\+ 1).*"
-                },
-                "properties": [
-                  {
-                    "id": "custom.lineStyle",
-                    "value": {
-                      "fill": "dash",
-                      "dash": [
-                        10,
-                        10
-                      ]
-                    }
-                  }
-                ]
-              }
-            ]
-          },
-          "options": {
-            "legend": {
-              "displayMode": "table",
-              "placement": "bottom",
-              "showLegend": true,
-              "calcs": [
-                "mean",
-                "lastNotNull"
-              ]
-            },
-            "tooltip": {
-              "mode": "multi",
-              "sort": "desc"
-            }
-          }
-        },
-        {
-          "type": "timeseries",
-          "id": 8,
-          "title": "Acceptance rate per engine",
-          "description": "Per data-parallel engine: one engine far from the others points at that rank.",
-          "datasource": {
-            "type": "prometheus",
-            "uid": "${datasource}"
-          },
-          "gridPos": {
-            "x": 12,
-            "y": 7,
-            "w": 12,
-            "h": 8
-          },
-          "targets": [
-            {
-              "datasource": {
-                "type": "prometheus",
-                "uid": "${datasource}"
-              },
-              "refId": "A",
-              "expr": (if hasCluster then "sum by (model_name, engine) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, engine) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "sum by (model_name, engine) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, engine) (rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
-              "legendFormat": "{{model_name}} engine {{engine}}",
-              "range": true,
-              "instant": false,
-              "editorMode": "code"
-            },
-            {
-              "datasource": {
-                "type": "prometheus",
-                "uid": "${datasource}"
-              },
-              "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
-              "legendFormat": "threshold {{model_name}}",
-              "range": true,
-              "instant": false,
-              "editorMode": "code"
-            }
-          ],
-          "fieldConfig": {
-            "defaults": {
-              "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1314,6 +1381,129 @@
         {
           "type": "timeseries",
           "id": 9,
+          "title": "Acceptance rate per engine",
+          "description": "Per data-parallel engine: one engine far from the others points at that rank.",
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "gridPos": {
+            "x": 12,
+            "y": 7,
+            "w": 12,
+            "h": 8
+          },
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "A",
+              "expr": (if hasCluster then "sum by (model_name, engine) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, engine) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, engine) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "sum by (model_name, engine) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, engine) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, engine) (rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
+              "legendFormat": "{{model_name}} engine {{engine}}",
+              "range": true,
+              "instant": false,
+              "editorMode": "code"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "B",
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "legendFormat": "threshold {{model_name}}",
+              "range": true,
+              "instant": false,
+              "editorMode": "code"
+            }
+          ],
+          "fieldConfig": {
+            "defaults": {
+              "unit": "percentunit",
+              "noValue": "No data",
+              "mappings": [
+                {
+                  "type": "special",
+                  "options": {
+                    "match": "null+nan",
+                    "result": {
+                      "text": "No traffic",
+                      "index": 0
+                    }
+                  }
+                }
+              ],
+              "color": {
+                "mode": "palette-classic"
+              },
+              "thresholds": {
+                "mode": "absolute",
+                "steps": [
+                  {
+                    "color": "green",
+                    "value": null
+                  }
+                ]
+              },
+              "min": 0,
+              "max": 1,
+              "custom": {
+                "drawStyle": "line",
+                "lineWidth": 1,
+                "fillOpacity": 10,
+                "showPoints": "never",
+                "spanNulls": false,
+                "stacking": {
+                  "mode": "none",
+                  "group": "A"
+                },
+                "thresholdsStyle": {
+                  "mode": "off"
+                }
+              }
+            },
+            "overrides": [
+              {
+                "matcher": {
+                  "id": "byRegexp",
+                  "options": "(threshold|break-even|k \\+ 1).*"
+                },
+                "properties": [
+                  {
+                    "id": "custom.lineStyle",
+                    "value": {
+                      "fill": "dash",
+                      "dash": [
+                        10,
+                        10
+                      ]
+                    }
+                  }
+                ]
+              }
+            ]
+          },
+          "options": {
+            "legend": {
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true,
+              "calcs": [
+                "mean",
+                "lastNotNull"
+              ]
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "desc"
+            }
+          }
+        },
+        {
+          "type": "timeseries",
+          "id": 10,
           "title": "Mean acceptance length",
           "description": "Tokens per verify step: 1 + accepted / drafts (counts the bonus token); the dashed line is the ceiling k + 1.",
           "datasource": {
@@ -1333,7 +1523,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "1 + sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_drafts_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "1 + sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_drafts_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "1 + sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_drafts_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_drafts_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "1 + sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_drafts_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_drafts_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}}",
               "range": true,
               "instant": false,
@@ -1345,7 +1535,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "1 + max by (model_name) (specdec_num_speculative_tokens{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})" else "1 + max by (model_name) (specdec_num_speculative_tokens{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})"),
+              "expr": (if hasCluster then "1 + max by (model_name) (specdec_num_speculative_tokens{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})" else "1 + max by (model_name) (specdec_num_speculative_tokens{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})"),
               "legendFormat": "k + 1 {{model_name}}",
               "range": true,
               "instant": false,
@@ -1355,7 +1545,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1435,7 +1625,7 @@
         },
         {
           "type": "timeseries",
-          "id": 10,
+          "id": 11,
           "title": "Acceptance rate per draft position",
           "description": "Accepted at position i / drafts. Unconditional: with variable draft lengths (ngram) a later position also counts drafts that never reached it.",
           "datasource": {
@@ -1455,7 +1645,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (position) group_left () (sum by (model_name) (rate(specdec_drafts_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "sum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (position) group_left () (sum by (model_name) (rate(specdec_drafts_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (position) group_left () (sum by (model_name) (rate(specdec_drafts_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "sum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (position) group_left () (sum by (model_name) (rate(specdec_drafts_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, position) (rate(specdec_accepted_tokens_per_position_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}} position {{position}}",
               "range": true,
               "instant": false,
@@ -1465,7 +1655,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1527,7 +1717,7 @@
         },
         {
           "type": "timeseries",
-          "id": 11,
+          "id": 12,
           "title": "Share of output from drafts",
           "description": "Accepted draft tokens / all generated tokens: how much of the output the drafter wrote.",
           "datasource": {
@@ -1547,7 +1737,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_generation_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "sum by (model_name) (rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_generation_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_generation_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_generation_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "sum by (model_name) (rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_generation_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_generation_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}}",
               "range": true,
               "instant": false,
@@ -1557,7 +1747,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1619,8 +1809,8 @@
         },
         {
           "type": "row",
-          "title": "By temperature bucket (request tap)",
-          "id": 12,
+          "title": "By temperature bucket (engine probe or request tap)",
+          "id": 13,
           "collapsed": false,
           "panels": [],
           "gridPos": {
@@ -1632,9 +1822,9 @@
         },
         {
           "type": "timeseries",
-          "id": 13,
+          "id": 14,
           "title": "Acceptance rate by temperature bucket",
-          "description": "From the tap's per-request counters. Acceptance falls as temperature rises. Dashed: the model's threshold t.",
+          "description": "From the temperature split's counters: the engine probe's per finished sequence where vLLM has it, else the request tap's per request (specdec_temperature_split_info says which). Acceptance falls as temperature rises. Dashed: the model's threshold t.",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
@@ -1652,7 +1842,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (model_name, temperature_bucket) (rate(specdec_request_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))\n/ (sum by (model_name, temperature_bucket) (rate(specdec_request_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0)" else "sum by (model_name, temperature_bucket) (rate(specdec_request_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))\n/ (sum by (model_name, temperature_bucket) (rate(specdec_request_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (model_name, temperature_bucket) (rate(specdec_request_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))\n/ (sum by (model_name, temperature_bucket) (rate(specdec_request_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN" else "sum by (model_name, temperature_bucket) (rate(specdec_request_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))\n/ (sum by (model_name, temperature_bucket) (rate(specdec_request_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}} {{temperature_bucket}}",
               "range": true,
               "instant": false,
@@ -1664,7 +1854,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
               "legendFormat": "threshold {{model_name}}",
               "range": true,
               "instant": false,
@@ -1674,7 +1864,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1755,9 +1945,9 @@
         },
         {
           "type": "heatmap",
-          "id": 14,
+          "id": 15,
           "title": "Per-request acceptance (heatmap)",
-          "description": "How many requests ended with each acceptance rate, over time.",
+          "description": "How many requests (finished sequences, from the engine probe) ended with each acceptance rate, over time.",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
@@ -1775,7 +1965,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (le) (increase(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))" else "sum by (le) (increase(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))"),
+              "expr": (if hasCluster then "sum by (le) (increase(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))" else "sum by (le) (increase(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval]))"),
               "legendFormat": "{{le}}",
               "range": true,
               "instant": false,
@@ -1786,7 +1976,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1840,7 +2030,7 @@
         },
         {
           "type": "timeseries",
-          "id": 15,
+          "id": 16,
           "title": "Per-request acceptance P10 / P50 / P90",
           "description": "A low P10 with a healthy mean is a tail of requests that accept few drafts; the line is the tail alert's threshold.",
           "datasource": {
@@ -1860,7 +2050,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "histogram_quantile(0.1, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0" else "histogram_quantile(0.1, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0"),
+              "expr": (if hasCluster then "histogram_quantile(0.1, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.1, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN"),
               "legendFormat": "P10 {{temperature_bucket}}",
               "range": true,
               "instant": false,
@@ -1872,7 +2062,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "histogram_quantile(0.5, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0" else "histogram_quantile(0.5, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0"),
+              "expr": (if hasCluster then "histogram_quantile(0.5, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.5, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN"),
               "legendFormat": "P50 {{temperature_bucket}}",
               "range": true,
               "instant": false,
@@ -1884,7 +2074,7 @@
                 "uid": "${datasource}"
               },
               "refId": "C",
-              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0" else "histogram_quantile(0.9, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0"),
+              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.9, sum by (model_name, temperature_bucket, le) (rate(specdec_request_acceptance_rate_bucket{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (model_name, temperature_bucket) (rate(specdec_request_acceptance_rate_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN"),
               "legendFormat": "P90 {{temperature_bucket}}",
               "range": true,
               "instant": false,
@@ -1894,7 +2084,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -1960,9 +2150,9 @@
         },
         {
           "type": "timeseries",
-          "id": 16,
+          "id": 17,
           "title": "Traffic share per temperature bucket",
-          "description": "Requests per bucket / all requests through the tap.",
+          "description": "Requests per bucket / all requests the split saw (finished sequences from the engine probe, requests through the request tap).",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
@@ -1980,7 +2170,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (temperature_bucket) (rate(specdec_requests_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval]))\n/ ignoring (temperature_bucket) group_left () (sum(rate(specdec_requests_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)" else "sum by (temperature_bucket) (rate(specdec_requests_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval]))\n/ ignoring (temperature_bucket) group_left () (sum(rate(specdec_requests_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (temperature_bucket) (rate(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval]))\n/ ignoring (temperature_bucket) group_left () (sum(rate(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)\nor\nsum by (temperature_bucket) (rate(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) * NaN" else "sum by (temperature_bucket) (rate(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval]))\n/ ignoring (temperature_bucket) group_left () (sum(rate(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)\nor\nsum by (temperature_bucket) (rate(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{temperature_bucket}}",
               "range": true,
               "instant": false,
@@ -1990,7 +2180,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2053,7 +2243,7 @@
         {
           "type": "row",
           "title": "By load level: running-batch bucket (engine probe)",
-          "id": 17,
+          "id": 18,
           "collapsed": false,
           "panels": [],
           "gridPos": {
@@ -2065,7 +2255,7 @@
         },
         {
           "type": "timeseries",
-          "id": 18,
+          "id": 19,
           "title": "Acceptance rate by running-batch bucket",
           "description": "Accepted / proposed draft tokens per bucket of the engine step's running batch (requests scheduled together), from the engine probe. Dashed: the model's threshold t.",
           "datasource": {
@@ -2085,7 +2275,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, batch_bucket) (rate(specdec_batch_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, batch_bucket) (rate(specdec_batch_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}} batch {{batch_bucket}}",
               "range": true,
               "instant": false,
@@ -2097,7 +2287,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
+              "expr": (if hasCluster then "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)" else "max by (model_name) (\n" + std.format('%g', c.thresholds.acceptanceRate) + " * group without (method) (specdec_speculative_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})\n)"),
               "legendFormat": "threshold {{model_name}}",
               "range": true,
               "instant": false,
@@ -2107,7 +2297,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2188,7 +2378,7 @@
         },
         {
           "type": "timeseries",
-          "id": 19,
+          "id": 20,
           "title": "Mean acceptance length by running-batch bucket",
           "description": "Tokens per verify step per bucket: 1 + accepted / drafts; dashed: k + 1.",
           "datasource": {
@@ -2208,7 +2398,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "1 + sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_drafts_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "1 + sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_drafts_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "1 + sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_drafts_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, batch_bucket) (rate(specdec_batch_drafts_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "1 + sum by (model_name, batch_bucket) (rate(specdec_batch_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ (sum by (model_name, batch_bucket) (rate(specdec_batch_drafts_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (model_name, batch_bucket) (rate(specdec_batch_drafts_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "{{model_name}} batch {{batch_bucket}}",
               "range": true,
               "instant": false,
@@ -2220,7 +2410,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "1 + max by (model_name) (specdec_num_speculative_tokens{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})" else "1 + max by (model_name) (specdec_num_speculative_tokens{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})"),
+              "expr": (if hasCluster then "1 + max by (model_name) (specdec_num_speculative_tokens{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})" else "1 + max by (model_name) (specdec_num_speculative_tokens{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"})"),
               "legendFormat": "k + 1 {{model_name}}",
               "range": true,
               "instant": false,
@@ -2230,7 +2420,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2310,7 +2500,7 @@
         },
         {
           "type": "timeseries",
-          "id": 20,
+          "id": 21,
           "title": "Engine steps per running-batch bucket",
           "description": "Share of the engine's steps in each bucket: where the load sits.",
           "datasource": {
@@ -2330,7 +2520,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (batch_bucket) (rate(specdec_batch_steps_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (batch_bucket) group_left () (sum(rate(specdec_batch_steps_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)" else "sum by (batch_bucket) (rate(specdec_batch_steps_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (batch_bucket) group_left () (sum(rate(specdec_batch_steps_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (batch_bucket) (rate(specdec_batch_steps_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (batch_bucket) group_left () (sum(rate(specdec_batch_steps_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (batch_bucket) (rate(specdec_batch_steps_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "sum by (batch_bucket) (rate(specdec_batch_steps_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n/ ignoring (batch_bucket) group_left () (sum(rate(specdec_batch_steps_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0)\nor\nsum by (batch_bucket) (rate(specdec_batch_steps_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "batch {{batch_bucket}}",
               "range": true,
               "instant": false,
@@ -2340,7 +2530,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2403,7 +2593,7 @@
         {
           "type": "row",
           "title": "Speedup and token flow",
-          "id": 21,
+          "id": 22,
           "collapsed": false,
           "panels": [],
           "gridPos": {
@@ -2415,7 +2605,7 @@
         },
         {
           "type": "timeseries",
-          "id": 22,
+          "id": 23,
           "title": "Modelled speedup",
           "description": "The sidecar's model L / (1 + k·c) over its window: below 1, drafting costs more than it saves (a net loss, the SpecDecodeSpeedupBelowOne page).",
           "datasource": {
@@ -2435,7 +2625,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "specdec_estimated_speedup{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}" else "specdec_estimated_speedup{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}"),
+              "expr": (if hasCluster then "specdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\nor\nspecdec_spec_decode_enabled{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"} * NaN" else "specdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}\nor\nspecdec_spec_decode_enabled{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"} * NaN"),
               "legendFormat": "{{model_name}} {{pod}}",
               "range": true,
               "instant": false,
@@ -2445,7 +2635,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2509,7 +2699,7 @@
         },
         {
           "type": "stat",
-          "id": 23,
+          "id": 24,
           "title": "Draft cost c",
           "description": "The c of the model and where it came from: flag, calibration, method (that method's default) or default. A measured c (calibration) beats an assumed one.",
           "datasource": {
@@ -2529,17 +2719,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "specdec_draft_cost_ratio{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_draft_cost_ratio{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}"),
+              "expr": (if hasCluster then "specdec_draft_cost_ratio{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_draft_cost_ratio{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}"),
               "legendFormat": "{{pod}} {{source}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2570,21 +2760,21 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "timeseries",
-          "id": 24,
+          "id": 25,
           "title": "Draft token flow",
           "description": "Drafted = accepted + rejected; generated includes every output token.",
           "datasource": {
@@ -2604,7 +2794,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum(rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
+              "expr": (if hasCluster then "sum(rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
               "legendFormat": "drafted",
               "range": true,
               "instant": false,
@@ -2616,7 +2806,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "sum(rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
+              "expr": (if hasCluster then "sum(rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
               "legendFormat": "accepted",
               "range": true,
               "instant": false,
@@ -2628,7 +2818,7 @@
                 "uid": "${datasource}"
               },
               "refId": "C",
-              "expr": (if hasCluster then "sum(rate(specdec_draft_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n- sum(rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_draft_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n- sum(rate(specdec_accepted_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
+              "expr": (if hasCluster then "sum(rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n- sum(rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_draft_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))\n- sum(rate(specdec_accepted_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
               "legendFormat": "rejected",
               "range": true,
               "instant": false,
@@ -2640,7 +2830,7 @@
                 "uid": "${datasource}"
               },
               "refId": "D",
-              "expr": (if hasCluster then "sum(rate(specdec_generation_tokens_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_generation_tokens_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
+              "expr": (if hasCluster then "sum(rate(specdec_generation_tokens_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))" else "sum(rate(specdec_generation_tokens_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval]))"),
               "legendFormat": "generated",
               "range": true,
               "instant": false,
@@ -2650,7 +2840,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "suffix: tok/s",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2711,7 +2901,7 @@
         {
           "type": "row",
           "title": "Latency by temperature bucket",
-          "id": 25,
+          "id": 26,
           "collapsed": false,
           "panels": [],
           "gridPos": {
@@ -2723,9 +2913,9 @@
         },
         {
           "type": "timeseries",
-          "id": 26,
+          "id": 27,
           "title": "Time to first token P90",
-          "description": "Per bucket from the tap, next to vLLM's own histogram (dashed, all requests of the selected pods).",
+          "description": "Per temperature bucket from the split (engine probe: as vLLM measures it; request tap: as the client sees it), next to vLLM's own histogram (dashed, all requests of the selected pods).",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
@@ -2743,8 +2933,8 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_to_first_token_seconds_bucket{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_to_first_token_seconds_count{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0" else "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_to_first_token_seconds_bucket{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_to_first_token_seconds_count{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0"),
-              "legendFormat": "tap {{temperature_bucket}}",
+              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_to_first_token_seconds_bucket{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_to_first_token_seconds_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (temperature_bucket) (rate(specdec_request_time_to_first_token_seconds_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_to_first_token_seconds_bucket{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_to_first_token_seconds_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (temperature_bucket) (rate(specdec_request_time_to_first_token_seconds_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN"),
+              "legendFormat": "bucket {{temperature_bucket}}",
               "range": true,
               "instant": false,
               "editorMode": "code"
@@ -2755,7 +2945,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:time_to_first_token_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0" else "histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:time_to_first_token_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0"),
+              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:time_to_first_token_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:time_to_first_token_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:time_to_first_token_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:time_to_first_token_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "vLLM all",
               "range": true,
               "instant": false,
@@ -2765,140 +2955,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "s",
-              "noValue": "No traffic",
-              "mappings": [
-                {
-                  "type": "special",
-                  "options": {
-                    "match": "null+nan",
-                    "result": {
-                      "text": "No traffic",
-                      "index": 0
-                    }
-                  }
-                }
-              ],
-              "color": {
-                "mode": "palette-classic"
-              },
-              "thresholds": {
-                "mode": "absolute",
-                "steps": [
-                  {
-                    "color": "green",
-                    "value": null
-                  }
-                ]
-              },
-              "custom": {
-                "drawStyle": "line",
-                "lineWidth": 1,
-                "fillOpacity": 10,
-                "showPoints": "never",
-                "spanNulls": false,
-                "stacking": {
-                  "mode": "none",
-                  "group": "A"
-                },
-                "thresholdsStyle": {
-                  "mode": "off"
-                }
-              }
-            },
-            "overrides": [
-              {
-                "matcher": {
-                  "id": "byRegexp",
-                  "options": "vLLM.*"
-                },
-                "properties": [
-                  {
-                    "id": "custom.lineStyle",
-                    "value": {
-                      "fill": "dash",
-                      "dash": [
-                        10,
-                        10
-                      ]
-                    }
-                  }
-                ]
-              }
-            ]
-          },
-          "options": {
-            "legend": {
-              "displayMode": "table",
-              "placement": "bottom",
-              "showLegend": true,
-              "calcs": [
-                "mean",
-                "lastNotNull"
-              ]
-            },
-            "tooltip": {
-              "mode": "multi",
-              "sort": "desc"
-            }
-          }
-        },
-        {
-          "type": "timeseries",
-          "id": 27,
-          "title": "Time per output token P90",
-          "description": "Per bucket from the tap; dashed: vLLM's per-request TPOT and inter-token latency.",
-          "datasource": {
-            "type": "prometheus",
-            "uid": "${datasource}"
-          },
-          "gridPos": {
-            "x": 8,
-            "y": 59,
-            "w": 8,
-            "h": 8
-          },
-          "targets": [
-            {
-              "datasource": {
-                "type": "prometheus",
-                "uid": "${datasource}"
-              },
-              "refId": "A",
-              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_per_output_token_seconds_bucket{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_per_output_token_seconds_count{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0" else "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_per_output_token_seconds_bucket{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_per_output_token_seconds_count{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0"),
-              "legendFormat": "tap {{temperature_bucket}}",
-              "range": true,
-              "instant": false,
-              "editorMode": "code"
-            },
-            {
-              "datasource": {
-                "type": "prometheus",
-                "uid": "${datasource}"
-              },
-              "refId": "B",
-              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:request_time_per_output_token_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:request_time_per_output_token_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0" else "histogram_quantile(0.9, sum by (le) (rate(vllm:request_time_per_output_token_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:request_time_per_output_token_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0"),
-              "legendFormat": "vLLM TPOT",
-              "range": true,
-              "instant": false,
-              "editorMode": "code"
-            },
-            {
-              "datasource": {
-                "type": "prometheus",
-                "uid": "${datasource}"
-              },
-              "refId": "C",
-              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:inter_token_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0" else "histogram_quantile(0.9, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:inter_token_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0"),
-              "legendFormat": "vLLM inter-token",
-              "range": true,
-              "instant": false,
-              "editorMode": "code"
-            }
-          ],
-          "fieldConfig": {
-            "defaults": {
-              "unit": "s",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -2978,6 +3035,139 @@
         {
           "type": "timeseries",
           "id": 28,
+          "title": "Time per output token P90",
+          "description": "Per temperature bucket from the split (engine probe or request tap); dashed: vLLM's per-request TPOT and inter-token latency.",
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "gridPos": {
+            "x": 8,
+            "y": 59,
+            "w": 8,
+            "h": 8
+          },
+          "targets": [
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "A",
+              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_per_output_token_seconds_bucket{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_per_output_token_seconds_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (temperature_bucket) (rate(specdec_request_time_per_output_token_seconds_count{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.9, sum by (temperature_bucket, le) (rate(specdec_request_time_per_output_token_seconds_bucket{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])))\nand\nsum by (temperature_bucket) (rate(specdec_request_time_per_output_token_seconds_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) > 0\nor\nsum by (temperature_bucket) (rate(specdec_request_time_per_output_token_seconds_count{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", temperature_bucket=~\"$bucket\"}[$__rate_interval])) * NaN"),
+              "legendFormat": "bucket {{temperature_bucket}}",
+              "range": true,
+              "instant": false,
+              "editorMode": "code"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "B",
+              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:request_time_per_output_token_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:request_time_per_output_token_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:request_time_per_output_token_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.9, sum by (le) (rate(vllm:request_time_per_output_token_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:request_time_per_output_token_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:request_time_per_output_token_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
+              "legendFormat": "vLLM TPOT",
+              "range": true,
+              "instant": false,
+              "editorMode": "code"
+            },
+            {
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              },
+              "refId": "C",
+              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:inter_token_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:inter_token_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.9, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:inter_token_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:inter_token_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
+              "legendFormat": "vLLM inter-token",
+              "range": true,
+              "instant": false,
+              "editorMode": "code"
+            }
+          ],
+          "fieldConfig": {
+            "defaults": {
+              "unit": "s",
+              "noValue": "No data",
+              "mappings": [
+                {
+                  "type": "special",
+                  "options": {
+                    "match": "null+nan",
+                    "result": {
+                      "text": "No traffic",
+                      "index": 0
+                    }
+                  }
+                }
+              ],
+              "color": {
+                "mode": "palette-classic"
+              },
+              "thresholds": {
+                "mode": "absolute",
+                "steps": [
+                  {
+                    "color": "green",
+                    "value": null
+                  }
+                ]
+              },
+              "custom": {
+                "drawStyle": "line",
+                "lineWidth": 1,
+                "fillOpacity": 10,
+                "showPoints": "never",
+                "spanNulls": false,
+                "stacking": {
+                  "mode": "none",
+                  "group": "A"
+                },
+                "thresholdsStyle": {
+                  "mode": "off"
+                }
+              }
+            },
+            "overrides": [
+              {
+                "matcher": {
+                  "id": "byRegexp",
+                  "options": "vLLM.*"
+                },
+                "properties": [
+                  {
+                    "id": "custom.lineStyle",
+                    "value": {
+                      "fill": "dash",
+                      "dash": [
+                        10,
+                        10
+                      ]
+                    }
+                  }
+                ]
+              }
+            ]
+          },
+          "options": {
+            "legend": {
+              "displayMode": "table",
+              "placement": "bottom",
+              "showLegend": true,
+              "calcs": [
+                "mean",
+                "lastNotNull"
+              ]
+            },
+            "tooltip": {
+              "mode": "multi",
+              "sort": "desc"
+            }
+          }
+        },
+        {
+          "type": "timeseries",
+          "id": 29,
           "title": "vLLM end-to-end request latency",
           "description": "vLLM's own histogram for the selected pods: speculation trades TTFT for TPOT.",
           "datasource": {
@@ -2997,7 +3187,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "histogram_quantile(0.5, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0" else "histogram_quantile(0.5, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0"),
+              "expr": (if hasCluster then "histogram_quantile(0.5, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.5, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "P50",
               "range": true,
               "instant": false,
@@ -3009,7 +3199,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0" else "histogram_quantile(0.9, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0"),
+              "expr": (if hasCluster then "histogram_quantile(0.9, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.9, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "P90",
               "range": true,
               "instant": false,
@@ -3021,7 +3211,7 @@
                 "uid": "${datasource}"
               },
               "refId": "C",
-              "expr": (if hasCluster then "histogram_quantile(0.99, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0" else "histogram_quantile(0.99, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0"),
+              "expr": (if hasCluster then "histogram_quantile(0.99, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN" else "histogram_quantile(0.99, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])))\nand\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) > 0\nor\nsum(rate(vllm:e2e_request_latency_seconds_count{job=~\"$vllm_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", engine=~\"$engine\"}[$__rate_interval])) * NaN"),
               "legendFormat": "P99",
               "range": true,
               "instant": false,
@@ -3031,7 +3221,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "s",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3091,8 +3281,8 @@
         },
         {
           "type": "row",
-          "title": "Tap coverage and sidecar health",
-          "id": 29,
+          "title": "Split coverage and sidecar health",
+          "id": 30,
           "collapsed": false,
           "panels": [],
           "gridPos": {
@@ -3104,9 +3294,9 @@
         },
         {
           "type": "timeseries",
-          "id": 30,
-          "title": "Tap coverage",
-          "description": "Draft tokens the tap attributed to a request / draft tokens vLLM counted.",
+          "id": 31,
+          "title": "Split coverage (engine probe or request tap)",
+          "description": "Draft tokens the temperature split attributed to a bucket / draft tokens vLLM counted, per pod; and the share of requests attributed. Coverage can exceed 1 for a while: a sequence's draft tokens are attributed when it finishes, while vLLM counts them as they are drafted.",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
@@ -3124,7 +3314,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "specdec_request_coverage_ratio{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}" else "specdec_request_coverage_ratio{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}"),
+              "expr": (if hasCluster then "specdec_request_coverage_ratio{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}" else "specdec_request_coverage_ratio{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}"),
               "legendFormat": "{{model_name}} {{pod}}",
               "range": true,
               "instant": false,
@@ -3136,7 +3326,7 @@
                 "uid": "${datasource}"
               },
               "refId": "B",
-              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_requests_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", attributed=\"true\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_requests_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)" else "sum by (model_name) (rate(specdec_requests_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", attributed=\"true\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_requests_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)"),
+              "expr": (if hasCluster then "sum by (model_name) (rate(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", attributed=\"true\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_requests_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) * NaN" else "sum by (model_name) (rate(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\", attributed=\"true\"}[$__rate_interval]))\n/ (sum by (model_name) (rate(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) > 0)\nor\nsum by (model_name) (rate(specdec_requests_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\", model_name=~\"$model\"}[$__rate_interval])) * NaN"),
               "legendFormat": "attributed requests {{model_name}}",
               "range": true,
               "instant": false,
@@ -3146,7 +3336,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3212,7 +3402,7 @@
         },
         {
           "type": "stat",
-          "id": 31,
+          "id": 32,
           "title": "Sidecar target up",
           "description": "Prometheus' scrape of the sidecar (1 = up).",
           "datasource": {
@@ -3232,17 +3422,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "up{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "up{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}"),
+              "expr": (if hasCluster then "up{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "up{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}"),
               "legendFormat": "{{pod}} {{instance}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3277,21 +3467,21 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "stat",
-          "id": 32,
+          "id": 33,
           "title": "vLLM reachable from the sidecar",
           "description": "specdec_up: the sidecar's last poll of vLLM (1 = up).",
           "datasource": {
@@ -3311,17 +3501,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "specdec_up{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_up{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}"),
+              "expr": (if hasCluster then "specdec_up{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_up{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}"),
               "legendFormat": "{{pod}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3356,21 +3546,21 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "stat",
-          "id": 33,
+          "id": 34,
           "title": "vLLM up since the sidecar started",
           "description": "specdec_vllm_ever_up: 0 while vLLM has not answered once (still starting, paged only after the startup grace); 1 once it has (a failure then is an outage).",
           "datasource": {
@@ -3390,17 +3580,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "specdec_vllm_ever_up{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_vllm_ever_up{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}"),
+              "expr": (if hasCluster then "specdec_vllm_ever_up{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_vllm_ever_up{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}"),
               "legendFormat": "{{pod}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3435,21 +3625,21 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "stat",
-          "id": 34,
+          "id": 35,
           "title": "Sidecar build",
           "description": "Versions running (number of sidecars per version).",
           "datasource": {
@@ -3469,17 +3659,17 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (version) (specdec_build_info{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})" else "sum by (version) (specdec_build_info{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"})"),
+              "expr": (if hasCluster then "sum by (version) (specdec_build_info{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"})" else "sum by (version) (specdec_build_info{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"})"),
               "legendFormat": "{{version}}",
-              "range": true,
-              "instant": false,
+              "range": false,
+              "instant": true,
               "editorMode": "code"
             }
           ],
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3510,21 +3700,21 @@
           "options": {
             "reduceOptions": {
               "calcs": [
-                "lastNotNull"
+                "last"
               ],
               "fields": "",
               "values": false
             },
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto"
           }
         },
         {
           "type": "timeseries",
-          "id": 35,
+          "id": 36,
           "title": "Scrape duration of vLLM",
           "description": "How long the sidecar's poll of vLLM's /metrics took.",
           "datasource": {
@@ -3544,7 +3734,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "specdec_scrape_duration_seconds{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_scrape_duration_seconds{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}"),
+              "expr": (if hasCluster then "specdec_scrape_duration_seconds{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}" else "specdec_scrape_duration_seconds{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}"),
               "legendFormat": "{{pod}}",
               "range": true,
               "instant": false,
@@ -3554,7 +3744,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "s",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3614,9 +3804,9 @@
         },
         {
           "type": "timeseries",
-          "id": 36,
-          "title": "Scrape failures by reason",
-          "description": "connect, timeout, http_status, parse, too_large.",
+          "id": 37,
+          "title": "Failed polls of vLLM per minute, by reason",
+          "description": "The sidecar's failed polls of vLLM's /metrics: connect, timeout, http_status, parse, too_large (per minute; one poll every --interval seconds).",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"
@@ -3634,7 +3824,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sum by (pod, instance, reason) (rate(specdec_scrape_failures_total{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}[$__rate_interval]))" else "sum by (pod, instance, reason) (rate(specdec_scrape_failures_total{" + c.specdecSelector + ", namespace=~\"$namespace\", pod=~\"$pod\"}[$__rate_interval]))"),
+              "expr": (if hasCluster then "60 * sum by (pod, instance, reason) (rate(specdec_scrape_failures_total{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\", pod=~\"$pod\"}[$__rate_interval]))" else "60 * sum by (pod, instance, reason) (rate(specdec_scrape_failures_total{job=~\"$sidecar_job\", namespace=~\"$namespace\", pod=~\"$pod\"}[$__rate_interval]))"),
               "legendFormat": "{{pod}} {{instance}} {{reason}}",
               "range": true,
               "instant": false,
@@ -3643,8 +3833,8 @@
           ],
           "fieldConfig": {
             "defaults": {
-              "unit": "reqps",
-              "noValue": "No traffic",
+              "unit": "suffix: /min",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3705,7 +3895,7 @@
         {
           "type": "row",
           "title": "Fleet: models and pods ranked, worst first (recording rules)",
-          "id": 37,
+          "id": 38,
           "collapsed": false,
           "panels": [],
           "gridPos": {
@@ -3717,7 +3907,7 @@
         },
         {
           "type": "table",
-          "id": 38,
+          "id": 39,
           "title": "Models by acceptance",
           "description": "Accepted / draft tokens per model over all its pods (5m).",
           "datasource": {
@@ -3748,7 +3938,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3809,7 +3999,7 @@
         },
         {
           "type": "table",
-          "id": 39,
+          "id": 40,
           "title": "Models by modelled speedup",
           "description": "The worst pod's modelled speedup per model: below 1, a net loss by the model.",
           "datasource": {
@@ -3840,7 +4030,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3901,7 +4091,7 @@
         },
         {
           "type": "table",
-          "id": 40,
+          "id": 41,
           "title": "Pods by acceptance",
           "description": "Accepted / draft tokens per pod and model (5m).",
           "datasource": {
@@ -3921,7 +4111,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sort(instance_model_name:specdec_acceptance_rate:ratio_rate5m{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"})" else "sort(instance_model_name:specdec_acceptance_rate:ratio_rate5m{" + c.specdecSelector + ", namespace=~\"$namespace\"})"),
+              "expr": (if hasCluster then "sort(instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"})" else "sort(instance_model_name:specdec_acceptance_rate:ratio_rate5m{job=~\"$sidecar_job\", namespace=~\"$namespace\"})"),
               "legendFormat": "__auto",
               "range": false,
               "instant": true,
@@ -3932,7 +4122,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "percentunit",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",
@@ -3993,7 +4183,7 @@
         },
         {
           "type": "table",
-          "id": 41,
+          "id": 42,
           "title": "Pods by modelled speedup",
           "description": "Each sidecar's modelled speedup L / (1 + k·c) over its window.",
           "datasource": {
@@ -4013,7 +4203,7 @@
                 "uid": "${datasource}"
               },
               "refId": "A",
-              "expr": (if hasCluster then "sort(specdec_estimated_speedup{" + c.specdecSelector + ", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"})" else "sort(specdec_estimated_speedup{" + c.specdecSelector + ", namespace=~\"$namespace\"})"),
+              "expr": (if hasCluster then "sort(specdec_estimated_speedup{job=~\"$sidecar_job\", " + c.clusterLabel + "=~\"$cluster\", namespace=~\"$namespace\"})" else "sort(specdec_estimated_speedup{job=~\"$sidecar_job\", namespace=~\"$namespace\"})"),
               "legendFormat": "__auto",
               "range": false,
               "instant": true,
@@ -4024,7 +4214,7 @@
           "fieldConfig": {
             "defaults": {
               "unit": "none",
-              "noValue": "No traffic",
+              "noValue": "No data",
               "mappings": [
                 {
                   "type": "special",

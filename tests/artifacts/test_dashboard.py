@@ -10,13 +10,17 @@ import re
 from typing import Any
 
 import pytest
+import yaml
 from specdec_artifacts.checks import (
     dashboard_problems,
+    first_row_problems,
+    hard_coded_jobs,
     panels_of,
     query_problems,
+    tap_title_problems,
     unscoped_series,
 )
-from specdec_artifacts.contract import VLLM_METRICS
+from specdec_artifacts.contract import PROBE_FED, VLLM_METRICS
 from specdec_artifacts.dashboard import dashboard
 from specdec_artifacts.outputs import DASHBOARD_FILE
 from specdec_artifacts.rules import record_names, rule_groups
@@ -53,8 +57,9 @@ def test_with_a_cluster_label_every_query_filters_on_it_too() -> None:
     board = dashboard(settings)
     assert dashboard_problems(board, record_names(groups), ("namespace", "cluster")) == []
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert variables["cluster"]["definition"] == (
-        'label_values(specdec_build_info{job="specdec-exporter"}, cluster)'
+    assert variables["cluster"]["definition"] == "label_values(specdec_build_info, cluster)"
+    assert variables["sidecar_job"]["definition"] == (
+        'label_values(specdec_build_info{cluster=~"$cluster"}, job)'
     )
     assert variables["cluster"]["allValue"] == ".*", "All must match series without the label"
     assert 'cluster=~"$cluster"' in variables["namespace"]["definition"]
@@ -137,6 +142,7 @@ def test_identity_datasource_and_variables(board: dict[str, Any]) -> None:
     assert list(variables) == [
         "datasource",
         "cluster",
+        "sidecar_job",
         "namespace",
         "pod",
         "model",
@@ -147,7 +153,7 @@ def test_identity_datasource_and_variables(board: dict[str, Any]) -> None:
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     assert variables["pod"]["definition"] == (
-        'label_values(specdec_build_info{job="specdec-exporter", namespace=~"$namespace"}, pod)'
+        'label_values(specdec_build_info{job=~"$sidecar_job", namespace=~"$namespace"}, pod)'
     )
     for panel in panels_of(board):
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
@@ -169,7 +175,7 @@ def test_the_panels_the_issue_asks_for(board: dict[str, Any]) -> None:
         "Time to first token P90",
         "Time per output token P90",
         "Traffic share per temperature bucket",
-        "Tap coverage",
+        "Split coverage (engine probe or request tap)",
         "Sidecar target up",
         "Models by acceptance",
         "Models by modelled speedup",
@@ -222,11 +228,31 @@ def test_latency_panels_show_vllm_histograms_next_to_the_tap(board: dict[str, An
     assert "vllm:inter_token_latency_seconds_bucket" in tpot
 
 
-def test_every_panel_says_no_traffic(board: dict[str, Any]) -> None:
+def test_no_data_reads_differently_from_no_traffic_on_every_panel(board: dict[str, Any]) -> None:
+    """No series at all (not scraped) says "No data"; series that counted nothing give NaN,
+    mapped to "No traffic"."""
     for panel in panels_of(board):
         defaults = panel["fieldConfig"]["defaults"]
-        assert defaults["noValue"] == "No traffic"
+        assert defaults["noValue"].startswith("No data"), panel["title"]
+        assert "No traffic" not in defaults["noValue"]
         assert defaults["mappings"][0]["options"]["match"] == "null+nan"
+        assert defaults["mappings"][0]["options"]["result"]["text"] == "No traffic"
+
+
+def test_every_ratio_and_quantile_falls_back_to_nan_where_nothing_was_counted(
+    board: dict[str, Any],
+) -> None:
+    """An idle model's ratio is NaN ("No traffic"), not absent ("No data")."""
+    for panel in panels_of(board):
+        for target in panel["targets"]:
+            expr = target["expr"]
+            if ("/ (" in expr or "histogram_quantile" in expr) and "fleet" not in expr:
+                if panel["type"] == "table":  # the fleet's recording rules rank what exists
+                    continue
+                assert re.search(r"\nor\n.* \* NaN", expr), (panel["title"], expr)
+    for title in ("Speedup (c calibrated, else assumed)", "Modelled speedup"):
+        (target,) = next(p for p in panels_of(board) if p["title"] == title)["targets"]
+        assert re.search(r"\nor\n.* \* NaN$", target["expr"]), "the gauge is absent when idle"
 
 
 def test_panels_fit_the_grid_without_overlapping(board: dict[str, Any]) -> None:
@@ -306,7 +332,7 @@ def test_the_dashboard_check_catches_structural_mistakes(board: dict[str, Any]) 
         "dashboard has __inputs: use the ${datasource} variable instead",
         "missing variable $vllm_job",
     ]
-    assert any('no "No traffic" value' in p for p in problems)
+    assert any('no "No data" value and "No traffic" mapping' in p for p in problems)
     assert any("datasource is not ${datasource}" in p for p in problems)
 
 
@@ -323,16 +349,18 @@ def test_the_vllm_families_the_dashboard_reads_exist_in_a_real_capture() -> None
 # --- the first row, the alert annotations, the load level ---------------------------------------
 
 
-def test_the_first_row_is_the_four_stats_of_now(board: dict[str, Any]) -> None:
-    first_row, *stats = board["panels"][:5]
+def test_the_first_row_is_health_then_the_four_stats_of_now(board: dict[str, Any]) -> None:
+    first_row, health, *stats = board["panels"][:6]
     assert first_row["type"] == "row" and first_row["gridPos"]["y"] == 0
-    assert [(p["title"], p["type"]) for p in stats] == [
+    assert [(p["title"], p["type"]) for p in (health, *stats)] == [
+        ("Health", "stat"),
         ("Acceptance now", "stat"),
         ("Speedup (c calibrated, else assumed)", "stat"),
         ("Verdict", "stat"),
-        ("Temperature-split coverage (tap or probe)", "stat"),
+        ("Split coverage (engine probe or request tap)", "stat"),
     ]
-    assert {p["gridPos"]["y"] for p in stats} == {1}
+    assert {p["gridPos"]["y"] for p in (health, *stats)} == {1}
+    assert sum(p["gridPos"]["w"] for p in (health, *stats)) == 24
     speedup = stats[1]["targets"][0]
     assert "specdec_estimated_speedup" in speedup["expr"]
     assert (
@@ -404,3 +432,165 @@ def test_the_batch_families_are_known_to_the_check_from_the_contract_alone() -> 
     assert query_problems(
         'rate(specdec_batch_steps_total{temperature_bucket="0"}[5m])', RECORDED
     ) == ["specdec_batch_steps_total has no label temperature_bucket"]
+
+
+# --- issue 29: health first, jobs as variables, the split named, stats of now ------------------
+
+
+def committed_dashboards() -> dict[str, dict[str, Any]]:
+    """The dashboards as shipped: the JSON file and the one inside the Kubernetes ConfigMap."""
+    configmap = yaml.safe_load(
+        (REPO_ROOT / "deploy/monitoring/generated/grafana-dashboards.yaml").read_text()
+    )
+    shipped = {"dashboards/": json.loads((REPO_ROOT / DASHBOARD_FILE).read_text())}
+    for key, text in configmap["data"].items():
+        shipped[f"ConfigMap {key}"] = json.loads(text)
+    return shipped
+
+
+@pytest.mark.parametrize("where", sorted(committed_dashboards()))
+def test_the_shipped_dashboards_hard_code_no_job_and_lead_with_health(where: str) -> None:
+    shipped = committed_dashboards()[where]
+    assert dashboard_problems(shipped, RECORDED) == []
+    for panel in panels_of(shipped):
+        for target in panel["targets"]:
+            assert hard_coded_jobs(target["expr"]) == [], (panel["title"], target["expr"])
+            assert 'job="' not in target["expr"] and "specdec-exporter" not in target["expr"]
+    assert first_row_problems(shipped) == []
+    assert tap_title_problems(shipped) == []
+
+
+def test_the_sidecar_job_is_a_variable_the_config_presets() -> None:
+    data = load().model_dump(by_alias=True)
+    data["selectors"]["sidecar_job"] = "llm-sidecars"
+    settings = Settings.model_validate(data)
+    board = dashboard(settings)
+    assert not any("llm-sidecars" in expr for expr in dashboard_queries(board))
+    variable = {v["name"]: v for v in board["templating"]["list"]}["sidecar_job"]
+    assert variable["definition"] == "label_values(specdec_build_info, job)"
+    assert variable["current"] == {"text": ["llm-sidecars"], "value": ["llm-sidecars"]}
+    sidecar = [  # the per-model recording rules sum over pods, and so over jobs
+        e
+        for e in dashboard_queries(board)
+        if ("specdec_" in e or "up{" in e) and "namespace_model_name:" not in e
+    ]
+    assert sidecar and all('job=~"$sidecar_job"' in e for e in sidecar)
+    assert settings.selectors.sidecar == 'job="llm-sidecars"', "the rules' matcher"
+
+
+@pytest.mark.parametrize(
+    ("expr", "caught"),
+    [
+        ('up{job="specdec-exporter", namespace=~"$namespace"}', True),
+        ('rate(specdec_drafts_total{job=~"specdec.*"}[5m])', True),
+        ('rate(specdec_drafts_total{job!="x"}[5m])', True),
+        ('rate(specdec_drafts_total{job=~"$sidecar_job"}[5m])', False),
+        ('rate(specdec_drafts_total{cronjob="x"}[5m])', False),
+    ],
+)
+def test_the_job_check_catches_a_literal_job(expr: str, caught: bool) -> None:
+    assert bool(hard_coded_jobs(expr)) is caught
+
+
+def test_the_job_check_runs_over_the_board(board: dict[str, Any]) -> None:
+    broken = json.loads(json.dumps(board))
+    next(panels_of(broken))["targets"][0]["expr"] = 'min(up{job="specdec-exporter"})'
+    assert any("job is hard-coded" in p for p in dashboard_problems(broken, RECORDED))
+
+
+def test_the_health_stat_reads_target_vllm_split_and_probe(board: dict[str, Any]) -> None:
+    health = next(p for p in panels_of(board) if p["title"] == "Health")
+    exprs = [t["expr"] for t in health["targets"]]
+    assert [t["legendFormat"] for t in health["targets"]] == [
+        "sidecar target",
+        "vLLM",
+        "temperature split",
+        "engine probe",
+    ]
+    assert exprs[0].startswith("min(up{") and exprs[1].startswith("min(specdec_up{")
+    assert 'source="probe"' in exprs[2] and 'source="none"' in exprs[2]
+    assert 'temperature_split="on", batch_split="on"' in exprs[3]
+    assert health["fieldConfig"]["defaults"]["noValue"] == "No data: no sidecar scraped"
+    (words,) = [m for m in health["fieldConfig"]["defaults"]["mappings"] if m["type"] == "value"]
+    assert {k: v["text"] for k, v in words["options"].items()} == {
+        "0": "DOWN",
+        "1": "up",
+        "2": "engine probe",
+        "3": "request tap",
+        "4": "none",
+        "5": "a split off",
+        "6": "both splits on",
+        "7": "not in vLLM",
+    }
+
+
+def test_the_first_row_check_catches_a_board_without_health(board: dict[str, Any]) -> None:
+    broken = json.loads(json.dumps(board))
+    broken["panels"] = [p for p in broken["panels"] if p["title"] != "Health"]
+    assert first_row_problems(broken) == [
+        "the first row 'Now: health, acceptance, speedup, verdict, split coverage' holds no "
+        "health stat reading up, specdec_up, specdec_temperature_split_info, "
+        "specdec_engine_probe_info"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("title", "legend", "caught"),
+    [
+        ("Tap coverage", "{{model_name}}", True),
+        ("Split coverage", "tap {{temperature_bucket}}", True),
+        ("Split coverage (engine probe or request tap)", "{{model_name}}", False),
+    ],
+)
+def test_the_title_check_catches_tap_for_a_family_the_probe_feeds(
+    board: dict[str, Any], title: str, legend: str, caught: bool
+) -> None:
+    broken = json.loads(json.dumps(board))
+    panel = next(
+        p for p in panels_of(broken) if p["title"] == "Split coverage (engine probe or request tap)"
+    )
+    panel["title"] = title
+    panel["targets"][0]["legendFormat"] = legend
+    assert bool(tap_title_problems(broken)) is caught
+
+
+def test_no_title_says_tap_alone(board: dict[str, Any]) -> None:
+    titles = [p["title"] for p in board["panels"]]
+    assert "By temperature bucket (engine probe or request tap)" in titles
+    assert not [t for t in titles if re.search(r"\btap\b", t, re.I) and "probe" not in t]
+
+
+def test_the_probe_fed_series_are_the_ones_the_sidecar_exports_from_the_probe() -> None:
+    """The golden exposition is a sidecar reading a vLLM with the engine probe: its
+    specdec_request* series are what the probe feeds."""
+    golden = (REPO_ROOT / "tests" / "golden" / "exporter_two_engines.prom").read_text()
+    assert 'specdec_temperature_split_info{source="probe"} 1.0' in golden
+    exported = set(re.findall(r"^(specdec_request\w*)[{ ]", golden, re.MULTILINE))
+    assert exported == PROBE_FED
+
+
+def test_stats_show_now_never_a_value_from_before_traffic_stopped(board: dict[str, Any]) -> None:
+    for panel in panels_of(board):
+        if panel["type"] != "stat":
+            continue
+        assert panel["options"]["reduceOptions"]["calcs"] == ["last"], panel["title"]
+        for target in panel["targets"]:
+            assert (target["instant"], target["range"]) == (True, False), panel["title"]
+
+
+def test_acceptance_now_has_the_borderline_band(board: dict[str, Any]) -> None:
+    panel = next(p for p in panels_of(board) if p["title"] == "Acceptance now")
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps == [
+        {"color": "red", "value": None},
+        {"color": "yellow", "value": 0.5},
+        {"color": "green", "value": 0.65},
+    ]
+
+
+def test_failed_polls_are_per_minute_not_requests_per_second(board: dict[str, Any]) -> None:
+    units = {p["fieldConfig"]["defaults"]["unit"] for p in panels_of(board)}
+    assert "reqps" not in units
+    panel = next(p for p in panels_of(board) if p["title"].startswith("Failed polls of vLLM"))
+    assert panel["fieldConfig"]["defaults"]["unit"] == "suffix: /min"
+    assert panel["targets"][0]["expr"].startswith("60 * sum by (pod, instance, reason)")

@@ -1,6 +1,6 @@
 """The dashboard's verdict stat, evaluated by `promtool test rules`: for each row of the decision
-table it shows the verdict core/verdict.py gives for the same acceptance and speedup, and nothing
-for a model that drafts nothing."""
+table it shows the verdict core/verdict.py gives for the same acceptance and speedup, and NaN
+("No traffic") for a model that drafts nothing, or stopped drafting: never its last verdict."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ CASES = {
     "healthy": (0.8, 2.0),
 }
 IDLE = "idle"
+STOPPED = "stopped"
+"""Drafted with a net loss for the first 8 minutes, then nothing: at 15m its verdict is gone."""
 TARGET = 'job="specdec-exporter", namespace="llm", pod="p", instance="p:10088"'
 
 
@@ -40,14 +42,20 @@ def verdict_query() -> str:
 def series(model: str, acceptance: float, speedup: float) -> list[dict[str, str]]:
     labels = f'{TARGET}, model_name="{model}"'
     drafted = 0 if model == IDLE else DRAFT_TOKENS_PER_MINUTE
+    minutes = 8 if model == STOPPED else 20
+
+    def counter(per_minute: float) -> str:
+        flat = f" {per_minute * minutes:g}x{20 - minutes}" if minutes < 20 else ""
+        return f"0+{per_minute:g}x{minutes}{flat}"
+
     return [
         {
             "series": f'specdec_draft_tokens_total{{{labels}, engine="0"}}',
-            "values": f"0+{drafted}x20",
+            "values": counter(drafted),
         },
         {
             "series": f'specdec_accepted_tokens_total{{{labels}, engine="0"}}',
-            "values": f"0+{drafted * acceptance:g}x20",
+            "values": counter(drafted * acceptance),
         },
         {"series": f"specdec_estimated_speedup{{{labels}}}", "values": f"{speedup:g}x20"},
         {"series": f'specdec_speculative_info{{{labels}, method="ngram"}}', "values": "1x20"},
@@ -60,7 +68,9 @@ def expected(acceptance: float, speedup: float) -> int:
 
 
 def test_the_verdict_stat_agrees_with_the_cores_table(tmp_path: Path) -> None:
-    cases = {**CASES, IDLE: (0.0, 0.5)}
+    idle = {IDLE: (0.0, 0.5), STOPPED: (0.8, 0.9)}
+    cases = {**CASES, **idle}
+    query = verdict_query()
     test: dict[str, Any] = {
         "rule_files": [str(REPO_ROOT / RULES_FILE)],
         "evaluation_interval": "1m",
@@ -70,13 +80,21 @@ def test_the_verdict_stat_agrees_with_the_cores_table(tmp_path: Path) -> None:
                 "input_series": [s for model, case in cases.items() for s in series(model, *case)],
                 "promql_expr_test": [
                     {
-                        "expr": verdict_query(),
+                        "expr": f"(\n{query}\n) == (\n{query}\n)",  # NaN != NaN: not shown
                         "eval_time": "15m",
                         "exp_samples": [
                             {"labels": f'{{model_name="{model}"}}', "value": expected(*case)}
                             for model, case in CASES.items()
                         ],
-                    }
+                    },
+                    {  # NaN != NaN: 1 exactly where the stat shows "No traffic"
+                        "expr": f"(\n{query}\n) != bool (\n{query}\n)",
+                        "eval_time": "15m",
+                        "exp_samples": [
+                            {"labels": f'{{model_name="{model}"}}', "value": int(model in idle)}
+                            for model in cases
+                        ],
+                    },
                 ],
             }
         ],

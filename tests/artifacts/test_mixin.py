@@ -24,7 +24,7 @@ from specdec_artifacts.settings import REPO_ROOT, Settings, load
 
 OVERRIDE = """{
   _config+:: {
-    specdecSelector: 'job="sd", team="llm"',
+    sidecarJob: 'sd',
     clusterLabel: 'k8s_cluster',
     thresholds+: { coverageRatio: 0.7 },
   },
@@ -56,7 +56,7 @@ def generated(settings: Settings) -> dict[str, Any]:
 
 def overridden_settings() -> Settings:
     data = load().model_dump(by_alias=True)
-    data["selectors"].update(sidecar='job="sd", team="llm"', cluster_label="k8s_cluster")
+    data["selectors"].update(sidecar_job="sd", cluster_label="k8s_cluster")
     data["thresholds"]["coverage_ratio"] = 0.7
     return Settings.model_validate(data)
 
@@ -89,7 +89,9 @@ def test_an_override_changes_only_what_those_values_touch() -> None:
     assert changed, "the override changed nothing"
     for path in changed - {p for p in changed if p[:4] == cluster_variable}:
         text = str(after[path])
-        assert any(part in text for part in ('job="sd", team="llm"', "k8s_cluster", "0.7", "70")), (
+        assert any(part in text for part in ('job="sd"', "k8s_cluster", "0.7", "70")) or (
+            text == "sd" and path[:4] == ("dashboard", "templating", "list", "2")
+        ), (
             path,
             before[path],
             after[path],
@@ -303,9 +305,27 @@ def _data_with(change: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_no_rule_hard_codes_the_sidecars_job() -> None:
-    """Every rule selects the sidecar's series with `_config.specdecSelector` ([selectors]
-    sidecar): with another selector, the default job appears in no rule."""
-    rules = render("{ _config+:: { specdecSelector: 'job=\"llm-sidecars\"' } }")["groups"]
+    """Every rule selects the sidecar's series with `_config.sidecarJob` ([selectors]
+    sidecar_job): with another job, the default job appears in no rule."""
+    rules = render("{ _config+:: { sidecarJob: 'llm-sidecars' } }")["groups"]
     assert 'job=\\"specdec-exporter\\"' not in json.dumps(rules)
     assert "specdec-exporter" not in json.dumps([r["expr"] for g in rules for r in g["rules"]])
     assert 'job=\\"llm-sidecars\\"' in json.dumps(rules)
+
+
+def test_the_mixins_dashboard_names_no_job_and_leads_with_health() -> None:
+    """As jsonnet renders it, with the sidecar's job overridden: the job is the variable's
+    default, never a literal in a query (issue 29)."""
+    from specdec_artifacts.checks import (  # noqa: PLC0415
+        first_row_problems,
+        hard_coded_jobs,
+        panels_of,
+        tap_title_problems,
+    )
+
+    board = render(OVERRIDE)["dashboard"]
+    exprs = [t["expr"] for p in panels_of(board) for t in p["targets"]]
+    assert [problem for expr in exprs for problem in hard_coded_jobs(expr)] == []
+    assert first_row_problems(board) == [] and tap_title_problems(board) == []
+    variable = {v["name"]: v for v in board["templating"]["list"]}["sidecar_job"]
+    assert variable["current"]["value"] == ["sd"]

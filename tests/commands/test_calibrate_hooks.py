@@ -117,4 +117,4 @@ def test_run_models_with_the_calibrated_c(tmp_path: Path) -> None:
         text = httpx.get(url + "/metrics", timeout=5).text
     starting = next(r for r in records if r.get("msg") == "starting")
     assert starting["draft_cost_ratio"] == 0.7
-    assert "c = draft cost ratio 0.7;" in text
+    assert 'specdec_draft_cost_ratio{source="calibration"} 0.7' in text  # a series, not HELP

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -13,7 +14,16 @@ import time
 
 import pytest
 
-from specdec_exporter.commands.demo import DEMO_MIX, Links, render_screen
+from specdec_exporter.commands.demo import (
+    DEMO_MIX,
+    DemoSettings,
+    Links,
+    configure,
+    render_screen,
+    sidecar_command,
+    summary_lines,
+)
+from specdec_exporter.commands.flags import settings_from_args
 from specdec_exporter.core.buckets import DEFAULT_EDGES, TemperatureBuckets
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import Progress
@@ -44,14 +54,20 @@ REPORT = {
             "verdict": "disable",
         },
     ],
-    "tables": [
-        {"title": "engines", "headers": [], "rows": []},
+    "temperature_split_source": "probe",
+    "buckets": [
         {
-            "title": "Acceptance by temperature bucket",
-            "headers": ["model", "bucket", "rate"],
-            "rows": [["m", "0-0.5", 0.61], ["m", "0.7-1.0", 0.18]],
-        },
+            "model_name": "m",
+            "temperature_bucket": bucket,
+            "acceptance_rate": rate,
+            "mean_acceptance_length": 1 + 4 * rate,
+            "estimated_speedup": (1 + 4 * rate) / 1.4,
+            "drafts_per_second": 300.0,
+            "verdict": "borderline" if rate > 0.5 else "below threshold",
+        }
+        for bucket, rate in (("0-0.5", 0.61), ("0.7-1.0", 0.18))
     ],
+    "tables": [],
 }
 
 
@@ -67,21 +83,26 @@ def test_screen_shows_figures_drafter_state_and_buckets() -> None:
     )
     assert "drafter: DEGRADED at 60 s" in screen
     assert "load: 812 requests, 3 errors" in screen
-    assert "m      0            0.250     1.900     1.360  1300.500  disable" in screen
-    assert "Acceptance by temperature bucket" in screen and "0.7-1.0" in screen
+    assert "m       0.250  1.900     1.360  1300.500  disable" in screen
+    assert "By temperature bucket (engine probe, window)" in screen
+    assert re.search(
+        r"^0\.7-1\.0 +0\.180  1\.720 +1\.229 +300\.000  below threshold$", screen, re.M
+    )
 
 
 def engine_column(screen: str) -> list[str]:
-    """The engine of each row of the first table (the model rows)."""
-    first = screen.partition("Acceptance by temperature bucket")[0]
-    return [line.split()[1] for line in first.splitlines() if line.startswith("m  ")]
+    """The engine of each row of the first table (the model rows); none with one engine."""
+    first = screen.partition("By temperature bucket")[0].splitlines()
+    if not any(line.startswith("model  engine") for line in first):
+        return []
+    return [line.split()[1] for line in first if line.startswith("m  ")]
 
 
 def test_one_engine_shows_no_all_row_and_two_engines_do() -> None:
     one = render_screen(
         REPORT, links=LINKS, elapsed=1, duration=9, degraded_at=None, progress=None, simulated=True
     )
-    assert engine_column(one) == ["0"]
+    assert engine_column(one) == []
     second = {**REPORT["entries"][0], "engine": "1"}  # type: ignore[index]
     two = render_screen(
         {**REPORT, "entries": [REPORT["entries"][0], second, REPORT["entries"][1]]},  # type: ignore[index]
@@ -177,7 +198,9 @@ def test_on_a_terminal_the_last_frame_still_shows_the_live_page() -> None:
     page = re.search(r"live page: (http://127\.0\.0\.1:\d+/)", last)
     assert page is not None, last
     assert "the demo is over" in last
-    assert all(f"live page: {page.group(1)}  (Ctrl-C stops everything)" in f for f in frames[1:])
+    assert all(f"live page: {page.group(1)}  (Ctrl-C stops everything)" in f for f in frames[1:-1])
+    assert last.count("live page: ") == 1, "the last frame alone on the cleared screen"
+    assert "next: specdec-exporter check --vllm-url" in last
 
 
 def process_stats() -> dict[int, list[str]]:
@@ -230,16 +253,20 @@ def test_short_demo_runs_degrades_and_leaves_no_process() -> None:
     degraded = re.search(r"drafter: DEGRADED at (\d+) s", stdout)
     assert degraded is not None, stdout[-2000:]
     assert 3 <= int(degraded.group(1)) <= 6  # halfway, at the first refresh from then on
-    last_frame = stdout.rpartition("vllm-specdec-exporter demo")[2]
-    assert "meta-llama/Llama-3.1-8B-Instruct  0 " in last_frame
+    last_frame = stdout.rpartition("live page: ")[2]
+    assert re.search(r"^Llama-3\.1-8B-Instruct +0\.\d{3} ", last_frame, re.MULTILINE)
     assert "Instruct  all" not in last_frame  # one engine: no "all" row repeating it
     # The simulator serves the engine probe, so the split comes from it (the tap's is withheld).
-    assert "(request tap, since start)" not in last_frame
-    final = last_frame.rpartition("Acceptance by temperature bucket (engine probe, sidecar window)")
+    assert "request tap" not in last_frame.partition("By temperature bucket")[2]
+    final = last_frame.rpartition("By temperature bucket (engine probe, window)")
     for bucket in ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+"):
-        assert re.search(rf"Instruct  {re.escape(bucket)} +0\.\d{{3}}", final[2]), final[2]
-    assert "Acceptance by load level (engine probe" in last_frame
-    assert "load: " in stdout and " 0 errors" in stdout.splitlines()[-1]
+        assert re.search(rf"^{re.escape(bucket)} +0\.\d{{3}}", final[2], re.MULTILINE), final[2]
+    assert "By load level (engine probe" in last_frame  # not a terminal: no row limit
+    assert re.search(r"^summary: \d+ requests, 0 errors$", last_frame, re.MULTILINE)
+    assert "with the good drafter," in last_frame and "after it degraded at" in last_frame
+    assert (
+        stdout.splitlines()[-2] == "next: specdec-exporter check --vllm-url http://YOUR-VLLM:8000"
+    )
     assert sidecar_pids, "the demo should run the sidecar as a child process"
     assert not [pid for pid in sidecar_pids if os.path.exists(f"/proc/{pid}")]
 
@@ -273,7 +300,7 @@ def test_ctrl_c_stops_everything() -> None:
     try:
         assert process.stdout is not None
         for line in process.stdout:  # the first live table means everything is running
-            if line.startswith("vllm-specdec-exporter demo"):
+            if line.startswith("demo "):
                 break
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
@@ -283,3 +310,139 @@ def test_ctrl_c_stops_everything() -> None:
     assert process.returncode == 130, stderr[-2000:]
     assert "interrupted" in stderr
     assert group_members(process.pid) == []
+
+
+# --- issue 29 item 15: 80x24, --listen and SPECDEC_LISTEN, the last frame's summary -----------
+
+BIG_REPORT = {
+    "up": True,
+    "window_seconds": 10.0,
+    "temperature_split_source": "probe",
+    "entries": [
+        {**REPORT["entries"][0], "model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": e}  # type: ignore[index]
+        for e in ("0", "1", "all")
+    ],
+    "buckets": [
+        {
+            **REPORT["buckets"][0],
+            "model_name": "meta-llama/Llama-3.1-8B-Instruct",
+            "temperature_bucket": b,
+        }  # type: ignore[index]
+        for b in ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+")
+    ],
+    "batch_buckets": [
+        {
+            "model_name": "meta-llama/Llama-3.1-8B-Instruct",
+            "engine": engine,
+            "batch_bucket": bucket,
+            "steps": 1830.0,
+            "acceptance_rate": 0.5,
+            "mean_acceptance_length": 3.0,
+            "estimated_speedup": 2.1,
+            "verdict": "borderline",
+        }
+        for engine in ("0", "1")
+        for bucket in ("1", "2-4", "5-8", "9-16", "17-32", "33-64")
+    ],
+}
+SUMMARY = ["summary: 10 requests, 0 errors", "  acceptance 0.9 (healthy)", "next: x", "  (y)"]
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_frame_fits_80x24_and_starts_with_the_live_page(finished: bool) -> None:
+    screen = render_screen(
+        BIG_REPORT,
+        links=LINKS,
+        elapsed=30,
+        duration=90,
+        degraded_at=None,
+        progress=Progress(done=81200, errors=3000, elapsed=30),
+        simulated=True,
+        finished=finished,
+        summary=SUMMARY if finished else (),
+        size=(80, 24),
+    )
+    lines = screen.splitlines()
+    assert len(lines) <= 23, "one line left for the cursor: the first line never scrolls off"
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0].startswith("live page: http://127.0.0.1:10088/  (")
+    assert "By temperature bucket (engine probe, window)" in screen
+    assert "(1 more table on the live page, its URL on the first line)" in screen  # the load levels
+    assert lines[-len(SUMMARY) :] == SUMMARY if finished else lines[-1].startswith("* modelled")
+
+
+def test_without_a_row_limit_every_table_is_shown() -> None:
+    screen = render_screen(
+        BIG_REPORT,
+        links=LINKS,
+        elapsed=30,
+        duration=90,
+        degraded_at=None,
+        progress=None,
+        simulated=True,
+        size=(80, None),
+    )
+    assert "By load level (engine probe" in screen and "more table" not in screen
+    assert re.search(r" 9-16 +1830 ", screen), "steps are whole"
+
+
+def test_a_frame_without_figures_yet_has_no_window_to_show() -> None:
+    """/api/report's window_seconds is null until figures exist (it crashed the frame)."""
+    screen = render_screen(
+        {"up": True, "window_seconds": None, "configured_window_seconds": 10},
+        links=LINKS,
+        elapsed=0,
+        duration=10,
+        degraded_at=None,
+        progress=None,
+        simulated=True,
+    )
+    assert "vLLM up  sidecar window 10 s" in screen
+
+
+def test_the_summary_says_what_happened_and_what_to_run_next() -> None:
+    before = {"acceptance_rate": 0.862, "verdict": "healthy"}
+    after = {"acceptance_rate": 0.451, "verdict": "disable"}
+    lines = summary_lines(
+        before=before, after=after, degraded_at=45.2, requests=812, errors=0, links=LINKS
+    )
+    assert lines == [
+        "summary: 812 requests, 0 errors",
+        "  acceptance 0.862 (healthy) with the good drafter,",
+        "  acceptance 0.451 (disable) after it degraded at 45 s",
+        "next: specdec-exporter check --vllm-url http://YOUR-VLLM:8000",
+        "      (a verdict for your vLLM in seconds; Kubernetes: the README's quick start)",
+    ]
+    real = Links("http://vllm:8000", "http://127.0.0.1:10088", None, False)
+    (_, figure, next_command, _) = summary_lines(
+        before=None, after=after, degraded_at=None, requests=5, errors=1, links=real
+    )
+    assert figure == "  acceptance 0.451 (disable) over the last window"
+    assert next_command == "next: specdec-exporter check --vllm-url http://vllm:8000"
+
+
+def test_listen_comes_from_the_flag_else_specdec_listen(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    monkeypatch.setenv("SPECDEC_LISTEN", "127.0.0.1:18088")
+    assert settings_from_args(DemoSettings, parser.parse_args([])).listen == "127.0.0.1:18088"
+    flagged = parser.parse_args(["--listen", "127.0.0.1:18089"])
+    assert settings_from_args(DemoSettings, flagged).listen == "127.0.0.1:18089"
+    monkeypatch.delenv("SPECDEC_LISTEN")
+    assert settings_from_args(DemoSettings, parser.parse_args([])).listen == "127.0.0.1:0"
+    command = sidecar_command("http://v", DemoSettings(), tap=False, listen="127.0.0.1:18089")
+    assert command[command.index("--listen") + 1] == "127.0.0.1:18089"
+
+
+def test_the_demo_serves_its_live_page_where_specdec_listen_says() -> None:
+    port = closed_port()
+    result = subprocess.run(
+        [*DEMO, "--duration", "2", "--refresh", "1", "--concurrency", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "SPECDEC_LISTEN": f"127.0.0.1:{port}"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(f"live page: http://127.0.0.1:{port}/  (")

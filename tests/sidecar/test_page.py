@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.registry import CollectorRegistry
 from test_poller_collector import Clock, ScriptedSource
 
+from probe_text import probe_text
 from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.sidecar.app import create_app, page_inputs
@@ -31,7 +32,13 @@ from specdec_exporter.sidecar.page import render_page
 from specdec_exporter.sidecar.poller import Poller, PollState
 from specdec_exporter.sidecar.runbook import RUNBOOK_LINK
 from specdec_exporter.sidecar.scraper import ScrapeError
-from specdec_exporter.sidecar.sections import MAX_ERROR_CHARS, NO_LOAD_LEVELS
+from specdec_exporter.sidecar.sections import (
+    LOAD_LEVELS_WHILE_DOWN,
+    MAX_ERROR_CHARS,
+    NO_LOAD_LEVELS,
+    NO_STEPS,
+    NO_TEMPERATURE_SPLIT,
+)
 from specdec_exporter.tap.stats import RequestRecord, RequestStats
 from variants import MODEL, capture
 
@@ -281,7 +288,7 @@ def test_load_levels_render_from_the_reports_batch_buckets() -> None:
     )
     assert "<h2>Acceptance by load level (engine probe, sidecar window)</h2>" in page
     assert (
-        f"<tr class='explained'><td>{MODEL}</td><td>0</td><td>33-64</td><td class='n'>30.000</td>"
+        f"<tr class='explained'><td>{MODEL}</td><td>0</td><td>33-64</td><td class='n'>30</td>"
         "<td class='n'>0.300</td><td class='n'>2.200</td><td class='n'>1.570</td>"
         "<td class='verdict v-low'><span>below threshold</span></td></tr>"
     ) in page
@@ -361,7 +368,153 @@ def test_with_the_probes_load_level_split_off_the_section_says_why() -> None:
     inputs = page_inputs({"engine_probe": probe}, [], CollectorRegistry())
     page = render_page(PollState(), "http://vllm:8000", inputs, refresh=5, now=START)
     assert (
-        "<h2>Acceptance by load level</h2><p class='note'>the engine probe's load-level split is "
-        "off: batch split off: invalid SPECDEC_BATCH_BUCKETS '4,&lt;1'</p>"
+        "<h2>Acceptance by load level</h2><p class='note'>the engine probe inside vLLM "
+        "reports: batch split off: invalid SPECDEC_BATCH_BUCKETS '4,&lt;1'</p>"
     ) in page
     assert NO_LOAD_LEVELS not in page
+
+
+# --- issue 29: the split off, vLLM down with the probe known, /api/report, empty buckets ---------
+
+
+async def report_of(state: PollState, *, now: float, context: PageContext = CONTEXT) -> Any:
+    app = create_app(
+        CollectorRegistry(),
+        state,
+        lambda: None,
+        "http://vllm:8000",
+        refresh_every=5,
+        page=context,
+        clock=lambda: now,
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as client:
+        return (await client.get("/api/report")).json()
+
+
+async def test_with_the_probes_temperature_split_off_the_page_says_why_where_it_would_be() -> None:
+    """vLLM without --per-request-spec-decode-metrics: the probe turns its temperature split off
+    and says why; the page says it where the per-bucket table would be, not only /api/report."""
+    body = capture("t3") + probe_text(temperature_split=False)
+    poller, wall = await polled([capture("t0") + probe_text(temperature_split=False), body])
+    assert poller.state.temperature_split_source == "none"
+    page = await page_of(poller.state, now=wall.now)
+    assert (
+        "<h2>Acceptance by temperature bucket</h2><p class='note' id='split-off'>the engine "
+        "probe inside vLLM reports: temperature split off: vLLM runs without "
+        "--per-request-spec-decode-metrics summary</p>"
+    ) in page
+    per_position = page.index("Acceptance per draft position")
+    assert page.index("id='split-off'") > per_position, "where the bucket table would be"
+
+
+async def test_without_probe_or_tap_the_page_says_there_is_no_temperature_split() -> None:
+    poller, wall = await polled([capture("t0"), capture("t3")])
+    page = await page_of(poller.state, now=wall.now)
+    assert f"<p class='note' id='split-off'>{NO_TEMPERATURE_SPLIT}</p>" in page
+
+
+def test_with_the_probes_split_off_and_the_tap_on_the_page_says_which_feeds_it() -> None:
+    probe = {
+        "version": "0.1.0",
+        "vllm_version": "0.33.0",
+        "temperature_split": "off",
+        "batch_split": "on",
+        "reason": "temperature split off: <why>",
+    }
+    report = {"engine_probe": probe, "temperature_split_source": "tap"}
+    inputs = page_inputs(report, [], CollectorRegistry())
+    page = render_page(PollState(), "http://vllm:8000", inputs, refresh=5, now=START)
+    assert (
+        "the engine probe inside vLLM reports: temperature split off: &lt;why&gt;; the "
+        "request tap feeds the split instead"
+    ) in page
+
+
+async def test_while_vllm_is_down_the_load_levels_use_the_probe_known_from_the_last_poll() -> None:
+    failure = ScrapeError("connect", "All connection attempts failed")
+    up, wall = await polled([capture("t0") + probe_text(), capture("t3") + probe_text(rounds=2)])
+    up_page = await page_of(up.state, now=wall.now)
+    assert "Acceptance by load level (engine probe, sidecar window)" in up_page
+    down, wall = await polled(
+        [capture("t0") + probe_text(), capture("t3") + probe_text(rounds=2), failure]
+    )
+    page = await page_of(down.state, now=wall.now)
+    assert f"<h2>Acceptance by load level</h2><p class='note'>{LOAD_LEVELS_WHILE_DOWN}</p>" in (
+        page
+    )
+    assert NO_LOAD_LEVELS not in page
+
+
+async def test_the_report_carries_the_error_details_the_page_shows_and_no_window_of_0_s() -> None:
+    failure = ScrapeError("connect", "All connection attempts failed")
+    poller, wall = await polled([capture("t0"), capture("t3"), failure, failure])
+    context = PageContext(COST, runbook_url=RUNBOOK, window=3600)
+    report = await report_of(poller.state, now=wall.now + 3, context=context)
+    page = await page_of(poller.state, now=wall.now + 3, context=context)
+    scrape = report["scrape"]
+    assert scrape["headline"] == "vLLM is not answering"
+    assert scrape["error"] == "connect: All connection attempts failed"
+    assert (scrape["failed_in_a_row"], scrape["failures"]["connect"]) == (2, 2)
+    assert scrape["last_success_at"] == START + 5 and scrape["last_poll_at"] == START + 15
+    for name, value in scrape["facts"].items():  # the page's facts, word for word
+        assert f"<tr><th>{name}</th><td>{value}</td></tr>" in page
+    assert report["window_seconds"] is None and report["configured_window_seconds"] == 3600
+    assert " · window 3600 s · " in page and "window 0 s" not in page
+
+
+async def test_the_header_says_how_much_of_the_window_the_figures_cover_while_it_fills() -> None:
+    poller, wall = await polled([capture("t0"), capture("t3")])
+    context = PageContext(COST, runbook_url=RUNBOOK, window=60)
+    page = await page_of(poller.state, now=wall.now, context=context)
+    assert " · window 60 s (figures over 5 s so far) · " in page
+    report = await report_of(poller.state, now=wall.now, context=context)
+    assert report["window_seconds"] == 5.0 and report["scrape"]["error"] is None
+
+
+def test_an_empty_load_level_bucket_is_not_a_verdict_and_steps_are_whole() -> None:
+    empty = {
+        **BATCH_BUCKETS[0],
+        "batch_bucket": "65+",
+        "steps": 0.0,
+        "acceptance_rate": None,
+        "mean_acceptance_length": None,
+        "estimated_speedup": None,
+        "verdict": "not drafting",
+    }
+    report = {"batch_buckets": [*BATCH_BUCKETS, empty], "temperature_split_source": "probe"}
+    inputs = page_inputs(report, [], CollectorRegistry())
+    page = render_page(
+        PollState(), "http://vllm:8000", inputs, refresh=5, now=START, context=CONTEXT
+    )
+    assert f"<td>{MODEL}</td><td>0</td><td>2-4</td><td class='n'>120</td>" in page
+    row = re.search(r"<tr><td>[^<]*</td><td>0</td><td>65\+</td>(.*?)</tr>", page)
+    assert row is not None, "the empty bucket's row, with no why line under it"
+    assert row.group(1).endswith(f"<td class='empty'>{NO_STEPS}</td>")
+    assert "not drafting" not in page and "#specdecodenotdrafting" not in page
+
+
+def test_reference_labels_are_drawn_over_the_lines_and_never_over_each_other() -> None:
+    """The break-even label was overdrawn by the series: labels now come after every series,
+    with a white halo, and a label that would overlap another goes below its line."""
+    from specdec_exporter.sidecar.charts import Reference, charts  # noqa: PLC0415
+    from specdec_exporter.sidecar.history import Series  # noqa: PLC0415
+
+    line = Series(MODEL, None, tuple((float(age), 0.12) for age in range(60, -1, -5)))
+    bucket = Series(MODEL, "0", tuple((float(age), 0.11) for age in range(60, -1, -5)))
+    drawn = charts(
+        [line, bucket],
+        60,
+        references={
+            MODEL: [Reference("threshold t", 0.15, "#b45309"), Reference("break-even", 0.1, "#a")]
+        },
+    )
+    last_series = drawn.rindex("<g class='series")
+    labels = re.findall(
+        r"<text class='reference-label' [^>]*y='([\d.]+)'[^>]*>([^<]*)</text>", drawn
+    )
+    assert [text for _, text in labels] == ["threshold t 0.15", "break-even 0.1"]
+    assert drawn.index("class='reference-label'") > last_series, "labels on top of the lines"
+    assert "paint-order='stroke'" in drawn
+    (t_y, _), (break_even_y, _) = labels
+    assert abs(float(t_y) - float(break_even_y)) >= 14, "the two labels overlap"

@@ -1,7 +1,8 @@
 """The live page in a real headless Chromium during a demo-like run (simulator, sidecar with the
 tap, mixed-temperature load, drafter degraded halfway, then vLLM refusing connections): the charts
 and colours render, and each page explains itself. Screenshots of the healthy, degraded and
-vLLM-down pages are kept as artifacts."""
+vLLM-down pages are kept as artifacts, and of a page whose engine probe has its temperature split
+off (vLLM without --per-request-spec-decode-metrics), which says why where the split would be."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from sidecar_process import address_of, sidecar
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import run_load
+from specdec_exporter.devtools.sim.probe import SPLIT_OFF_WITHOUT_METRICS
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import SimConfig, SpeculativeConfig
 from specdec_exporter.sidecar.charts import BUCKET_COLOURS, MODEL_COLOUR
@@ -229,6 +231,7 @@ async def test_live_page_healthy_degraded_and_down(tmp_path: Path) -> None:
             await asyncio.gather(load, return_exceptions=True)
 
     healthy_text = check_explained(healthy)
+    assert " · window 1 s · " in healthy_text
     assert '<span class="badge up" id="status">up</span>' in healthy
     assert "healthy" in healthy_text and "last scrape" in healthy_text
     assert "vllm-down" not in healthy
@@ -246,6 +249,7 @@ async def test_live_page_healthy_degraded_and_down(tmp_path: Path) -> None:
     assert re.search(r"failures since start, by reason connect [1-9]\d*, timeout ", down_text)
     assert "runbook: SpecDecodeVLLMUnreachable" in down_text
     assert "no figures while vLLM does not answer" in down_text
+    assert " · window 1 s · " in down_text and "window 0 s" not in down_text
 
     # the browser rendered the server's SVG: the model's line and one per bucket with traffic
     assert dom.count('<svg class="chart"') == 1
@@ -273,3 +277,64 @@ async def test_live_page_healthy_degraded_and_down(tmp_path: Path) -> None:
     assert counts[STATUS_UP_BACKGROUND] > 100
     assert counts[MODEL_COLOUR] > 300  # the thick model line (text is #1f2937, never black)
     assert all(counts[colour] > 100 for colour in BUCKET_COLOURS[:3])  # more than legend swatches
+
+
+async def test_live_page_with_the_probes_temperature_split_off(tmp_path: Path) -> None:
+    """The engine probe in a vLLM without --per-request-spec-decode-metrics: its temperature
+    split is off, its load-level split on. The page says why where the split would be, and shows
+    the load levels."""
+    binary = chromium_path()
+    config = SimConfig(
+        speculative=SpeculativeConfig("draft_model", 4),
+        per_request_spec_decode_metrics="none",
+        drafter_quality=0.97,
+        seed=1,
+        probe=True,
+    )
+    with (
+        running_simulator(config) as sim,
+        sidecar(sim.url, "--window", "1", "--speculative-method", "draft_model") as (url, _),
+    ):
+        load = asyncio.create_task(
+            run_load(
+                LoadConfig(
+                    url=sim.url,
+                    concurrency=4,
+                    duration=120,
+                    mix=parse_mix(DEMO_MIX),
+                    max_tokens=48,
+                    seed=1,
+                )
+            )
+        )
+        try:
+            async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
+                await until(
+                    client,
+                    url,
+                    lambda r: (
+                        model_row(r) is not None
+                        and any(b["steps"] for b in r["batch_buckets"])
+                        and (r.get("engine_probe") or {}).get("temperature_split") == "off"
+                    ),
+                    "the probe's load levels, with its temperature split off",
+                )
+                dom, screenshot = await snapshot(binary, tmp_path, url, "split-off")
+        finally:
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+
+    text = text_of(dom)
+    assert (
+        "Acceptance by temperature bucket the engine probe inside vLLM reports: "
+        f"{SPLIT_OFF_WITHOUT_METRICS}"
+    ) in text
+    assert text.index("the engine probe inside vLLM reports") > text.index(
+        "Acceptance per draft position"
+    )
+    assert 'id="split-off"' in dom
+    assert "Acceptance by load level (engine probe, sidecar window)" in text
+    assert NO_LOAD_LEVELS not in text
+    image = decode(screenshot.read_bytes())
+    assert (image.width, image.height) == WINDOW_SIZE
+    assert count(image.colours(), STATUS_UP_BACKGROUND, tolerance=8) > 100

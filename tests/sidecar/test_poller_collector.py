@@ -58,13 +58,15 @@ async def poll_all(
     *,
     window: float = 3600,
     tap_counts: dict[BucketKey, Totals] | None = None,
+    interval: float = 5,
+    cost: DraftCost = COST,
 ) -> tuple[Poller, CollectorRegistry]:
     clock = Clock()
     poller = Poller(
         ScriptedSource(bodies),
-        interval=5,
+        interval=interval,
         window=window,
-        cost=COST,
+        cost=cost,
         log_interval=60,
         clock=clock,
         tap_counts=(lambda _state: dict(tap_counts)) if tap_counts is not None else None,
@@ -73,9 +75,9 @@ async def poll_all(
     registry.register(
         SpecDecodeCollector(
             poller.state,
-            cost=COST,
+            cost=cost,
             method="ngram",
-            interval=5,
+            interval=interval,
             window=window,
             coverage_enabled=tap_counts is not None,
         )
@@ -83,7 +85,7 @@ async def poll_all(
     registry.register(SplitCollector(poller.state))
     for _ in bodies:
         await poller.poll_once()
-        clock.now += 5
+        clock.now += interval
     return poller, registry
 
 
@@ -337,3 +339,75 @@ async def test_an_invalid_series_is_dropped_counted_and_logged_once(
     logged = [r for r in caplog.records if r.getMessage().startswith("vLLM exposed series")]
     assert len(logged) == 1
     assert poller.state.up
+
+
+async def test_no_help_text_depends_on_a_setting() -> None:
+    """Two pods with another window, interval and c: every HELP line is the same (Prometheus and
+    Thanos keep one HELP per family), and the settings are series instead."""
+    bodies: list[str | ScrapeError] = [capture("t0"), with_engines(capture("t3"), 2) + probe_text()]
+    tap = {(MODEL, "0"): Totals()}
+    _, one = await poll_all(bodies, tap_counts=tap)
+    _, other = await poll_all(
+        bodies, tap_counts=tap, window=60, interval=2, cost=DraftCost(0.05, "flag", None)
+    )
+
+    def helps(registry: CollectorRegistry) -> list[str]:
+        text = generate_latest(registry).decode()
+        return [line for line in text.splitlines() if line.startswith("# HELP")]
+
+    assert helps(one) == helps(other)
+    assert len(helps(one)) > 20
+    assert value(other, "specdec_window_seconds") == 60.0
+    assert value(other, "specdec_poll_interval_seconds") == 2.0
+    assert value(other, "specdec_draft_cost_ratio", source="flag") == 0.05
+    assert value(one, "specdec_window_seconds") == 3600.0
+
+
+async def test_coverage_above_one_is_exported_as_counted_and_its_help_says_why() -> None:
+    """A sequence is attributed when it finishes, vLLM counts its drafts as they happen: over a
+    window, the split can attribute more than vLLM counted in it (1.0049 was seen live). The
+    figure stays what was counted; the HELP says why it can exceed 1."""
+    tap: dict[BucketKey, Totals] = {(MODEL, "0"): Totals()}
+    clock = Clock()
+    poller = Poller(
+        ScriptedSource([capture("t0"), capture("t1")]),
+        interval=5,
+        window=60,
+        cost=COST,
+        log_interval=60,
+        clock=clock,
+        tap_counts=lambda _state: tap,
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        SpecDecodeCollector(
+            poller.state, cost=COST, method=None, interval=5, window=60, coverage_enabled=True
+        )
+    )
+    await poller.poll_once()
+    clock.now += 5
+    tap[(MODEL, "0")] = Totals(2500, 10000, 8000)  # vLLM counted 9448 draft tokens t0 -> t1
+    await poller.poll_once()
+    coverage = value(registry, "specdec_request_coverage_ratio", model_name=MODEL)
+    assert coverage == 10000 / 9448
+    text = generate_latest(registry).decode()
+    (help_line,) = [line for line in text.splitlines() if "HELP specdec_request_coverage" in line]
+    assert "Above 1 for a while: a sequence's draft tokens are attributed when it finishes" in (
+        help_line
+    )
+
+
+def test_the_splits_help_is_the_same_whichever_source_feeds_it() -> None:
+    """One pod's split from the engine probe, another's from the tap: the same families must
+    carry the same HELP, or Prometheus and Thanos see conflicting metadata across targets."""
+    from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
+    from specdec_exporter.core.probe_parse import parse_probe  # noqa: PLC0415
+    from specdec_exporter.sidecar.split_collector import temperature_families  # noqa: PLC0415
+    from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
+
+    tap = {
+        f.name: f.documentation for f in RequestStats(TemperatureBuckets(), lambda _: 4).describe()
+    }
+    probe = {f.name: f.documentation for f in temperature_families(parse_probe(probe_text()))}
+    assert set(probe) < set(tap)
+    assert {name: tap[name] for name in probe} == probe

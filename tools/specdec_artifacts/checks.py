@@ -9,8 +9,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from specdec_artifacts.contract import CHECKED_SPECDEC_METRICS, VLLM_METRICS, series_index
-from specdec_artifacts.grafana import DATASOURCE, NO_TRAFFIC
+from specdec_artifacts.contract import (
+    CHECKED_SPECDEC_METRICS,
+    PROBE_FED,
+    VLLM_METRICS,
+    series_index,
+)
+from specdec_artifacts.grafana import DATASOURCE, NO_DATA, NO_TRAFFIC
 from specdec_artifacts.outputs import Output
 
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -26,6 +31,7 @@ _VLLM = series_index(VLLM_METRICS)
 REQUIRED_VARIABLES = (
     "datasource",
     "cluster",
+    "sidecar_job",
     "namespace",
     "pod",
     "model",
@@ -34,6 +40,11 @@ REQUIRED_VARIABLES = (
     "vllm_job",
 )
 _SERIES_USE = re.compile(r"(?<![\w:$])([a-zA-Z_][\w:]*)\s*(\{[^}]*\})?")
+_JOB_MATCHER = re.compile(r'(?<![\w])job\s*(?:=~|!~|!=|=)\s*"([^"]*)"')
+HEALTH_SERIES = ("up", "specdec_up", "specdec_temperature_split_info", "specdec_engine_probe_info")
+"""What the first row's health stat reads: the sidecar's target, vLLM from the sidecar, the split's
+source and the engine probe's state."""
+_TAP = re.compile(r"\btap\b", re.IGNORECASE)
 
 
 def stale_outputs(outputs: Iterable[Output], root: Path) -> list[str]:
@@ -75,6 +86,12 @@ def dashboard_problems(
         problems.append("dashboard is not tagged vllm")
     names = [v["name"] for v in board["templating"]["list"]]
     problems += [f"missing variable ${name}" for name in REQUIRED_VARIABLES if name not in names]
+    problems += first_row_problems(board) + tap_title_problems(board)
+    problems += [
+        f"variable ${v['name']}: {p}"
+        for v in board["templating"]["list"]
+        for p in hard_coded_jobs(v.get("definition", ""))
+    ]
     for note in board["annotations"]["list"]:
         problems += [
             f"annotation {note['name']!r}: {p}"
@@ -87,9 +104,73 @@ def dashboard_problems(
         problems += [
             f"panel {panel['title']!r}: {p}"
             for target in panel["targets"]
-            for p in unscoped_series(target["expr"], scope_labels)
+            for p in [
+                *unscoped_series(target["expr"], scope_labels),
+                *hard_coded_jobs(target["expr"]),
+            ]
         ]
     return problems
+
+
+def hard_coded_jobs(expr: str) -> list[str]:
+    """Each `job` matcher on a literal: a job is a dashboard variable (`$sidecar_job`,
+    `$vllm_job`), so one dashboard serves whatever job a Prometheus gives the targets."""
+    return [
+        f'job is hard-coded as "{value}": use a job variable'
+        for value in _JOB_MATCHER.findall(expr)
+        if not value.startswith("$")
+    ]
+
+
+def rows_of(board: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(row title, its panels) in order; panels before any row under the title ""."""
+    rows: list[tuple[str, list[dict[str, Any]]]] = [("", [])]
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            rows.append((panel["title"], list(panel.get("panels", []))))
+        else:
+            rows[-1][1].append(panel)
+    return [row for row in rows if row[0] or row[1]]
+
+
+def first_row_problems(board: dict[str, Any]) -> list[str]:
+    """The first row must hold a health stat reading the sidecar's target, vLLM from the
+    sidecar, the split's source and the probe, whose "no data" differs from "No traffic"."""
+    rows = rows_of(board)
+    if not rows:
+        return ["the dashboard has no rows"]
+    title, panels = rows[0]
+    for panel in panels:
+        exprs = " ".join(t["expr"] for t in panel["targets"])
+        used = {name for name, _ in _SERIES_USE.findall(_QUOTED.sub('""', exprs))}
+        if panel["type"] == "stat" and set(HEALTH_SERIES) <= used:
+            no_value = panel["fieldConfig"]["defaults"].get("noValue", "")
+            if NO_TRAFFIC in no_value:
+                return [f"the health stat of row {title!r} says {NO_TRAFFIC!r} without data"]
+            return []
+    return [f"the first row {title!r} holds no health stat reading {', '.join(HEALTH_SERIES)}"]
+
+
+def tap_title_problems(board: dict[str, Any]) -> list[str]:
+    """A row, panel or legend that names the tap alone for a family the engine probe feeds too."""
+    problems = []
+    for row_title, panels in rows_of(board):
+        for panel in panels:
+            for target in panel["targets"]:
+                names = {n for n, _ in _SERIES_USE.findall(_QUOTED.sub('""', target["expr"]))}
+                fed = sorted(names & PROBE_FED)
+                if not fed:
+                    continue
+                for what, text in (
+                    ("row", row_title),
+                    ("panel", panel["title"]),
+                    ("legend", target.get("legendFormat", "")),
+                ):
+                    if _TAP.search(text) and "probe" not in text.lower():
+                        problems.append(
+                            f"{what} {text!r} says tap for {fed[0]}, which the engine probe feeds"
+                        )
+    return sorted(set(problems))
 
 
 def unscoped_series(expr: str, labels: tuple[str, ...]) -> list[str]:
@@ -131,11 +212,11 @@ def _panel_problems(
     problems = []
     if panel.get("datasource") != DATASOURCE:
         problems.append("datasource is not ${datasource}")
-    if defaults.get("noValue") != NO_TRAFFIC or not any(
+    if not str(defaults.get("noValue", "")).startswith(NO_DATA) or not any(
         m.get("options", {}).get("result", {}).get("text") == NO_TRAFFIC
         for m in defaults.get("mappings", [])
     ):
-        problems.append(f'no "{NO_TRAFFIC}" value and mapping')
+        problems.append(f'no "{NO_DATA}" value and "{NO_TRAFFIC}" mapping')
     for target in panel["targets"]:
         problems += [
             f"{p} in {target['expr']!r}"

@@ -25,7 +25,6 @@ EXAMPLE = REPO_ROOT / "deploy" / "examples" / "llama-ngram"
 VLLM_CONTAINER = "vllm"
 SIDECAR_CONTAINER = "specdec-exporter"
 _VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-_JOB = re.compile(r'^job="([^"]+)"$')
 PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "failureThreshold": 3}
 """Kubernetes' defaults for a probe's timing fields."""
 
@@ -116,10 +115,9 @@ def job_problems(settings: Settings, monitors: Iterable[Manifest]) -> list[str]:
         for rule in endpoint.get("relabelings", [])
         if rule.get("targetLabel") == "job" and "replacement" in rule
     }
-    sidecar = _JOB.match(settings.selectors.sidecar)
     problems = []
     for name, job in (
-        ("sidecar", sidecar.group(1) if sidecar else None),
+        ("sidecar_job", settings.selectors.sidecar_job),
         ("vllm_job", settings.selectors.vllm_job),
     ):
         if job is not None and job not in jobs:

@@ -48,6 +48,8 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_vllm_ever_up", "gauge"),
     _m("specdec_draft_cost_ratio", "gauge", "source"),
     _m("specdec_tap_enabled", "gauge"),
+    _m("specdec_window_seconds", "gauge"),
+    _m("specdec_poll_interval_seconds", "gauge"),
     _m("specdec_scrape_duration_seconds", "gauge"),
     _m("specdec_scrape_failures", "counter", "reason"),
     _m("specdec_build_info", "gauge", "version"),
@@ -88,6 +90,27 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
 )
 
 AWAITED_SPECDEC_METRICS: tuple[Metric, ...] = ()
+
+PROBE_FED = frozenset(
+    {
+        "specdec_requests_total",
+        "specdec_request_drafts_total",
+        "specdec_request_draft_tokens_total",
+        "specdec_request_accepted_tokens_total",
+        *(
+            f"{family}_{suffix}"
+            for family in (
+                "specdec_request_acceptance_rate",
+                "specdec_request_time_to_first_token_seconds",
+                "specdec_request_time_per_output_token_seconds",
+            )
+            for suffix in ("bucket", "sum", "count")
+        ),
+        "specdec_request_coverage_ratio",
+    }
+)
+"""Series the engine probe feeds as well as the tap (sidecar/split_collector.py; a test keeps the
+two equal): a title over them names the split, never the tap alone."""
 """Families of a contract the sidecar does not export yet (none now): the dashboard may query
 them, and `--check` knows them from here alone. Once the sidecar exports one, it moves to
 SPECDEC_METRICS (tests/sidecar/test_metrics_docs.py then checks it against the real exposition)."""

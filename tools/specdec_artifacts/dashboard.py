@@ -3,8 +3,10 @@
 Every query is scoped by the cluster (where configured), namespace, pod and model variables.
 Queries read the raw series with `$__rate_interval`, so the dashboard works before the recording
 rules are loaded, except the fleet row, which ranks the recording rules. Every division is
-`num / (den > 0)` and every quantile is kept only where observations were counted, so idle periods
-show "No traffic" instead of NaN or 0.
+`num / (den > 0)` and every quantile is kept only where observations were counted; where the
+series exist but nothing was counted, the query falls back to NaN, which reads "No traffic", while
+no series at all reads "No data": idle never looks like down. No query names a job: the sidecar's
+and vLLM's jobs are variables.
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ TAGS = ["vllm", "speculative-decoding"]
 WINDOW = "$__rate_interval"
 TOKENS_PER_SECOND = "suffix: tok/s"
 REFERENCE_LINES = "(threshold|break-even|k \\+ 1).*"
+"""Series drawn dashed: the per-model threshold t, the break-even acceptance, the k + 1 ceiling."""
 VLLM_JOB = "vllm_job"
 """The variable naming the job of vLLM's own series (the latency panels)."""
-"""Series drawn dashed: the per-model threshold t, the break-even acceptance, the k + 1 ceiling."""
+SIDECAR_JOB = "sidecar_job"
+"""The variable naming the job of the sidecar's series (every other panel)."""
+SPLIT = "engine probe or request tap"
+"""How a title names the temperature split's source: the probe feeds it where vLLM has it, else
+the tap (specdec_temperature_split_info says which)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class Scope:
         label = settings.selectors.cluster_label
         cluster = f'{label}=~"$cluster"' if label else ""
         models = _join(cluster, 'namespace=~"$namespace"')
-        fleet = _join(settings.selectors.sidecar, models)
+        fleet = _join(f'job=~"${SIDECAR_JOB}"', models)
         sidecar = _join(fleet, 'pod=~"$pod"')
         model = _join(sidecar, 'model_name=~"$model"')
         vllm = _join(
@@ -100,37 +107,47 @@ def _sum_rate(by: str, metric: str, matchers: str) -> str:
     return sum_by(by, _rate(metric, matchers)) if by else f"sum({_rate(metric, matchers)})"
 
 
-def _ratio(by: str, numerator: str, denominator: str, matchers: str) -> str:
-    return guarded_ratio(_sum_rate(by, numerator, matchers), _sum_rate(by, denominator, matchers))
+def _idle(counted: str) -> str:
+    """NaN where the series of `counted` exist but counted nothing: "No traffic", not "No data"."""
+    return f"\nor\n{counted} * NaN"
+
+
+def _ratio(
+    by: str, numerator: str, denominator: str, matchers: str, numerator_matchers: str = ""
+) -> str:
+    """num / (den > 0), else NaN where den's series exist (idle), else nothing (no data)."""
+    den = _sum_rate(by, denominator, matchers)
+    num = _sum_rate(by, numerator, numerator_matchers or matchers)
+    return guarded_ratio(num, den) + _idle(den)
 
 
 def _quantile(q: float, histogram: str, by: str, matchers: str) -> str:
-    """P(q) of a histogram, only where the window holds observations."""
+    """P(q) of a histogram, only where the window holds observations (NaN where none)."""
     buckets = _sum_rate(f"{by}, le" if by else "le", f"{histogram}_bucket", matchers)
-    return (
-        f"histogram_quantile({q}, {buckets})\n"
-        f"and\n{_sum_rate(by, f'{histogram}_count', matchers)} > 0"
-    )
+    count = _sum_rate(by, f"{histogram}_count", matchers)
+    return f"histogram_quantile({q}, {buckets})\nand\n{count} > 0" + _idle(count)
 
 
 def variables(settings: Settings) -> list[JSON]:
-    sel, scope, label = (
-        settings.selectors.sidecar,
-        Scope.of(settings),
-        settings.selectors.cluster_label,
-    )
-    in_cluster = _join(sel, scope.cluster)
+    scope, label = Scope.of(settings), settings.selectors.cluster_label
+    in_cluster = _join(f'job=~"${SIDECAR_JOB}"', scope.cluster)
     in_namespace = _join(in_cluster, 'namespace=~"$namespace"')
     in_pod = _join(in_namespace, 'pod=~"$pod"')
     vllm_pods = _join(scope.cluster, 'namespace=~"$namespace"', 'pod=~"$pod"')
     cluster = (
-        query_variable("cluster", "Cluster", f"label_values(specdec_build_info{{{sel}}}, {label})")
+        query_variable("cluster", "Cluster", f"label_values(specdec_build_info, {label})")
         if label
         else constant_variable("cluster", "")
     )
     return [
         datasource_variable(),
         cluster,
+        query_variable(
+            SIDECAR_JOB,
+            "Sidecar job",
+            f"label_values({selector('specdec_build_info', scope.cluster)}, job)",
+            current=settings.selectors.sidecar_job,
+        ),
         query_variable(
             "namespace", "Namespace", f"label_values(specdec_build_info{{{in_cluster}}}, namespace)"
         ),
@@ -203,17 +220,11 @@ def _per_target(settings: Settings) -> str:
 
 def verdict_expr(settings: Settings, scope: Scope) -> str:
     """The verdict per model as a number (VERDICTS), from a, t and s as the alerts compare
-    them: s < 1 first, then a < t, then the borderline band, else healthy."""
-    acceptance = (
-        "(\n"
-        + _ratio(
-            "model_name",
-            "specdec_accepted_tokens_total",
-            "specdec_draft_tokens_total",
-            scope.engine,
-        )
-        + "\n)"
-    )
+    them: s < 1 first, then a < t, then the borderline band, else healthy; only where drafts
+    were counted, NaN ("No traffic") where the model drafted nothing."""
+    drafted = _sum_rate("model_name", "specdec_draft_tokens_total", scope.engine)
+    accepted = _sum_rate("model_name", "specdec_accepted_tokens_total", scope.engine)
+    acceptance = f"(\n{guarded_ratio(accepted, drafted)}\n)"
     threshold = f"max by (model_name) (\n{threshold_expr(settings, scope.model)}\n)"
     speedup = f"min by (model_name) ({selector('specdec_estimated_speedup', scope.model)})"
     codes = {verdict: code for code, (verdict, _) in VERDICTS.items()}
@@ -221,33 +232,91 @@ def verdict_expr(settings: Settings, scope: Scope) -> str:
         f"(\n{codes[Verdict.DISABLE]} * ({speedup} < {NET_LOSS_BELOW:g})\nor\n"
         f"{codes[Verdict.BELOW_THRESHOLD]} + 0 * ({acceptance}\n< {threshold})\nor\n"
         f"{codes[Verdict.BORDERLINE]} + 0 * ({acceptance} <= {HEALTHY_ABOVE:g})\nor\n"
-        f"{codes[Verdict.HEALTHY]} + 0 * {acceptance}\n)\nand\n{acceptance}"
+        f"{codes[Verdict.HEALTHY]} + 0 * {acceptance}\n)\nand\n{acceptance}" + _idle(drafted)
+    )
+
+
+HEALTH = {
+    0: ("DOWN", "red"),
+    1: ("up", "green"),
+    2: ("engine probe", "green"),
+    3: ("request tap", "green"),
+    4: ("none", "orange"),
+    5: ("a split off", "orange"),
+    6: ("both splits on", "green"),
+    7: ("not in vLLM", "blue"),
+}
+"""The health stat's values as words: targets up or down, the split's source, the probe's state."""
+NO_SIDECAR = "No data: no sidecar scraped"
+
+
+def health_panel(settings: Settings, scope: Scope) -> Panel:
+    """The first thing to read: is the sidecar scraped, does vLLM answer it, where the temperature
+    split comes from, and whether the engine probe has both splits on (worst pod of each)."""
+    target = _per_target(settings)
+    split_info = "specdec_temperature_split_info"
+    source = "\nor\n".join(
+        f"{code} * {selector(split_info, scope.sidecar, matcher)}"
+        for code, matcher in ((2, 'source="probe"'), (3, 'source="tap"'), (4, 'source="none"'))
+    )
+    probe = "specdec_engine_probe_info"
+    both_on = 'temperature_split="on", batch_split="on"'
+    probe_state = (
+        f"6 * {selector(probe, scope.sidecar, both_on)}\nor\n5 * {selector(probe, scope.sidecar)}"
+        f"\nor on ({target})\n7 * group by ({target}) "
+        f"({selector('specdec_build_info', scope.sidecar)})"
+    )
+    return Panel(
+        "Health",
+        "The worst pod of each: the sidecar's target as Prometheus scrapes it (DOWN: the sidecar "
+        "is not answering Prometheus); vLLM as the sidecar polls it (specdec_up); where the "
+        "temperature split comes from (engine probe, request tap, none); the engine probe inside "
+        "vLLM (a split off: specdec_engine_probe_info says why; not in vLLM: no probe). "
+        f'"{NO_SIDECAR}" means Prometheus has no sidecar series at all, which is not "No '
+        'traffic".',
+        (
+            Query(f"min({selector('up', scope.sidecar)})", "sidecar target"),
+            Query(f"min({selector('specdec_up', scope.sidecar)})", "vLLM"),
+            Query(f"max(\n{source}\n)", "temperature split"),
+            Query(f"min(\n{probe_state}\n)", "engine probe"),
+        ),
+        kind="stat",
+        width=6,
+        height=5,
+        mappings=(value_mapping(HEALTH),),
+        no_value=NO_SIDECAR,
     )
 
 
 def now_row(settings: Settings, scope: Scope) -> Row:
-    """What an on-call engineer reads first: acceptance, speedup, verdict, coverage, now."""
+    """What an on-call engineer reads first: health, then acceptance, speedup, verdict and the
+    split's coverage, now (instant values: a stat never shows a figure from before traffic
+    stopped)."""
     target = _per_target(settings)
     speedup = (
         f"min by (model_name, source) (\n{selector('specdec_estimated_speedup', scope.model)}\n"
         f"* on ({target}) group_left (source)\n"
         f"group by ({target}, source) ({selector('specdec_draft_cost_ratio', scope.sidecar)})\n)"
-    )
+        + _idle(_sum_rate("model_name", "specdec_draft_tokens_total", scope.engine))
+    )  # the speedup gauge is absent without drafts in the sidecar's window: idle, not down
     coverage = selector("specdec_request_coverage_ratio", scope.model)
     split_info = selector("specdec_temperature_split_info", scope.sidecar)
     coverage_by_source = (
         f"min by (model_name, source) (\n{coverage}\n* on ({target}) group_left (source)\n"
         f"group by ({target}, source) ({split_info})\n)\nor on (model_name)\n"
         f"min by (model_name) ({coverage})"
+        + _idle(_sum_rate("model_name", "specdec_draft_tokens_total", scope.engine))
     )
     return Row(
-        "Now: acceptance, speedup, verdict, coverage",
+        "Now: health, acceptance, speedup, verdict, split coverage",
         (
+            health_panel(settings, scope),
             Panel(
                 "Acceptance now",
-                "Accepted / proposed draft tokens per model over the selected engines and pods "
-                f"(red below the default t = {ACCEPTANCE_THRESHOLD:g}; a model's own t is in "
-                "the verdict and the acceptance row).",
+                "Accepted / proposed draft tokens per model over the selected engines and pods: "
+                f"red below the default t = {ACCEPTANCE_THRESHOLD:g}, yellow in the borderline "
+                f"band up to {HEALTHY_ABOVE:g}, green above (a model's own t is in the verdict "
+                "and the acceptance row).",
                 (
                     Query(
                         _ratio(
@@ -260,10 +329,10 @@ def now_row(settings: Settings, scope: Scope) -> Row:
                     ),
                 ),
                 kind="stat",
-                width=6,
+                width=5,
                 height=5,
                 unit="percentunit",
-                threshold=Threshold(ACCEPTANCE_THRESHOLD),
+                threshold=Threshold(ACCEPTANCE_THRESHOLD, band=HEALTHY_ABOVE),
             ),
             Panel(
                 "Speedup (c calibrated, else assumed)",
@@ -272,20 +341,21 @@ def now_row(settings: Settings, scope: Scope) -> Row:
                 "`flag`, `method` (that method's default) or `default`. Below 1: a net loss.",
                 (Query(speedup, "{{model_name}} (c: {{source}})"),),
                 kind="stat",
-                width=6,
+                width=5,
                 height=5,
                 threshold=Threshold(NET_LOSS_BELOW),
             ),
             Panel(
                 "Verdict",
-                "check's decision table per model, over this dashboard's window: "
+                "check's decision table per model, over the last rate interval: "
                 f"{Verdict.DISABLE} (modelled speedup < 1), {Verdict.BELOW_THRESHOLD} "
                 f"(acceptance < the model's t), {Verdict.BORDERLINE} (up to "
-                f"{HEALTHY_ABOVE:g}), {Verdict.HEALTHY}. The runbook explains each "
+                f"{HEALTHY_ABOVE:g}), {Verdict.HEALTHY}; No traffic once nothing is drafted, "
+                "never the last verdict before traffic stopped. The runbook explains each "
                 "(dashboard link).",
                 (Query(verdict_expr(settings, scope), "{{model_name}}"),),
                 kind="stat",
-                width=6,
+                width=4,
                 height=5,
                 mappings=(
                     value_mapping(
@@ -294,17 +364,18 @@ def now_row(settings: Settings, scope: Scope) -> Row:
                 ),
             ),
             Panel(
-                "Temperature-split coverage (tap or probe)",
+                f"Split coverage ({SPLIT})",
                 "Draft tokens attributed to a temperature bucket / draft tokens vLLM counted, "
-                "the lowest pod per model, with the split's source (`tap` or the engine `probe`) "
-                "where the sidecar reports it.",
+                "the lowest pod per model, with the split's source (`probe` or `tap`). It can "
+                "exceed 1 for a while: a sequence's draft tokens are attributed when it finishes, "
+                "vLLM counts them as they are drafted, so long sequences that began before the "
+                "window and finish in it add more than vLLM counted in it.",
                 (Query(coverage_by_source, "{{model_name}} {{source}}"),),
                 kind="stat",
-                width=6,
+                width=4,
                 height=5,
                 unit="percentunit",
                 min=0,
-                max=1,
                 threshold=Threshold(settings.thresholds.coverage_ratio),
             ),
         ),
@@ -318,7 +389,7 @@ def load_row(settings: Settings, scope: Scope) -> Row:
         _sum_rate("batch_bucket", steps, scope.engine),
         _sum_rate("", steps, scope.engine),
         "ignoring (batch_bucket) group_left ()",
-    )
+    ) + _idle(_sum_rate("batch_bucket", steps, scope.engine))
     return Row(
         "By load level: running-batch bucket (engine probe)",
         (
@@ -476,6 +547,13 @@ def acceptance_row(settings: Settings, scope: Scope) -> Row:
                             ),
                             _sum_rate("model_name", "specdec_drafts_total", scope.engine),
                             "ignoring (position) group_left ()",
+                        )
+                        + _idle(
+                            _sum_rate(
+                                "model_name, position",
+                                "specdec_accepted_tokens_per_position_total",
+                                scope.engine,
+                            )
                         ),
                         "{{model_name}} position {{position}}",
                     ),
@@ -523,15 +601,17 @@ def temperature_row(settings: Settings, scope: Scope) -> Row:
         _sum_rate("temperature_bucket", "specdec_requests_total", scope.model),
         _sum_rate("", "specdec_requests_total", scope.model),
         "ignoring (temperature_bucket) group_left ()",
-    )
+    ) + _idle(_sum_rate("temperature_bucket", "specdec_requests_total", scope.model))
     tail = Threshold(settings.thresholds.tail_acceptance_rate)
     return Row(
-        "By temperature bucket (request tap)",
+        f"By temperature bucket ({SPLIT})",
         (
             _acceptance_panel(
                 "Acceptance rate by temperature bucket",
-                "From the tap's per-request counters. Acceptance falls as temperature rises. "
-                "Dashed: the model's threshold t.",
+                "From the temperature split's counters: the engine probe's per finished "
+                "sequence where vLLM has it, else the request tap's per request "
+                "(specdec_temperature_split_info says which). Acceptance falls as temperature "
+                "rises. Dashed: the model's threshold t.",
                 Query(
                     _ratio(
                         "model_name, temperature_bucket",
@@ -546,7 +626,8 @@ def temperature_row(settings: Settings, scope: Scope) -> Row:
             ),
             Panel(
                 "Per-request acceptance (heatmap)",
-                "How many requests ended with each acceptance rate, over time.",
+                "How many requests (finished sequences, from the engine probe) ended with each "
+                "acceptance rate, over time.",
                 (Query(heatmap, heatmap=True),),
                 kind="heatmap",
                 unit="percentunit",
@@ -563,7 +644,8 @@ def temperature_row(settings: Settings, scope: Scope) -> Row:
             ),
             Panel(
                 "Traffic share per temperature bucket",
-                "Requests per bucket / all requests through the tap.",
+                "Requests per bucket / all requests the split saw (finished sequences from the "
+                "engine probe, requests through the request tap).",
                 (Query(share, "{{temperature_bucket}}"),),
                 unit="percentunit",
                 min=0,
@@ -594,7 +676,9 @@ def speedup_row(scope: Scope) -> Row:
                 "than it saves (a net loss, the SpecDecodeSpeedupBelowOne page).",
                 (
                     Query(
-                        selector("specdec_estimated_speedup", scope.model), "{{model_name}} {{pod}}"
+                        selector("specdec_estimated_speedup", scope.model)
+                        + _idle(selector("specdec_spec_decode_enabled", scope.model)),
+                        "{{model_name}} {{pod}}",
                     ),
                 ),
                 width=10,
@@ -621,8 +705,8 @@ def speedup_row(scope: Scope) -> Row:
 
 def latency_row(scope: Scope) -> Row:
     by = "temperature_bucket"
-    tap_ttft = _quantile(0.9, "specdec_request_time_to_first_token_seconds", by, scope.bucket)
-    tap_tpot = _quantile(0.9, "specdec_request_time_per_output_token_seconds", by, scope.bucket)
+    split_ttft = _quantile(0.9, "specdec_request_time_to_first_token_seconds", by, scope.bucket)
+    split_tpot = _quantile(0.9, "specdec_request_time_per_output_token_seconds", by, scope.bucket)
     vllm_ttft = _quantile(0.9, "vllm:time_to_first_token_seconds", "", scope.vllm)
     vllm_tpot = _quantile(0.9, "vllm:request_time_per_output_token_seconds", "", scope.vllm)
     vllm_itl = _quantile(0.9, "vllm:inter_token_latency_seconds", "", scope.vllm)
@@ -637,18 +721,20 @@ def latency_row(scope: Scope) -> Row:
         (
             Panel(
                 "Time to first token P90",
-                "Per bucket from the tap, next to vLLM's own histogram (dashed, all requests of "
-                "the selected pods).",
-                (Query(tap_ttft, "tap {{temperature_bucket}}"), Query(vllm_ttft, "vLLM all")),
+                "Per temperature bucket from the split (engine probe: as vLLM measures it; request "
+                "tap: as the client sees it), next to vLLM's own histogram (dashed, all requests "
+                "of the selected pods).",
+                (Query(split_ttft, "bucket {{temperature_bucket}}"), Query(vllm_ttft, "vLLM all")),
                 width=8,
                 unit="s",
                 dashed="vLLM.*",
             ),
             Panel(
                 "Time per output token P90",
-                "Per bucket from the tap; dashed: vLLM's per-request TPOT and inter-token latency.",
+                "Per temperature bucket from the split (engine probe or request tap); dashed: "
+                "vLLM's per-request TPOT and inter-token latency.",
                 (
-                    Query(tap_tpot, "tap {{temperature_bucket}}"),
+                    Query(split_tpot, "bucket {{temperature_bucket}}"),
                     Query(vllm_tpot, "vLLM TPOT"),
                     Query(vllm_itl, "vLLM inter-token"),
                 ),
@@ -668,16 +754,22 @@ def latency_row(scope: Scope) -> Row:
 
 
 def health_row(settings: Settings, scope: Scope) -> Row:
-    attributed = guarded_ratio(
-        _sum_rate("model_name", "specdec_requests_total", f'{scope.model}, attributed="true"'),
-        _sum_rate("model_name", "specdec_requests_total", scope.model),
+    attributed = _ratio(
+        "model_name",
+        "specdec_requests_total",
+        "specdec_requests_total",
+        scope.model,
+        numerator_matchers=f'{scope.model}, attributed="true"',
     )
     return Row(
-        "Tap coverage and sidecar health",
+        "Split coverage and sidecar health",
         (
             Panel(
-                "Tap coverage",
-                "Draft tokens the tap attributed to a request / draft tokens vLLM counted.",
+                f"Split coverage ({SPLIT})",
+                "Draft tokens the temperature split attributed to a bucket / draft tokens vLLM "
+                "counted, per pod; and the share of requests attributed. Coverage can exceed 1 "
+                "for a while: a sequence's draft tokens are attributed when it finishes, while "
+                "vLLM counts them as they are drafted.",
                 (
                     Query(
                         selector("specdec_request_coverage_ratio", scope.model),
@@ -735,17 +827,19 @@ def health_row(settings: Settings, scope: Scope) -> Row:
                 unit="s",
             ),
             Panel(
-                "Scrape failures by reason",
-                "connect, timeout, http_status, parse, too_large.",
+                "Failed polls of vLLM per minute, by reason",
+                "The sidecar's failed polls of vLLM's /metrics: connect, timeout, http_status, "
+                "parse, too_large (per minute; one poll every --interval seconds).",
                 (
                     Query(
-                        _sum_rate(
+                        "60 * "
+                        + _sum_rate(
                             "pod, instance, reason", "specdec_scrape_failures_total", scope.sidecar
                         ),
                         "{{pod}} {{instance}} {{reason}}",
                     ),
                 ),
-                unit="reqps",
+                unit="suffix: /min",
             ),
         ),
     )

@@ -12,6 +12,10 @@ SCHEMA_VERSION = 39
 
 DATASOURCE: JSON = {"type": "prometheus", "uid": "${datasource}"}
 NO_TRAFFIC = "No traffic"
+"""What a panel shows where the series exist but nothing was counted (a query's NaN)."""
+NO_DATA = "No data"
+"""What a panel shows where no series came back at all: the sidecar (or vLLM's job) not scraped,
+or the family not exported. Never the same words as NO_TRAFFIC: down is not idle."""
 NO_TRAFFIC_MAPPING: JSON = {
     "type": "special",
     "options": {"match": "null+nan", "result": {"text": NO_TRAFFIC, "index": 0}},
@@ -32,10 +36,12 @@ class Query:
 
 @dataclass(frozen=True)
 class Threshold:
-    """A red-below/green-above boundary drawn as a line (timeseries) or used as colour (stat)."""
+    """A red-below/green-above boundary drawn as a line (timeseries) or used as colour (stat);
+    with `band`, yellow from `value` up to `band`, green above (a borderline band)."""
 
     value: float
     good_above: bool = True
+    band: float | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class Panel:
     stacked: bool = False
     mappings: tuple[JSON, ...] = ()
     """Value mappings after "No traffic" (a stat that shows a number as a word)."""
+    no_value: str = NO_DATA
+    """What the panel says when no series came back (a health stat says what is not scraped)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +186,10 @@ def render_panel(panel: Panel, panel_id: int, grid: JSON) -> JSON:
         "description": panel.description,
         "datasource": DATASOURCE,
         "gridPos": grid,
-        "targets": [_target(q, chr(ord("A") + i)) for i, q in enumerate(panel.queries)],
+        "targets": [
+            _target(q, chr(ord("A") + i), now=panel.kind == "stat")
+            for i, q in enumerate(panel.queries)
+        ],
         "fieldConfig": {"defaults": _field_defaults(panel), "overrides": _overrides(panel)},
         "options": _options(panel),
     }
@@ -189,14 +200,16 @@ def render_panel(panel: Panel, panel_id: int, grid: JSON) -> JSON:
     return rendered
 
 
-def _target(query: Query, ref_id: str) -> JSON:
+def _target(query: Query, ref_id: str, *, now: bool = False) -> JSON:
+    """`now`: one value per series at the dashboard's end (a stat): a series that stopped
+    has no value now, so a stat never shows a figure from before traffic stopped."""
     target: JSON = {
         "datasource": DATASOURCE,
         "refId": ref_id,
         "expr": query.expr,
         "legendFormat": query.legend or "__auto",
-        "range": True,
-        "instant": False,
+        "range": not now,
+        "instant": now,
         "editorMode": "code",
     }
     if query.heatmap:
@@ -210,7 +223,7 @@ def _target(query: Query, ref_id: str) -> JSON:
 def _field_defaults(panel: Panel) -> JSON:
     defaults: JSON = {
         "unit": panel.unit,
-        "noValue": NO_TRAFFIC,
+        "noValue": panel.no_value,
         "mappings": [NO_TRAFFIC_MAPPING, *panel.mappings],
         "color": {"mode": "palette-classic"},
         "thresholds": _thresholds(panel),
@@ -232,13 +245,14 @@ def _thresholds(panel: Panel) -> JSON:
     if panel.threshold is None:
         return {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
     below, above = ("red", "green") if panel.threshold.good_above else ("green", "red")
-    return {
-        "mode": "absolute",
-        "steps": [
-            {"color": below, "value": None},
-            {"color": above, "value": panel.threshold.value},
-        ],
-    }
+    steps: list[JSON] = [
+        {"color": below, "value": None},
+        {"color": above, "value": panel.threshold.value},
+    ]
+    if panel.threshold.band is not None:
+        steps[1]["color"] = "yellow"
+        steps.append({"color": above, "value": panel.threshold.band})
+    return {"mode": "absolute", "steps": steps}
 
 
 def _timeseries_style(panel: Panel) -> JSON:
@@ -267,10 +281,10 @@ def _overrides(panel: Panel) -> list[JSON]:
 def _options(panel: Panel) -> JSON:
     if panel.kind == "stat":
         return {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "reduceOptions": {"calcs": ["last"], "fields": "", "values": False},
             "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
+            "graphMode": "none",
+            "textMode": "value_and_name",
             "orientation": "auto",
             "justifyMode": "auto",
         }

@@ -74,7 +74,7 @@ class _Field:
     marker: str
 
 
-SIDECAR = _Field("specdecSelector", _marker("specdecSelector"))
+SIDECAR = _Field("sidecarJob", _marker("sidecarJob"))
 VLLM_JOB = _Field("vllmJob", _marker("vllmJob"))
 CLUSTER = _Field("clusterLabel", _marker("clusterLabel"))
 RUNBOOK = _Field("runbookURL", _marker("runbookURL"))
@@ -119,7 +119,7 @@ def symbolic(settings: Settings, *, cluster: bool) -> Settings:
     """`settings` with every overridable value replaced by its marker."""
     selectors = settings.selectors.model_copy(
         update={
-            "sidecar": SIDECAR.marker,
+            "sidecar_job": SIDECAR.marker,
             "vllm_job": VLLM_JOB.marker,
             "cluster_label": CLUSTER.marker if cluster else "",
         }
@@ -163,7 +163,7 @@ def parts(settings: Settings) -> dict[str, Any]:
 def config_defaults(settings: Settings) -> dict[str, Any]:
     """`_config` with the values of alerts/config.toml."""
     return {
-        SIDECAR.key: settings.selectors.sidecar,
+        SIDECAR.key: settings.selectors.sidecar_job,
         VLLM_JOB.key: settings.selectors.vllm_job,
         CLUSTER.key: settings.selectors.cluster_label,
         RUNBOOK.key: settings.links.runbook,

@@ -49,13 +49,20 @@ class _Table(BaseModel):
 
 
 class Selectors(_Table):
-    sidecar: str = Field(min_length=1)
-    """Matchers of the sidecar's series (the PodMonitor's job)."""
+    sidecar_job: str = Field(min_length=1, pattern=r'^[^"\\]+$')
+    """The job of the sidecar's series (the PodMonitor sets it): the rules select
+    `job="<sidecar_job>"`; the dashboard's `sidecar_job` variable opens on it and lists every job
+    that carries the sidecar's series."""
     vllm_job: str = Field(min_length=1)
     """The job of vLLM's own series (scraped by Prometheus straight from vLLM): the default of
     the dashboard's `vllm_job` variable, which lists every job those series carry."""
     cluster_label: LabelName
     """The label naming the cluster (Thanos, Mimir); empty: one cluster, no such label."""
+
+    @property
+    def sidecar(self) -> str:
+        """The matcher of the sidecar's series in the rules."""
+        return f'job="{self.sidecar_job}"'
 
 
 class Windows(_Table):

@@ -20,7 +20,7 @@ from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.page import PageInputs, refresh_seconds, render_page
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.runbook import add_runbook_route
-from specdec_exporter.sidecar.sections import LoadLevel, Table, bucket_latencies
+from specdec_exporter.sidecar.sections import LoadLevel, ScrapeStatus, Table, bucket_latencies
 from specdec_exporter.term import Cell
 
 Rows = tuple[Sequence[str], Sequence[Sequence[Cell]]]
@@ -78,9 +78,12 @@ def create_app(
         return PlainTextResponse(f"not ready: {reason}\n", status_code=503)
 
     def report_json(shown: Sequence[Table]) -> dict[str, Any]:
+        covered = state.window_seconds if state.up and state.window_seconds > 0 else None
         return {
             "up": state.up,
-            "window_seconds": state.window_seconds,
+            "window_seconds": covered,
+            "configured_window_seconds": None if page is None else page.window,
+            "scrape": ScrapeStatus.of(state).as_json(clock()),
             "entries": [entry.as_json() for entry in state.report],
             "temperature_split_source": state.temperature_split_source,
             "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],

@@ -116,7 +116,8 @@ def _figure(
         f"<svg class='chart' xmlns='http://www.w3.org/2000/svg' width='100%' "
         f"viewBox='0 0 {WIDTH} {HEIGHT}' role='img' "
         f"aria-label='acceptance rate of {html.escape(model, quote=True)}'>"
-        f"{_axes(span, now)}{''.join(_reference(r) for r in references)}{''.join(drawn)}</svg>"
+        f"{_axes(span, now)}{''.join(_reference(r) for r in references)}{''.join(drawn)}"
+        f"{_reference_labels(references)}</svg>"
     )
     title = html.escape(model)
     if link is not None:
@@ -128,15 +129,38 @@ def _figure(
     )
 
 
+LABEL_HEIGHT = 14
+"""A reference label's height in viewBox units: two labels closer than this would overlap."""
+
+
 def _reference(reference: Reference) -> str:
+    """The dashed line, under the series."""
     y = _y(reference.value)
     return (
         f"<g class='reference' data-label='{html.escape(reference.label, quote=True)}'>"
         f"<line x1='{LEFT}' x2='{WIDTH - RIGHT}' y1='{y:.1f}' y2='{y:.1f}' "
-        f"stroke='{reference.colour}' stroke-width='1.5' stroke-dasharray='7 5'/>"
-        f"<text x='{WIDTH - RIGHT - 4}' y='{y - 4:.1f}' text-anchor='end' font-size='12' "
-        f"fill='{reference.colour}'>{html.escape(reference.label)} {reference.value:.3g}</text></g>"
+        f"stroke='{reference.colour}' stroke-width='1.5' stroke-dasharray='7 5'/></g>"
     )
+
+
+def _reference_labels(references: Sequence[Reference]) -> str:
+    """The lines' labels over everything (a white halo keeps them legible across the series),
+    each above its line, or below it where it would overlap the label above or the top."""
+    labels = []
+    taken: list[float] = []
+    for reference in sorted(references, key=lambda r: r.value, reverse=True):
+        line = _y(reference.value)
+        y = line - 4
+        if y - LABEL_HEIGHT < TOP or any(abs(y - other) < LABEL_HEIGHT for other in taken):
+            y = line + LABEL_HEIGHT - 2
+        taken.append(y)
+        labels.append(
+            f"<text class='reference-label' x='{WIDTH - RIGHT - 4}' y='{y:.1f}' "
+            f"text-anchor='end' font-size='12' fill='{reference.colour}' stroke='#ffffff' "
+            f"stroke-width='3' paint-order='stroke'>"
+            f"{html.escape(reference.label)} {reference.value:.3g}</text>"
+        )
+    return "".join(labels)
 
 
 def _axes(span: float, now: float | None) -> str:

@@ -14,10 +14,18 @@ from specdec_exporter.core.report import ALL_ENGINES
 from specdec_exporter.sidecar.poller import MAX_MODEL_NAME_CHARS, PollState
 
 MODEL_ENGINE = ["model_name", "engine"]
+OVER_THE_WINDOW = (
+    "over the sidecar's own window of polls (its length: specdec_window_seconds; vLLM polled "
+    "every specdec_poll_interval_seconds)"
+)
+"""Where a HELP text says what a figure is computed over: settings are series, never HELP text,
+so every pod's HELP is the same whatever its settings (Prometheus and Thanos keep one HELP per
+family)."""
 
 
 class SpecDecodeCollector(Collector):
-    """Self-health always; vLLM's figures only while the last poll of vLLM succeeded."""
+    """Self-health always; vLLM's figures only while the last poll of vLLM succeeded. No HELP text
+    depends on a setting: the window, the poll interval and c are series of their own."""
 
     def __init__(
         self,
@@ -32,9 +40,8 @@ class SpecDecodeCollector(Collector):
         self._state = state
         self._cost = cost
         self._method = method or ""
-        self._window_help = (
-            f"over the sidecar's own window (vLLM polled every {interval:g} s, window {window:g} s)"
-        )
+        self._interval = interval
+        self._window = window
         self._coverage_enabled = coverage_enabled
 
     def collect(self) -> Iterator[Metric]:
@@ -73,6 +80,17 @@ class SpecDecodeCollector(Collector):
             "1 if this sidecar runs the request tap (--proxy-listen), else 0: whether requests "
             "may pass through it (the sidecar-down alert's text reads it).",
             value=1.0 if self._coverage_enabled else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "specdec_window_seconds",
+            "The sidecar's --window: the span of polls its windowed figures (modelled speedup, "
+            "break-even, split coverage) are computed over.",
+            value=self._window,
+        )
+        yield GaugeMetricFamily(
+            "specdec_poll_interval_seconds",
+            "The sidecar's --interval: seconds between its polls of vLLM's /metrics.",
+            value=self._interval,
         )
         if state.scrape_duration is not None:
             yield GaugeMetricFamily(
@@ -173,16 +191,16 @@ class SpecDecodeCollector(Collector):
         )
         speedup = GaugeMetricFamily(
             "specdec_estimated_speedup",
-            f"Modelled speedup over plain decoding, L/(1+k*c), L = mean acceptance length "
-            f"{self._window_help}, c = draft cost ratio {self._cost.ratio:g}; absent without "
-            f"drafts in the window.",
+            "Modelled speedup over plain decoding, L/(1+k*c), L = mean acceptance length "
+            f"{OVER_THE_WINDOW}, c = specdec_draft_cost_ratio; absent without drafts in the "
+            "window.",
             labels=["model_name"],
         )
         break_even = GaugeMetricFamily(
             "specdec_break_even_acceptance_rate",
-            f"Modelled acceptance rate (accepted / draft tokens) at which the modelled speedup is "
-            f"1: k*c / (draft tokens / drafts) {self._window_help}, c when every draft is k "
-            f"tokens long; c = {self._cost.ratio:g}. Above 1, no acceptance pays.",
+            "Modelled acceptance rate (accepted / draft tokens) at which the modelled speedup is "
+            f"1: k*c / (draft tokens / drafts) {OVER_THE_WINDOW}, c (specdec_draft_cost_ratio) "
+            "when every draft is k tokens long. Above 1, no acceptance pays.",
             labels=["model_name"],
         )
         aggregates = {e.model_name: e for e in self._state.report if e.engine == ALL_ENGINES}
@@ -226,11 +244,14 @@ class SpecDecodeCollector(Collector):
     def _coverage(self) -> Metric:
         family = GaugeMetricFamily(
             "specdec_request_coverage_ratio",
-            f"Draft tokens attributed to a temperature bucket by the split's source (engine probe "
-            f"or request tap, specdec_temperature_split_info) / draft tokens counted by vLLM "
-            f"{self._window_help}; below 1: requests still running, aborted or ended by a stop "
-            f"string, vLLM's --per-request-spec-decode-metrics off, or with the tap: traffic "
-            f"bypassing it, n > 1, streams without include_usage.",
+            "Draft tokens attributed to a temperature bucket by the split's source (engine probe "
+            "or request tap, specdec_temperature_split_info) / draft tokens counted by vLLM "
+            f"{OVER_THE_WINDOW}; below 1: requests still running, aborted or ended by a stop "
+            "string, vLLM's --per-request-spec-decode-metrics off, or with the tap: traffic "
+            "bypassing it, n > 1, streams without include_usage. Above 1 for a while: a "
+            "sequence's draft tokens are attributed when it finishes, vLLM counts them as they "
+            "are drafted, so sequences that began before the window and finish in it add more "
+            "than vLLM counted in it.",
             labels=["model_name"],
         )
         for model, value in sorted(self._state.coverage.items()):

@@ -40,6 +40,8 @@ class PageContext:
     runbook_url: str = RUNBOOK_LINK
     """--runbook-url, else the sidecar's own /runbook (relative to the page)."""
     grafana_dashboard_url: str | None = None
+    window: float | None = None
+    """The sidecar's --window: what the header says while figures are missing (None: unknown)."""
 
     @classmethod
     def of(cls, settings: Settings) -> PageContext:
@@ -48,6 +50,7 @@ class PageContext:
             settings.criteria,
             settings.runbook_url or RUNBOOK_LINK,
             settings.grafana_dashboard_url,
+            settings.window,
         )
 
     def runbook(self, section: str | None) -> str:

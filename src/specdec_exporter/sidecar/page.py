@@ -32,7 +32,11 @@ from specdec_exporter.sidecar.explain import (
 )
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.sections import (
+    LOAD_LEVELS_NOT_YET,
+    LOAD_LEVELS_WHILE_DOWN,
     NO_LOAD_LEVELS,
+    NO_STEPS,
+    NO_TEMPERATURE_SPLIT,
     BucketLatency,
     LoadLevel,
     ScrapeStatus,
@@ -59,6 +63,8 @@ VERDICT_HEADER = "verdict"
 BUCKET_HEADER = "temperature bucket"
 
 NO_DATA = "no data yet"
+PROBE_REPORTS = "the engine probe inside vLLM reports: "
+"""Before the probe's own reason for a split it turned off (its info series' ``reason``)."""
 NO_FIGURES_WHILE_DOWN = "no figures while vLLM does not answer"
 
 REFRESH_SECONDS_MIN, REFRESH_SECONDS_MAX = 2, 60
@@ -142,11 +148,12 @@ def render_page(
         f"<h1>vllm-specdec-exporter <small>{html.escape(__version__)}</small></h1>"
         f"<p>vLLM at <code>{html.escape(vllm_url)}</code> "
         f"<span class='badge {badge}' id='status'>{status}</span> {_last_scrape(state, now)}"
-        f" · window {state.window_seconds:.0f} s · refreshes every {refresh} s</p>"
+        f"{_window(state, context)} · refreshes every {refresh} s</p>"
         f"<p>{_links(context)}</p></header><main>"
         f"{_down(state, context, now)}{first}{_charts(state, context)}"
-        f"{_optional(per_position_table(_shown(state.report)), why)}{''.join(rest)}"
-        f"{_latency(inputs)}{_load_levels(inputs, why)}"
+        f"{_optional(per_position_table(_shown(state.report)), why)}"
+        f"{_temperature_split(inputs)}{''.join(rest)}"
+        f"{_latency(inputs)}{_load_levels(inputs, why, up=state.up)}"
         "<p class='note'>Acceptance rate a = accepted / draft tokens; mean acceptance length "
         "L = 1 + accepted tokens / drafts; modelled speedup = L / (1 + k·c); break-even: the a "
         "at which it is 1. The verdict: s &lt; 1 or break-even &gt; 1 → disable; a &lt; t → "
@@ -173,6 +180,17 @@ def _links(context: PageContext) -> str:
     return " · ".join(
         f"<a href='{html.escape(href, quote=True)}'>{html.escape(text)}</a>" for href, text in links
     )
+
+
+def _window(state: PollState, context: PageContext) -> str:
+    """The configured window; while it is still filling, how much of it the figures cover.
+    Never "window 0 s": without figures (vLLM down, one poll so far) only the setting."""
+    covered = state.window_seconds if state.up else 0.0
+    if context.window is None:
+        return f" · window {covered:.0f} s" if covered > 0 else ""
+    filling = 0 < covered < context.window - 0.5
+    so_far = f" (figures over {covered:.0f} s so far)" if filling else ""
+    return f" · window {context.window:g} s{so_far}"
 
 
 def _last_scrape(state: PollState, now: float) -> str:
@@ -254,15 +272,37 @@ def _shown(report: list[Entry]) -> list[Entry]:
     return rows_to_show(report, lambda e: (e.model_name, e.engine))
 
 
-def _load_levels(inputs: PageInputs, why: _Explainer) -> str:
+def _load_levels(inputs: PageInputs, why: _Explainer, *, up: bool) -> str:
+    """The probe's load split; without figures, why: the probe's own reason when its split is
+    off, vLLM down (the probe known from the last successful poll), or no probe at all."""
     if inputs.load_levels is None:
         probe = inputs.engine_probe
         note = NO_LOAD_LEVELS
         if probe is not None and probe.get(names.BATCH_SPLIT) == names.OFF:
-            note = f"the engine probe's load-level split is off: {probe.get(names.REASON, '')}"
+            note = f"{PROBE_REPORTS}{probe.get(names.REASON, '')}"
+        elif probe is not None:
+            note = LOAD_LEVELS_NOT_YET if up else LOAD_LEVELS_WHILE_DOWN
         note = html.escape(note, quote=False)
         return f"<h2>Acceptance by load level</h2><p class='note'>{note}</p>"
     return _table(*load_level_table(inputs.load_levels), why=why)
+
+
+def _temperature_split(inputs: PageInputs) -> str:
+    """Where the temperature split would be, why it is not (the probe's own reason when its split
+    is off), or which source feeds it when the probe's is off and the tap's is on."""
+    probe = inputs.engine_probe
+    off = probe is not None and probe.get(names.TEMPERATURE_SPLIT) == names.OFF
+    reason = f"{PROBE_REPORTS}{(probe or {}).get(names.REASON, '')}"
+    if inputs.temperature_split_source in (None, "none"):
+        note = reason if off else NO_TEMPERATURE_SPLIT
+        return (
+            "<h2>Acceptance by temperature bucket</h2><p class='note' id='split-off'>"
+            f"{html.escape(note, quote=False)}</p>"
+        )
+    if off:
+        note = f"{reason}; the request tap feeds the split instead"
+        return f"<p class='note' id='split-off'>{html.escape(note, quote=False)}</p>"
+    return ""
 
 
 def _optional(table: Table | None, why: _Explainer) -> str:
@@ -284,7 +324,7 @@ class _Explainer:
     def __call__(self, row: Mapping[str, Cell]) -> str:
         verdict = row.get(VERDICT_HEADER)
         model = row.get("model")
-        if not isinstance(verdict, str) or not isinstance(model, str):
+        if not isinstance(verdict, str) or not isinstance(model, str) or verdict == NO_STEPS:
             return ""
         cost, criteria, break_even = self._basis(model)
         snapshot = self._state.snapshot
@@ -350,6 +390,8 @@ def _table(
 
 
 def _cell(header: str, value: Cell) -> str:
+    if header == VERDICT_HEADER and value == NO_STEPS:
+        return f"<td class='empty'>{NO_STEPS}</td>"
     if header == VERDICT_HEADER and isinstance(value, str):
         return f"<td class='verdict {verdict_class(value)}'><span>{html.escape(value)}</span></td>"
     if value is None or isinstance(value, int | float):

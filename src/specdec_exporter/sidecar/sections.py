@@ -21,6 +21,20 @@ Table = tuple[str, Sequence[str], Sequence[Sequence[Cell]]]
 """(title, headers, rows)."""
 
 NO_LOAD_LEVELS = "no load-level data (needs the engine probe)"
+LOAD_LEVELS_WHILE_DOWN = (
+    "no load-level figures while vLLM does not answer (the engine probe was there, its "
+    "load-level split on, as of the last successful poll)"
+)
+LOAD_LEVELS_NOT_YET = (
+    "no load-level figures yet: the engine probe's load-level split is on, and no engine step "
+    "drafted in the window"
+)
+NO_TEMPERATURE_SPLIT = (
+    "no temperature split: neither the engine probe in vLLM (docs/probe.md) nor the request tap "
+    "(--proxy-listen)"
+)
+NO_STEPS = "no steps in the window"
+"""A running-batch bucket no drafting step fell in: no figures, not a verdict."""
 MAX_ERROR_CHARS = 300
 """The page shows at most this much of a scrape error (the detail, as logged, may quote a line)."""
 
@@ -68,6 +82,22 @@ class ScrapeStatus:
             failed_in_a_row=state.failed_in_a_row,
             failures={str(reason): count for reason, count in state.failures.items()},
         )
+
+    def as_json(self, now: float) -> dict[str, object]:
+        """What the page's scrape status says, for /api/report (times as Unix seconds)."""
+        return {
+            "headline": self.headline(),
+            "up": self.up,
+            "ever_up": self.ever_up,
+            "attempts": self.attempts,
+            "error": self.error,
+            "last_success_at": self.last_success_at,
+            "last_poll_at": self.last_poll_at,
+            "duration_seconds": self.duration,
+            "failed_in_a_row": self.failed_in_a_row,
+            "failures": dict(self.failures),
+            "facts": dict(self.facts(now)),
+        }
 
     def headline(self) -> str:
         if self.up:
@@ -240,16 +270,17 @@ LOAD_LEVEL_HEADERS = (
 
 
 def load_level_table(levels: Sequence[LoadLevel]) -> Table:
+    """A bucket no drafting step fell in has no figures and no verdict: NO_STEPS."""
     rows = [
         (
             level.model_name,
             level.engine,
             level.batch_bucket,
-            level.steps,
+            int(level.steps),
             level.acceptance_rate,
             level.mean_acceptance_length,
             level.estimated_speedup,
-            level.verdict,
+            level.verdict if level.steps else NO_STEPS,
         )
         for level in levels
     ]

@@ -19,13 +19,11 @@ from specdec_exporter.core.batch_report import batch_key_order
 from specdec_exporter.core.probe_parse import HistogramCounts, ProbeInfo, ProbeSnapshot
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.split import SPLIT_SOURCES
+from specdec_exporter.tap.stats import SPLIT_HELP, TPOT_FAMILY, TTFT_FAMILY
 
 SPLIT_LABELS = [names.MODEL, names.TEMPERATURE_BUCKET]
 BATCH_LABELS = [names.MODEL, names.ENGINE, names.BATCH_BUCKET]
 """The probe's label names, which the sidecar's split and load-level families keep."""
-FROM_PROBE = (
-    "from the engine probe inside vLLM, per finished sequence (a request with n = 2 is two)"
-)
 
 
 class SplitCollector(Collector):
@@ -88,43 +86,24 @@ def temperature_families(probe: ProbeSnapshot) -> Iterator[Metric]:
     """The tap's family names and labels, with the probe's counts (mirrored as vLLM shows them)."""
     requests = CounterMetricFamily(
         "specdec_requests",
-        f"Requests; {FROM_PROBE}; attributed: vLLM gave the sequence speculative figures.",
+        SPLIT_HELP["specdec_requests"],
         labels=[*SPLIT_LABELS, "attributed"],
     )
     counters = {
-        "drafts": CounterMetricFamily(
-            "specdec_request_drafts",
-            f"Verify steps that had draft tokens, of attributed requests; {FROM_PROBE}.",
-            labels=SPLIT_LABELS,
-        ),
-        "draft_tokens": CounterMetricFamily(
-            "specdec_request_draft_tokens",
-            f"Draft tokens of attributed requests; {FROM_PROBE}.",
-            labels=SPLIT_LABELS,
-        ),
-        "accepted_tokens": CounterMetricFamily(
-            "specdec_request_accepted_tokens",
-            f"Accepted draft tokens of attributed requests; {FROM_PROBE}.",
-            labels=SPLIT_LABELS,
-        ),
+        attribute: CounterMetricFamily(name, SPLIT_HELP[name], labels=SPLIT_LABELS)
+        for attribute, name in (
+            ("drafts", "specdec_request_drafts"),
+            ("draft_tokens", "specdec_request_draft_tokens"),
+            ("accepted_tokens", "specdec_request_accepted_tokens"),
+        )
     }
     histograms = {
-        "acceptance_rate": HistogramMetricFamily(
-            "specdec_request_acceptance_rate",
-            f"Draft acceptance rate of each attributed request that drafted; {FROM_PROBE}.",
-            labels=SPLIT_LABELS,
-        ),
-        "ttft": HistogramMetricFamily(
-            "specdec_request_time_to_first_token_seconds",
-            f"Time to first token as vLLM measures it (arrival to first token); {FROM_PROBE}.",
-            labels=SPLIT_LABELS,
-        ),
-        "tpot": HistogramMetricFamily(
-            "specdec_request_time_per_output_token_seconds",
-            f"Time per output token as vLLM measures it (decode time / (output tokens - 1)); "
-            f"{FROM_PROBE}.",
-            labels=SPLIT_LABELS,
-        ),
+        attribute: HistogramMetricFamily(name, SPLIT_HELP[name], labels=SPLIT_LABELS)
+        for attribute, name in (
+            ("acceptance_rate", "specdec_request_acceptance_rate"),
+            ("ttft", TTFT_FAMILY),
+            ("tpot", TPOT_FAMILY),
+        )
     }
     for (model, bucket), counts in sorted(probe.temperature.items()):
         labels = [model, bucket]

@@ -23,6 +23,31 @@ from specdec_exporter.tap.spec import SpecDecodeSummary
 BUCKET_LABELS = ("model_name", "temperature_bucket")
 TTFT_FAMILY = "specdec_request_time_to_first_token_seconds"
 TPOT_FAMILY = "specdec_request_time_per_output_token_seconds"
+
+_SOURCE = (
+    "from the temperature split's source (specdec_temperature_split_info): the engine probe "
+    "counts finished sequences (n = 2 is two), the request tap the requests through it"
+)
+SPLIT_HELP = {
+    "specdec_requests": f"Requests per temperature bucket, {_SOURCE}; attributed: vLLM gave "
+    "their speculative-decoding figures.",
+    "specdec_request_drafts": "Verify steps that had draft tokens (num_spec_steps) of attributed "
+    f"requests, {_SOURCE}.",
+    "specdec_request_draft_tokens": f"Draft tokens of attributed requests, {_SOURCE}.",
+    "specdec_request_accepted_tokens": f"Accepted draft tokens of attributed requests, {_SOURCE}.",
+    "specdec_request_acceptance_rate": "Draft acceptance rate (accepted / draft tokens) of each "
+    f"attributed request that drafted, {_SOURCE}.",
+    "specdec_request_acceptance_length": "Mean acceptance length (1 + accepted tokens / drafts) "
+    "of each attributed request that drafted; the request tap only.",
+    TTFT_FAMILY: "Time to first token: as vLLM measures it (arrival to first token) with the "
+    "engine probe; streaming requests as the client sees them through the request tap (the "
+    "request's last byte to the first response byte).",
+    TPOT_FAMILY: "Time per output token: (last token - first token) / (output tokens - 1), as "
+    "vLLM times them with the engine probe, as the client sees streaming responses through the "
+    "request tap.",
+}
+"""One HELP per family of the temperature split, whichever source feeds it: Prometheus and Thanos
+keep one HELP per family across targets, and pods may differ in source."""
 """The per-bucket latency histograms (the live page reads them back by these names)."""
 
 
@@ -235,14 +260,12 @@ class RequestStats(Collector):
             self._resolve_k(model, None)
 
 
-def _counter(
-    name: str, documentation: str, labels: Sequence[str] = BUCKET_LABELS
-) -> CounterMetricFamily:
-    return CounterMetricFamily(name, documentation, labels=labels)
+def _counter(name: str, labels: Sequence[str] = BUCKET_LABELS) -> CounterMetricFamily:
+    return CounterMetricFamily(name, SPLIT_HELP[name], labels=labels)
 
 
-def _histogram(name: str, documentation: str) -> HistogramMetricFamily:
-    return HistogramMetricFamily(name, documentation, labels=BUCKET_LABELS)
+def _histogram(name: str) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, SPLIT_HELP[name], labels=BUCKET_LABELS)
 
 
 @dataclass(slots=True)
@@ -261,44 +284,14 @@ class _Families:
     @classmethod
     def empty(cls) -> _Families:
         return cls(
-            _counter(
-                "specdec_requests",
-                "Requests through the tap; attributed: vLLM reported their speculative decoding.",
-                (*BUCKET_LABELS, "attributed"),
-            ),
-            _counter(
-                "specdec_request_drafts",
-                "Sum of num_spec_steps of attributed requests "
-                "(verify steps that had draft tokens).",
-            ),
-            _counter(
-                "specdec_request_draft_tokens", "Sum of num_draft_tokens of attributed requests."
-            ),
-            _counter(
-                "specdec_request_accepted_tokens",
-                "Sum of num_accepted_draft_tokens of attributed requests.",
-            ),
-            _histogram(
-                "specdec_request_acceptance_rate",
-                "Draft acceptance rate of each "
-                "attributed request that drafted (accepted / draft tokens).",
-            ),
-            _histogram(
-                "specdec_request_acceptance_length",
-                "Mean acceptance length of each "
-                "attributed request that drafted (1 + accepted tokens / drafts).",
-            ),
-            _histogram(
-                TTFT_FAMILY,
-                "Streaming requests: "
-                "from the request's last byte to the first response body byte, "
-                "as the client sees it through the tap.",
-            ),
-            _histogram(
-                TPOT_FAMILY,
-                "Streaming requests: "
-                "(end of generation - first body byte) / (completion tokens - 1).",
-            ),
+            _counter("specdec_requests", labels=(*BUCKET_LABELS, "attributed")),
+            _counter("specdec_request_drafts"),
+            _counter("specdec_request_draft_tokens"),
+            _counter("specdec_request_accepted_tokens"),
+            _histogram("specdec_request_acceptance_rate"),
+            _histogram("specdec_request_acceptance_length"),
+            _histogram(TTFT_FAMILY),
+            _histogram(TPOT_FAMILY),
         )
 
     def all(self) -> list[Metric]:
