@@ -117,8 +117,10 @@ def _tap_parts(settings: Settings) -> TapParts | None:
 
 
 class _Readiness:
-    """What /readyz says: ready once the first poll is done and the tap (if any) listens, until
-    the supervisor starts draining."""
+    """What /readyz says. With the tap: ready while the tap listens and the supervisor is not
+    draining, never on a poll of vLLM (the pod's readiness follows it, and clients must reach
+    vLLM through the tap whatever its metrics do). Without it: once the first poll is done,
+    until draining."""
 
     def __init__(self, supervisor: Supervisor, poller: Poller, *, tap_enabled: bool) -> None:
         self._supervisor = supervisor
@@ -129,10 +131,10 @@ class _Readiness:
     def not_ready(self) -> str | None:
         if self._supervisor.draining.is_set():
             return "stopping: draining the tap"
+        if self._tap_enabled:
+            return None if self._tap_up.is_set() else "the tap is not listening yet"
         if not self._poller.first_poll_done.is_set():
             return "first poll of vLLM not done yet"
-        if self._tap_enabled and not self._tap_up.is_set():
-            return "the tap is not listening yet"
         return None
 
     def metrics_listening(self, address: tuple[str, int]) -> None:
