@@ -18,10 +18,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
+from fakevllm import fake_vllm
 from specdec_exporter.sidecar import keeper
 from specdec_exporter.sidecar.config import Settings
+from variants import capture
 
 KEEPER = [sys.executable, "-m", "specdec_exporter.sidecar.keeper"]
 
@@ -70,6 +73,22 @@ def test_a_config_error_of_the_real_run_is_retried_and_never_ends_the_container(
         assert process.poll() is None
         process.send_signal(signal.SIGTERM)  # in its backoff: it exits at once
         assert process.wait(timeout=10) == 0
+
+
+def test_the_real_run_under_the_keeper_serves_and_stops_with_exit_0_on_sigterm() -> None:
+    console_script = str(Path(sys.executable).with_name("specdec-exporter"))
+    with (
+        fake_vllm(capture("t3")) as vllm,
+        kept(console_script, "run", "--vllm-url", vllm.url, "--listen", "127.0.0.1:0") as process,
+    ):
+        assert process.stderr is not None
+        for line in process.stderr:
+            if '"msg": "listening"' in line:
+                address = json.loads(line)["address"]
+                break
+        assert httpx.get(f"http://{address}/healthz", timeout=5).text == "ok\n"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
 
 
 def test_sigterm_goes_to_the_sidecar_and_its_exit_code_is_the_containers() -> None:

@@ -14,6 +14,13 @@ accepts itself (``_Door``), and:
   closed to make room, or, if every connection is being answered, new ones wait in the
   kernel's backlog (they hold no descriptor of ours there). The poller and the tap keep the
   descriptors the metrics listener leaves.
+
+uvicorn (0.54) has nothing for this: ``limit_concurrency`` answers 503 to a request over the
+limit, after accepting its connection and reading its head, so it bounds neither descriptors nor
+heads; ``timeout_keep_alive`` runs only between requests, and any byte of the next one cancels
+it. The protocol is uvicorn's own httptools one (``http=``, uvicorn's documented extension
+point), with three of its callbacks extended; the accept loop is asyncio's
+``sock_accept``/``connect_accepted_socket``.
 """
 
 from __future__ import annotations
