@@ -85,7 +85,8 @@ def read_response(client: socket.socket) -> bytes:
 def test_half_sent_heads_beyond_the_open_file_limit_stop_neither_polls_nor_healthz(
     flags: tuple[str, ...],
 ) -> None:
-    with polled_sidecar(*flags, soft=OPEN_FILES, hard=OPEN_FILES) as (running, spy):
+    tap = ("--proxy-listen", "127.0.0.1:0")
+    with polled_sidecar(*flags, *tap, soft=OPEN_FILES, hard=OPEN_FILES) as (running, spy):
         address = host_port(running.address("metrics"))
         with ExitStack() as attackers:
             half_sent_heads(address, ATTACKERS, attackers)
@@ -94,6 +95,8 @@ def test_half_sent_heads_beyond_the_open_file_limit_stop_neither_polls_nor_healt
             assert spy.wait_for_scrapes(polls + 10, 20), "the sidecar stopped polling vLLM"
             health = httpx.get(f"http://{address[0]}:{address[1]}/healthz", timeout=5)
             assert health.status_code == 200
+            through_the_tap = httpx.get(f"http://{running.address('tap')}/metrics", timeout=5)
+            assert through_the_tap.status_code == 200
         assert running.process.poll() is None
 
 
