@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import resource
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -17,7 +18,7 @@ import pytest
 
 from fakevllm import fake_vllm
 from scrape_spy import ScrapeSpy
-from sidecar_process import SidecarProcess, sidecar_process
+from sidecar_process import SPECDEC, SidecarProcess, sidecar_process
 from variants import capture
 
 OPEN_FILES = 256
@@ -123,3 +124,17 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
     with polled_sidecar(soft=OPEN_FILES, hard=4 * OPEN_FILES) as (running, _):
         starting = running.wait_for_record(lambda record: record.get("msg") == "starting")
         assert starting["open_files_limit"] == 4 * OPEN_FILES
+
+
+def test_a_reserve_that_leaves_the_listener_nothing_is_a_config_error() -> None:
+    result = subprocess.run(
+        [*SPECDEC, "run", "--listen", "127.0.0.1:0", "--listen-fd-reserve", "250"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=open_files_limit(OPEN_FILES, OPEN_FILES),
+    )
+    assert result.returncode == 64, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "--listen-fd-reserve 250 leaves --listen nothing of the open-file limit 256" in line

@@ -45,6 +45,21 @@ def raise_open_files_limit() -> int:
     return soft
 
 
+MIN_SPARE_DESCRIPTORS = 32
+"""What the open-file limit must hold beyond --listen-fd-reserve: the process's own files and
+sockets, and a few connections to --listen (kubelet, Prometheus)."""
+
+
+def check_fd_reserve(reserve: int, open_files: int) -> None:
+    """A reserve that leaves --listen no descriptor would refuse even /healthz: one line."""
+    if open_files != resource.RLIM_INFINITY and reserve > open_files - MIN_SPARE_DESCRIPTORS:
+        raise ConfigError(
+            f"--listen-fd-reserve {reserve} leaves --listen nothing of the open-file limit "
+            f"{open_files}: give at most {max(open_files - MIN_SPARE_DESCRIPTORS, 0)}, or raise "
+            "the limit (ulimit -n)"
+        )
+
+
 def free_descriptors() -> int | None:
     """How many more files this process may open before its soft RLIMIT_NOFILE (None where
     /proc/self/fd cannot tell)."""

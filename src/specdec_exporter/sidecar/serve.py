@@ -17,7 +17,11 @@ from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.explain import PageContext
-from specdec_exporter.sidecar.listeners import bind_listener, raise_open_files_limit
+from specdec_exporter.sidecar.listeners import (
+    bind_listener,
+    check_fd_reserve,
+    raise_open_files_limit,
+)
 from specdec_exporter.sidecar.metrics_server import MetricsServer
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scraper
@@ -33,6 +37,7 @@ log = logging.getLogger("specdec_exporter")
 async def serve(settings: Settings) -> int:
     """Serve until a signal or a task's failure; returns the exit code (see ``Supervisor``)."""
     open_files = raise_open_files_limit()
+    check_fd_reserve(settings.listen_fd_reserve, open_files)
     metrics_socket = bind_listener(settings.listen_address, "--listen")
     tap_socket = (
         None
