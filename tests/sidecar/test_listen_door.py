@@ -107,6 +107,9 @@ def test_a_head_that_does_not_come_is_closed() -> None:
         with socket.create_connection(address, timeout=10) as client:
             client.sendall(HALF_HEAD)
             assert client.recv(1024) == b""  # closed, not left waiting for the rest
+        closed = "closed a connection of the metrics listener: its request head did not come"
+        said = running.wait_for_record(lambda record: closed in str(record.get("msg")))
+        assert (said["msg"], said["level"]) == (f"{closed} in 0.5 s", "warning")
 
 
 def test_a_keep_alive_connection_gets_the_same_timeout_for_its_next_head() -> None:

@@ -138,8 +138,12 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
     def _await_head(self) -> None:
         self._head_arrived()
-        self._head_timer = self.loop.call_later(self._door.head_timeout, self.close_waiting)
+        self._head_timer = self.loop.call_later(self._door.head_timeout, self._head_timed_out)
         self._door.waiting[self] = None
+
+    def _head_timed_out(self) -> None:
+        self._door.note(f"its request head did not come in {self._door.head_timeout:g} s")
+        self.close_waiting()
 
     def _head_arrived(self) -> None:
         if self._head_timer is not None:
@@ -164,8 +168,6 @@ class _Door:
         self.open: set[_HeadTimedProtocol] = set()
         self.waiting: dict[_HeadTimedProtocol, None] = {}
         """Connections waiting for a head, oldest first (insertion order)."""
-        self.turned_away = 0
-        """Connections closed to make room (their head had not come)."""
         self._changed = asyncio.Event()
         self._limiter = RateLimiter(60.0)
 
@@ -209,12 +211,22 @@ class _Door:
             oldest = next(iter(self.waiting), None)
             self._changed.clear()
             if oldest is not None:
-                self.turned_away += 1
+                self.note(f"short of {short}, the oldest connection still sending its head")
                 oldest.close_waiting()
             else:
                 self._warn(short, "every connection is being answered")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), RETRY_SECONDS)
+
+    def note(self, why: str) -> None:
+        """One line per reason and minute for the connections the door closes."""
+        emit, suppressed = self._limiter.allow(why)
+        if emit:
+            log.warning(
+                "closed a connection of the metrics listener: %s",
+                why,
+                extra={"component": "metrics", "suppressed": suppressed},
+            )
 
     def _warn(self, short: str, detail: str) -> None:
         emit, suppressed = self._limiter.allow(short)
