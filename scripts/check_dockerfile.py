@@ -212,14 +212,29 @@ def free_port() -> int:
 def start_entrypoint(steps: list[tuple[str, str]], venv: Path) -> None:
     entrypoint = json.loads([rest for keyword, rest in steps if keyword == "ENTRYPOINT"][-1])
     command = json.loads([rest for keyword, rest in steps if keyword == "CMD"][-1])
+    serves_healthz([*entrypoint, *command], venv, "the ENTRYPOINT")
+
+
+def start_component_command(venv: Path) -> None:
+    """The sidecar component's command (the keeper running `run`, docs/deploy.md) in the image."""
+    import yaml  # noqa: PLC0415  (the checkout's dev environment, as for the command list)
+
+    patch = yaml.safe_load((ROOT / "deploy/components/sidecar/sidecar.yaml").read_text())
+    (container,) = patch["spec"]["template"]["spec"]["initContainers"]
+    serves_healthz([*container["command"], *container["args"]], venv, "the component's command")
+
+
+def serves_healthz(argv: list[str], venv: Path, what: str) -> None:
+    """``argv``, run as the image would (its programs first on PATH), serves /healthz."""
     port = free_port()
     # Settings by environment, as `docker run -e` gives them: an option in CMD would override them.
     env = {
         **os.environ,
+        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         "SPECDEC_LISTEN": f"127.0.0.1:{port}",
         "SPECDEC_VLLM_URL": "http://127.0.0.1:9",
     }
-    argv = [str(venv / "bin" / entrypoint[0]), *entrypoint[1:], *command]
+    argv = [str(venv / "bin" / argv[0]), *argv[1:]]
     print(f"+ SPECDEC_LISTEN=127.0.0.1:{port} " + " ".join(argv), flush=True)
     process = subprocess.Popen(argv, stderr=subprocess.DEVNULL, env=env)
     try:
@@ -228,11 +243,11 @@ def start_entrypoint(steps: list[tuple[str, str]], venv: Path) -> None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
                     assert r.status == 200
-                    print("entrypoint serves /healthz")
+                    print(f"{what} serves /healthz")
                     return
             except OSError:
                 time.sleep(0.2)
-        raise AssertionError("the ENTRYPOINT never served /healthz")
+        raise AssertionError(f"{what} never served /healthz")
     finally:
         process.terminate()
         process.wait(timeout=15)
@@ -273,6 +288,7 @@ def main() -> None:
         check_probe_copy(venv, Path(scratch), Path(scratch) / "fake-vllm")
         check_commands(venv)
         start_entrypoint(steps, venv)
+        start_component_command(venv)
     print("Dockerfile commands OK")
 
 

@@ -26,7 +26,9 @@ FAST_SCRAPING = {"--interval": "0.2", "--scrape-timeout": "0.5", "--log-interval
 class SidecarProcess:
     """A running `specdec-exporter run` and the JSON log lines it has written so far."""
 
-    def __init__(self, vllm_url: str, *extra: str) -> None:
+    def __init__(
+        self, vllm_url: str, *extra: str, preexec_fn: Callable[[], object] | None = None
+    ) -> None:
         self.process = subprocess.Popen(
             [
                 *SPECDEC,
@@ -46,6 +48,7 @@ class SidecarProcess:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=preexec_fn,  # noqa: PLW1509  a test's limits (setrlimit) for the child
         )
         assert self.process.stderr is not None
         self.records: list[Record] = []
@@ -99,9 +102,11 @@ class SidecarProcess:
 
 
 @contextmanager
-def sidecar_process(vllm_url: str, *extra: str) -> Iterator[SidecarProcess]:
+def sidecar_process(
+    vllm_url: str, *extra: str, preexec_fn: Callable[[], object] | None = None
+) -> Iterator[SidecarProcess]:
     """A `SidecarProcess`, killed on exit if the test left it running."""
-    process = SidecarProcess(vllm_url, *extra)
+    process = SidecarProcess(vllm_url, *extra, preexec_fn=preexec_fn)
     try:
         yield process
     finally:

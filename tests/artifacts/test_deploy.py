@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pod_faults
 import pytest
 import yaml
 from required_tools import missing, require
@@ -328,7 +329,7 @@ def test_the_legacy_sidecar_is_the_same_container_after_the_users(
     assert where == "containers"
     assert [c["name"] for c in pod["containers"]] == ["server", "log-shipper", SIDECAR]
     assert [c["name"] for c in pod["initContainers"]] == ["fetch-weights"]
-    _, native_container = sidecar_of(native)
+    native_container = copy.deepcopy(sidecar_of(native)[1])  # the fixture is shared
     del native_container["restartPolicy"]
     assert container == native_container
 
@@ -371,6 +372,53 @@ def test_without_the_tap_component_there_is_no_tap(renderings: dict[str, list[Ma
     assert [p["name"] for p in container["ports"]] == ["specdec-metrics"]
 
 
+# --- a sidecar fault never takes vLLM out of service (issue 26, section 6) ----------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_no_sidecar_fault_can_hold_vllms_start_or_its_pods_readiness(
+    case: Case, renderings: dict[str, list[Manifest]]
+) -> None:
+    """Before: `run` as the container's process (exit 64 on a bad setting: vLLM never starts),
+    a liveness probe, and a readiness probe on /readyz without the tap (503 until a poll)."""
+    workloads = [m for m in renderings[case.id] if pod_spec(m) is not None and opted_in(m)]
+    assert workloads
+    for workload in workloads:
+        assert pod_faults.fault_problems(workload) == [], workload["metadata"]["name"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_the_failure_matrix_says_what_each_rendering_does(
+    case: Case, renderings: dict[str, list[Manifest]]
+) -> None:
+    rows = pod_faults.matrix_rows()
+    for workload in [m for m in renderings[case.id] if pod_spec(m) is not None and opted_in(m)]:
+        assert pod_faults.matrix_problems(workload, rows) == []
+
+
+def test_the_fault_check_sees_what_took_the_pod_down() -> None:
+    """Negative control: the sidecar as it was before, and a matrix row that says otherwise."""
+    workload = copy.deepcopy(injection_patch())
+    (sidecar,) = workload["spec"]["template"]["spec"]["initContainers"]
+    sidecar.update(
+        command=[SIDECAR],
+        args=["run"],
+        livenessProbe={"httpGet": {"path": "/healthz", "port": "specdec-metrics"}},
+        readinessProbe={"httpGet": {"path": "/readyz", "port": "specdec-metrics"}},
+    )
+    problems = pod_faults.fault_problems(workload)
+    assert [problem.split(":")[0] for problem in problems] == [
+        "its process is not the keeper",
+        "a liveness probe restarts the container on a hang",
+        "a readiness probe without the tap",
+    ]
+    rows = pod_faults.matrix_rows()
+    rows[("hang", "probe-only")] = {**rows[("hang", "probe-only")], "vLLM's pod": "NotReady"}
+    assert pod_faults.matrix_problems(workload, rows) == [
+        "hang / probe-only: the matrix says 'NotReady'"
+    ]
+
+
 # --- what the sidecar component declares --------------------------------------------------------
 
 
@@ -396,13 +444,12 @@ def test_the_sidecar_container_image_command_probes_and_resources() -> None:
     (container,) = injection_patch()["spec"]["template"]["spec"]["initContainers"]
     assert container["image"] == f"{IMAGE}:{__version__}"
     assert container["restartPolicy"] == "Always"
-    assert container["command"] + container["args"] == [SIDECAR, "run"]
+    assert container["command"] + container["args"] == pod_faults.KEEPER
     assert env_of(container) == {"SPECDEC_VLLM_URL": Settings().vllm_url}
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "specdec-metrics": DEFAULT_PORT
     }
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "specdec-metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "specdec-metrics"}
+    assert not {"livenessProbe", "readinessProbe", "startupProbe"} & container.keys()
     assert "cpu" not in container["resources"]["limits"]
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
 

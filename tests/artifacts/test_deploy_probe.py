@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pod_faults
 import pytest
 import yaml
 from required_tools import require
@@ -298,3 +299,17 @@ def test_the_label_selects_the_workloads_only(renderings: dict[str, list[Manifes
     service = find(manifests, "Service", "chat-llm")
     assert service["metadata"]["labels"][INJECT_LABEL] == "true"
     assert "template" not in service["spec"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_with_the_probe_no_sidecar_fault_reaches_vllms_pod_and_the_matrix_says_so(
+    case: Case, renderings: dict[str, list[Manifest]]
+) -> None:
+    """The probe component adds an init container and variables, never a probe or a command
+    that would let the sidecar hold vLLM's start or its pod's readiness (issue 26, section 6)."""
+    rows = pod_faults.matrix_rows()
+    workloads = [m for m in renderings[case.id] if pod_spec(m) is not None and opted_in(m)]
+    assert workloads
+    for workload in workloads:
+        assert pod_faults.fault_problems(workload) == [], workload["metadata"]["name"]
+        assert pod_faults.matrix_problems(workload, rows) == []

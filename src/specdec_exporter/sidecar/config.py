@@ -181,6 +181,27 @@ class Settings(VllmTarget):
     listen: ListenAddress = Field(
         f"0.0.0.0:{DEFAULT_PORT}", description="HOST:PORT of /metrics, /healthz, /readyz and /"
     )
+    listen_head_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="seconds a client of --listen has to send each request's head; a slower "
+        "one is closed",
+    )
+    listen_max_connections: int = Field(
+        64,
+        gt=0,
+        le=100_000,
+        description="connections --listen keeps open at most: beyond it the oldest one "
+        "still sending its head is closed, or new ones wait",
+    )
+    listen_fd_reserve: int = Field(
+        64,
+        ge=0,
+        le=100_000,
+        description="file descriptors --listen leaves to polling vLLM and to the tap: with "
+        "fewer left it accepts no connection",
+    )
     interval: float = Field(
         5.0, gt=0, le=3600, description="seconds between polls of vLLM's /metrics"
     )

@@ -17,7 +17,11 @@ from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.explain import PageContext
-from specdec_exporter.sidecar.listeners import bind_listener
+from specdec_exporter.sidecar.listeners import (
+    bind_listener,
+    check_fd_reserve,
+    raise_open_files_limit,
+)
 from specdec_exporter.sidecar.metrics_server import MetricsServer
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scraper
@@ -32,6 +36,8 @@ log = logging.getLogger("specdec_exporter")
 
 async def serve(settings: Settings) -> int:
     """Serve until a signal or a task's failure; returns the exit code (see ``Supervisor``)."""
+    open_files = raise_open_files_limit()
+    check_fd_reserve(settings.listen_fd_reserve, open_files)
     metrics_socket = bind_listener(settings.listen_address, "--listen")
     tap_socket = (
         None
@@ -88,7 +94,13 @@ async def serve(settings: Settings) -> int:
             refresh_every=settings.interval,
             page=PageContext.of(settings),
         )
-        metrics = MetricsServer(app, readiness.metrics_listening)
+        metrics = MetricsServer(
+            app,
+            readiness.metrics_listening,
+            head_timeout=settings.listen_head_timeout,
+            max_connections=settings.listen_max_connections,
+            fd_reserve=settings.listen_fd_reserve,
+        )
         supervisor.start("poller", poller.run())
         supervisor.start("metrics server", metrics.serve([metrics_socket]), stop=metrics.stop)
         if tap is not None:
@@ -97,7 +109,7 @@ async def serve(settings: Settings) -> int:
                 tap.run(readiness.tap_listening, supervisor.draining, tap_socket),
                 drains=True,
             )
-        _log_start(settings)
+        _log_start(settings, open_files)
         return await supervisor.run()
 
 
@@ -110,8 +122,10 @@ def _tap_parts(settings: Settings) -> TapParts | None:
 
 
 class _Readiness:
-    """What /readyz says: ready once the first poll is done and the tap (if any) listens, until
-    the supervisor starts draining."""
+    """What /readyz says. With the tap: ready while the tap listens and the supervisor is not
+    draining, never on a poll of vLLM (the pod's readiness follows it, and clients must reach
+    vLLM through the tap whatever its metrics do). Without it: once the first poll is done,
+    until draining."""
 
     def __init__(self, supervisor: Supervisor, poller: Poller, *, tap_enabled: bool) -> None:
         self._supervisor = supervisor
@@ -122,10 +136,10 @@ class _Readiness:
     def not_ready(self) -> str | None:
         if self._supervisor.draining.is_set():
             return "stopping: draining the tap"
+        if self._tap_enabled:
+            return None if self._tap_up.is_set() else "the tap is not listening yet"
         if not self._poller.first_poll_done.is_set():
             return "first poll of vLLM not done yet"
-        if self._tap_enabled and not self._tap_up.is_set():
-            return "the tap is not listening yet"
         return None
 
     def metrics_listening(self, address: tuple[str, int]) -> None:
@@ -140,12 +154,13 @@ def _log_listening(component: str, address: tuple[str, int]) -> None:
     log.info("listening", extra={"component": component, "address": f"{address[0]}:{address[1]}"})
 
 
-def _log_start(settings: Settings) -> None:
+def _log_start(settings: Settings, open_files: int) -> None:
     cost = settings.draft_cost
     log.info(
         "starting",
         extra={
             "heap_frozen_objects": freeze_startup_heap(),
+            "open_files_limit": open_files,
             "vllm_url": settings.vllm_url,
             "interval": settings.interval,
             "draft_cost_ratio": cost.ratio,
