@@ -43,7 +43,7 @@ from specdec_exporter.term import render_table, run_event_loop
 class CheckSettings(FlagsOnly):
     """check's own flags; the vLLM ones (VllmTarget) are shared with `run`, environment included."""
 
-    window: float = Field(10.0, gt=0, le=86400, description="seconds between the two scrapes")
+    window: float = Field(10.0, ge=0.1, le=86400, description="seconds between the two scrapes")
     sidecar_url: HttpUrl | None = Field(
         None,
         description="a sidecar running the request tap: adds acceptance per temperature "

@@ -35,7 +35,7 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.options import HttpUrl, flag_of
+from specdec_exporter.options import HttpUrl, Seed, flag_of
 from specdec_exporter.term import render_table, run_event_loop
 from specdec_exporter.trust import VllmTrust
 
@@ -50,19 +50,19 @@ class DemoSettings(FlagsOnly, VllmTrust):
     """The demo's flags."""
 
     duration: float = Field(
-        120.0, gt=0, description="seconds of load; the drafter degrades halfway"
+        120.0, ge=1, le=86400, description="seconds of load; the drafter degrades halfway"
     )
     vllm_url: HttpUrl | None = Field(
         None,
         description="base URL of a vLLM to use instead of the built-in simulator, with or "
         "without /v1 (nothing is degraded then)",
     )
-    concurrency: int = Field(8, ge=1, description="concurrent requests")
-    refresh: float = Field(2.0, gt=0, description="table refresh, seconds")
+    concurrency: int = Field(8, ge=1, le=1000, description="concurrent requests")
+    refresh: float = Field(2.0, ge=0.1, le=3600, description="table refresh, seconds")
     no_tap: bool = Field(
         False, description="send the load straight to vLLM instead of through the tap"
     )
-    seed: int = Field(1, description="seed of simulator and load")
+    seed: Seed = Field(1, description="seed of simulator and load")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

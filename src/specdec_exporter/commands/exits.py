@@ -18,6 +18,9 @@ EXIT_USAGE = 64
 `check` uses it, so a CI gate can tell "typo in a flag" from "disable speculation" (2)."""
 EXIT_UNAVAILABLE = 69
 """The command needs a dev tool this installation leaves out (sysexits.h EX_UNAVAILABLE)."""
+EXIT_CANNOT_WRITE = 73
+"""`install-probe`: the probe cannot be written into DIR, or DIR holds a `specdec_exporter/` that
+no earlier install-probe wrote (sysexits.h EX_CANTCREAT)."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
@@ -28,6 +31,7 @@ ALL_EXIT_CODES = (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     EXIT_UNAVAILABLE,
+    EXIT_CANNOT_WRITE,
     EXIT_INTERRUPTED,
 )
 

@@ -28,7 +28,7 @@ from specdec_exporter.options import (
     annotated_items,
     describe_validation_error,
     field_marker,
-    flag_of,
+    given_as,
 )
 from specdec_exporter.sidecar.config import CalibrationFile, ListenAddress
 
@@ -108,7 +108,11 @@ class FlagsOnly(BaseSettings):
     """Base of command settings read from flags alone: no environment variable is consulted but
     those a field names with FromEnv."""
 
-    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,  # every number finite: inf and nan are refused, naming the flag
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -163,34 +167,6 @@ def add_settings_flags(
     environment variable; under a heading of their own with ``title``. Values stay text until the
     model validates them."""
     _cli_source(model, parser, parser.add_argument_group(title) if title else None)
-
-
-def environment_variable(model: type[BaseSettings], name: str) -> str | None:
-    """The variable field ``name`` of ``model`` falls back to without its flag: the one its
-    FromEnv names; else, for a model that reads the environment, its prefix and name
-    (``SPECDEC_INTERVAL``); else none."""
-    marker = field_marker(model.model_fields[name], FromEnv)
-    if marker is not None:
-        return marker.variable
-    if issubclass(model, FlagsOnly):
-        return None
-    return (str(model.model_config.get("env_prefix", "")) + name).upper()
-
-
-def given_as(model: type[BaseSettings]) -> Callable[[str], str]:
-    """How a person gives a field of ``model``, by its name or alias as a validation error names
-    it: the flag, and the variable it falls back to (``--interval (or SPECDEC_INTERVAL)``)."""
-    names = {field.alias or name: name for name, field in model.model_fields.items()}
-
-    def name_of(key: str) -> str:
-        name = names.get(key)
-        if name is None:
-            return key
-        flag = flag_of(model, name)
-        variable = environment_variable(model, name)
-        return flag if variable is None else f"{flag} (or {variable})"
-
-    return name_of
 
 
 def settings_from_args(model: type[S], args: argparse.Namespace) -> S:

@@ -25,7 +25,7 @@ from specdec_exporter.devtools.sweep.config import (
 )
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
 from specdec_exporter.devtools.sweep.table import render_sweep, sweep_csv, sweep_json
-from specdec_exporter.options import refuse_together
+from specdec_exporter.options import Seed, refuse_together
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 PROG = "specdec-exporter sweep"
@@ -39,7 +39,7 @@ class SweepSettings(ClientFlags, SweepOptions):
         DEFAULT_TEMPERATURES_TEXT,
         description="comma-separated temperatures, run in this order; 'default' omits the key",
     )
-    seed: int | None = Field(
+    seed: Seed | None = Field(
         None,
         description="seed of the prompt choice, the same for every temperature; unset: random, "
         "printed",

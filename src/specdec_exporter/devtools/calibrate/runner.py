@@ -41,7 +41,7 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.options import HttpUrl, Metavar
+from specdec_exporter.options import HttpUrl, Metavar, Seed
 from specdec_exporter.trust import VllmTrust
 
 PhaseCallback = Callable[[str], None]
@@ -82,14 +82,19 @@ class CalibrateOptions(Settling, VllmTrust):
         description="requests per phase; unset: four rounds of the concurrency, at least 8",
     )
     max_tokens: int = Field(
-        default=128, ge=2, description="max_tokens of every request (TPOT needs two tokens)"
+        default=128,
+        ge=2,
+        le=1_000_000,
+        description="max_tokens of every request (TPOT needs two tokens)",
     )
-    seed: int = Field(default=0, description="the load's seed: every server gets the same requests")
+    seed: Seed = Field(
+        default=0, description="the load's seed: every server gets the same requests"
+    )
     model: str | None = Field(
         default=None, description="model name to send; unset: from each server's /v1/models"
     )
     warmup: int = Field(
-        default=4, ge=0, description="unmeasured requests sent to each server first"
+        default=4, ge=0, le=10_000, description="unmeasured requests sent to each server first"
     )
     tpot_source: TpotSource = Field(
         default="client",
@@ -97,7 +102,10 @@ class CalibrateOptions(Settling, VllmTrust):
         "(needs --enable-per-request-metrics)",
     )
     sample_interval: float = Field(
-        default=0.25, gt=0, description="seconds between samples of num_requests_running"
+        default=0.25,
+        ge=0.01,
+        le=60,
+        description="seconds between samples of num_requests_running",
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specdec_exporter.options import MAX_TEMPERATURE
+
 DEFAULT_TOKEN = "default"
 """Mix token meaning: send no ``temperature`` key, so the server's default applies."""
 
@@ -82,8 +84,8 @@ def _parse_temperature(text: str) -> float | None:
     if text.lower() == DEFAULT_TOKEN:
         return None
     value = _parse_number(text, "temperature")
-    if value < 0:
-        raise MixError(f"temperature must be >= 0, got {text!r}")
+    if not 0 <= value <= MAX_TEMPERATURE:
+        raise MixError(f"temperature must be 0 to {MAX_TEMPERATURE:g}, got {text!r}")
     return value
 
 
