@@ -20,8 +20,9 @@ M = TypeVar("M")
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 """Cap on a /metrics body, bytes: of the sidecar's scrapes and of the sweep's."""
-MAX_TEMPERATURE = 100.0
-"""The highest temperature a person would set (OpenAI's API stops at 2; vLLM has no bound)."""
+MAX_TEMPERATURE = 2.0
+"""The highest temperature vLLM takes: 0.32 answers 400 "temperature must be in [0, 2]" above it
+(tests/fixtures/vllm-0.32.0-cpu/edge-cases/chat_temperature_2.5.json)."""
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 """A seed as a person gives it: 0 to 2**32 - 1, the range every random generator takes."""
 

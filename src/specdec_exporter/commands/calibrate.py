@@ -31,7 +31,7 @@ from specdec_exporter.devtools.calibrate.runner import (
 from specdec_exporter.devtools.load.config import TemperatureListText
 from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
 from specdec_exporter.options import ConfigError, HttpUrl, Metavar, describe_validation_error
-from specdec_exporter.sidecar.config import DraftCostRatio, VllmTarget
+from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
 EXIT_NO_FIT = EXIT_FAILED
@@ -57,7 +57,7 @@ class CalibrateSettings(FlagsOnly, CalibrateOptions):
         DEFAULT_TEMPERATURES_TEXT,
         description="comma-separated temperatures to measure; 'default' omits the key",
     )
-    draft_cost_ratio: Annotated[DraftCostRatio | None, Metavar("C")] = Field(
+    draft_cost_ratio: Annotated[float | None, Metavar("C")] = Field(
         None,
         description="c as run/check would assume it, for the modelled speedup column; unset: "
         "$SPECDEC_DRAFT_COST_RATIO, else the method's default",

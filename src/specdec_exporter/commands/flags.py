@@ -173,9 +173,24 @@ def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
     """Build ``model`` from the parsed flags (flags win over the environment, for models that read
     it); arguments that are not fields are ignored. A bad value raises ConfigError (one line,
     naming the flag and the variable it was given by)."""
+    _refuse_empty(model, args)
     try:
         return model(_cli_settings_source=_cli_source(model)(parsed_args=args))
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, given_as(model))) from None
     except SettingsError as exc:
         raise ConfigError(f"invalid setting: {exc}") from None
+
+
+def _refuse_empty(model: type[BaseSettings], args: argparse.Namespace) -> None:
+    """An empty flag value (``--vllm-url "$URL"`` with ``URL`` unset) is a usage error, never
+    "the default" or "the current directory": ConfigError naming the flag."""
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = getattr(args, key, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(item, str) and not item.strip() for item in values):
+            raise ConfigError(
+                f"invalid setting: {given_as(model)(key)}: empty value (an unset variable?); "
+                "give a value, or leave the flag out for its default"
+            )

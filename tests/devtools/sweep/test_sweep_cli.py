@@ -126,7 +126,7 @@ def test_unreadable_metrics_for_counters_exits_3_with_one_line(
         (["--temperatures", "0,0"], "--temperatures: temperature 0.0 given twice in '0,0'"),
         (
             ["--temperatures", "-1"],
-            "--temperatures: temperature must be >= 0, got '-1'",
+            "--temperatures: temperature must be 0 to 2, got '-1'",
         ),
         (["--requests", "0"], "--requests: Input should be greater than or equal to 1 (got '0')"),
         (

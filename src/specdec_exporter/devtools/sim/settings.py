@@ -18,7 +18,7 @@ from pydantic_settings import CliToggleFlag
 
 from specdec_exporter.core.model import DRAFT_COST_RATIO_BY_METHOD
 from specdec_exporter.devtools.sim.steptime import StepTimeModel, step_time_model_for
-from specdec_exporter.options import ConfigError, Seed, flag_of
+from specdec_exporter.options import MAX_TEMPERATURE, ConfigError, Seed, flag_of
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -65,7 +65,7 @@ class SpeculativeConfig:
 
 
 Port = Annotated[int, Field(ge=0, le=65535)]
-Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)]
 
 
 class ServeOptions(BaseModel):
