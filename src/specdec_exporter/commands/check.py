@@ -36,7 +36,12 @@ from specdec_exporter.sidecar.split_report import (
     batch_window,
     probe_bucket_counts,
 )
-from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
+from specdec_exporter.sidecar.tap_counters import (
+    NotASidecarError,
+    TapReader,
+    bucket_rows,
+    bucket_table,
+)
 from specdec_exporter.term import render_table, run_event_loop
 
 
@@ -114,10 +119,15 @@ async def _measure(
             detail = _scrape_detail(failure)
             outcome["error"] = UnreachableError(settings.vllm_url, detail, "--vllm-url")
             return
-        except httpx.HTTPError as exc:
-            assert sidecar_url is not None  # only the tap's reads raise it
+        except (httpx.HTTPError, NotASidecarError) as exc:
+            assert sidecar_url is not None  # only the tap's reads raise them
+            detail = (
+                f"not a specdec-exporter sidecar: {exc}"
+                if isinstance(exc, NotASidecarError)
+                else describe_http_error(exc)
+            )
             outcome["error"] = UnreachableError(
-                sidecar_url, describe_http_error(exc), "--sidecar-url", what="the sidecar"
+                sidecar_url, detail, "--sidecar-url", what="the sidecar"
             )
             return
     timeline.observe(time.monotonic(), second.snapshot.counters)

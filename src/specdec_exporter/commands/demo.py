@@ -26,6 +26,7 @@ from pydantic import Field
 from specdec_exporter.commands.exits import EXIT_INTERRUPTED, UnreachableError
 from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.report import rows_to_show
+from specdec_exporter.deadline import total_deadline
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import (
@@ -42,6 +43,8 @@ from specdec_exporter.trust import VllmTrust
 DEMO_MIX = "0:0.3,0.3:0.2,0.6:0.2,0.85:0.15,1.2:0.15"
 """One temperature in each of the sidecar's default buckets (0, 0-0.5, 0.5-0.7, 0.7-1.0, 1.0+),
 so every bucket row gets traffic."""
+SIDE_CALL_SECONDS = 5.0
+"""Deadline of the demo's own calls: the live table's report, the simulator's drafter switch."""
 GOOD_DRAFTER = 0.97
 DEGRADED_DRAFTER = 0.45
 
@@ -91,7 +94,7 @@ async def _served_model(vllm_url: str, trust: VllmTrust) -> str:
     config = LoadConfig(url=vllm_url, requests=1, timeout=10, **trust.vllm_trust())
     async with build_client(config) as client:
         try:
-            return await fetch_model(client)
+            return await fetch_model(client, config.timeout)
         except ModelLookupError as exc:
             raise UnreachableError(vllm_url, str(exc), "--vllm-url") from None
 
@@ -237,7 +240,8 @@ async def _run(args: DemoSettings, links: Links, model: str) -> bool:
         while not load.done() and not stop.is_set():
             elapsed = time.monotonic() - started
             if simulated and degraded_at is None and elapsed >= args.duration / 2:
-                await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
+                async with total_deadline(SIDE_CALL_SECONDS):
+                    await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
                 degraded_at = elapsed
             report = await _fetch_report(client, links.sidecar_url)
             _show(
@@ -284,7 +288,8 @@ async def _run(args: DemoSettings, links: Links, model: str) -> bool:
 
 async def _fetch_report(client: httpx.AsyncClient, sidecar_url: str) -> dict[str, Any]:
     try:
-        response = await client.get(f"{sidecar_url}/api/report")
+        async with total_deadline(SIDE_CALL_SECONDS):
+            response = await client.get(f"{sidecar_url}/api/report")
         return dict(response.json())
     except (httpx.HTTPError, ValueError):
         return {"up": False, "entries": [], "tables": []}

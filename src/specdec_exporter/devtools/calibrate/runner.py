@@ -21,6 +21,7 @@ from pydantic import AfterValidator, ConfigDict, Field
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
 from specdec_exporter.core.parse import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.deadline import total_deadline
 from specdec_exporter.devtools.load.config import Count, LoadConfig, RequestContent
 from specdec_exporter.devtools.load.counters import (
     CounterReading,
@@ -271,7 +272,7 @@ class _Calibration:
         )
         async with build_client(load, self._transport) as client:
             try:
-                return await fetch_model(client)
+                return await fetch_model(client, load.timeout)
             except ModelLookupError as exc:
                 raise ServerUnreachableError(url, str(exc)) from None
 
@@ -289,7 +290,8 @@ class _Calibration:
 
     async def _metrics_text(self, url: str) -> str:
         try:
-            response = await self._client.get(url.rstrip("/") + "/metrics")
+            async with total_deadline(self._config.scrape_timeout):
+                response = await self._client.get(url.rstrip("/") + "/metrics")
         except httpx.HTTPError as exc:
             kind = FAILURE_TEXT.get(error_kind(exc), error_kind(exc))
             raise ServerUnreachableError(url, f"GET /metrics: {kind}") from None

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from specdec_exporter.deadline import total_deadline
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.parse import (
     MalformedResponseError,
@@ -80,10 +81,11 @@ def build_client(
     )
 
 
-async def fetch_model(client: httpx.AsyncClient) -> str:
-    """The first model id from GET /v1/models."""
+async def fetch_model(client: httpx.AsyncClient, seconds: float) -> str:
+    """The first model id from GET /v1/models, answered whole within ``seconds``."""
     try:
-        response = await client.get("/v1/models")
+        async with total_deadline(seconds):
+            response = await client.get("/v1/models")
     except httpx.HTTPError as exc:
         kind = error_kind(exc)
         raise ModelLookupError(f"GET /v1/models: {FAILURE_TEXT.get(kind, kind)}") from None
@@ -103,7 +105,7 @@ async def run_load(
 ) -> LoadResult:
     """Run the load described by ``config``; ``on_progress`` is called after every request."""
     async with build_client(config, transport) as client:
-        model = config.model or await fetch_model(client)
+        model = config.model or await fetch_model(client, config.timeout)
         return await _Run(config, client, model, on_progress).execute()
 
 
@@ -190,9 +192,10 @@ class _Run:
         body = request_body(self._config, self._model, plan)
         started = time.perf_counter()
         try:
-            if plan.stream:
-                return await self._send_streaming(plan, body, started)
-            return await self._send_plain(plan, body, started)
+            async with total_deadline(self._config.timeout):  # --timeout: the whole request
+                if plan.stream:
+                    return await self._send_streaming(plan, body, started)
+                return await self._send_plain(plan, body, started)
         except httpx.HTTPError as exc:
             return self._failure(plan, started, error_kind(exc))
         except MalformedResponseError:
