@@ -7,6 +7,7 @@ them, so no room reaches up into another for a type.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar, get_args, get_origin
@@ -31,17 +32,14 @@ class ConfigError(Exception):
     """A setting is invalid; the message is one readable line."""
 
 
-def redact_url(url: str) -> str:
-    """``url`` with the user and password of its authority (``http://user:pw@host``) shown as
-    ``***``: what every message, log line and page shows of a URL (the requests keep them)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    ends = [index for index in (rest.find(char) for char in "/?#") if index >= 0]
-    end = min(ends, default=len(rest))
-    if "@" not in rest[:end]:
-        return url
-    return f"{scheme}://***@{rest[:end].rpartition('@')[2]}{rest[end:]}"
+_URL_CREDENTIALS = re.compile(r"(?i)\b(https?://)[^\s/?#@]*(?:@[^\s/?#@]*)*@")
+
+
+def redact_url(text: str) -> str:
+    """``text`` (a URL, or a message or page holding URLs) with the user and password of every
+    URL (``http://user:pw@host``) shown as ``***``: what every message, log line and page shows
+    of a URL. The requests themselves keep them."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
 
 
 def _check_url(value: str) -> str:

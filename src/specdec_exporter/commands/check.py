@@ -26,7 +26,7 @@ from specdec_exporter.core.report import (
 )
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
-from specdec_exporter.options import HttpUrl
+from specdec_exporter.options import HttpUrl, redact_url
 from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.split import SplitSource
@@ -86,9 +86,10 @@ def main(args: argparse.Namespace) -> int:
         result["batch_buckets"] = [row.as_json() for row in batches]
         result["proposed_schedule"] = None if schedule is None else schedule.model_dump()
         result["batch_bucket_note"] = CONCURRENCY_IS_NOT_BATCH_SIZE
-        print(json.dumps(result, indent=2))
+        print(redact_url(json.dumps(result, indent=2)))
     else:
-        print(_as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final))
+        text = _as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final)
+        print(redact_url(text))
         if buckets is not None:
             print("\n" + bucket_table(buckets, SPLIT_TITLES[source]))
         if batches:

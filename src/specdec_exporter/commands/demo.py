@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.options import HttpUrl, Seed, flag_of
+from specdec_exporter.options import HttpUrl, Seed, flag_of, redact_url
 from specdec_exporter.term import render_table, run_event_loop
 from specdec_exporter.trust import VllmTrust
 
@@ -129,15 +130,14 @@ class Sidecar:
         return f"http://{self.addresses['tap']}" if "tap" in self.addresses else None
 
 
-def sidecar_command(vllm_url: str, trust: VllmTrust, *, tap: bool) -> list[str]:
-    """The `run` command the demo starts: the demo's vLLM, trusted as the demo was told."""
+def sidecar_command(trust: VllmTrust, *, tap: bool) -> list[str]:
+    """The `run` command the demo starts, trusting vLLM as the demo was told. The vLLM URL goes
+    in its environment (``sidecar_environment``), not its arguments, which any user can list."""
     command = [
         sys.executable,
         "-m",
         "specdec_exporter.cli",
         "run",
-        "--vllm-url",
-        vllm_url,
         "--listen",
         "127.0.0.1:0",
         "--interval",
@@ -155,10 +155,17 @@ def sidecar_command(vllm_url: str, trust: VllmTrust, *, tap: bool) -> list[str]:
     return command
 
 
+def sidecar_environment(vllm_url: str) -> dict[str, str]:
+    """The sidecar's environment: this process', with the demo's vLLM as SPECDEC_VLLM_URL."""
+    return {**os.environ, "SPECDEC_VLLM_URL": vllm_url}
+
+
 @contextlib.contextmanager
 def _sidecar(vllm_url: str, trust: VllmTrust, *, tap: bool) -> Iterator[Sidecar]:
-    command = sidecar_command(vllm_url, trust, tap=tap)
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    command = sidecar_command(trust, tap=tap)
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, env=sidecar_environment(vllm_url)
+    )
     sidecar = Sidecar(process)
     ready = threading.Event()
     assert process.stderr is not None
@@ -208,7 +215,7 @@ class Links:
         return "\n".join(
             [
                 f"live page: {self.sidecar_url}/  ({stop})",
-                f"metrics: {self.sidecar_url}/metrics  {source}: {self.vllm_url}{tap}",
+                f"metrics: {self.sidecar_url}/metrics  {source}: {redact_url(self.vllm_url)}{tap}",
             ]
         )
 

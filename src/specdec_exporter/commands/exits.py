@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import httpx
 
+from specdec_exporter.options import redact_url
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 """`check`: a verdict that asks for a look; `run`: a task died; `load`, `sweep`: requests failed;
@@ -41,6 +43,7 @@ class UnreachableError(Exception):
     the message, one line naming the URL and what to try, and exits ``EXIT_UNREACHABLE``."""
 
     def __init__(self, url: str, detail: str, flag: str, what: str = "vLLM") -> None:
+        url, detail = redact_url(url), redact_url(detail)  # printed: no credentials
         super().__init__(
             f"{what} at {url} did not answer: {detail}. Is it running there? {flag} takes its "
             "base URL, http://HOST:PORT, with or without /v1"
