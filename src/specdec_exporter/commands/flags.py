@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
@@ -160,6 +162,11 @@ def _cli_source(
     )
 
 
+_MODELS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[type[BaseSettings]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def add_settings_flags(
     parser: argparse.ArgumentParser, model: type[BaseSettings], title: str | None = None
 ) -> None:
@@ -167,6 +174,13 @@ def add_settings_flags(
     environment variable; under a heading of their own with ``title``. Values stay text until the
     model validates them."""
     _cli_source(model, parser, parser.add_argument_group(title) if title else None)
+    _MODELS.setdefault(parser, []).append(model)
+
+
+def settings_models(parser: argparse.ArgumentParser) -> list[type[BaseSettings]]:
+    """The settings models whose flags ``add_settings_flags`` gave ``parser``, in order: what a
+    command's flags mean, for the tests that walk every flag of every command."""
+    return list(_MODELS.get(parser, []))
 
 
 def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
@@ -179,7 +193,19 @@ def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, given_as(model))) from None
     except SettingsError as exc:
-        raise ConfigError(f"invalid setting: {exc}") from None
+        raise ConfigError(f"invalid setting: {_settings_error(model, exc)}") from None
+
+
+def _settings_error(model: type[BaseSettings], exc: SettingsError) -> str:
+    """pydantic-settings' "error parsing value for field "concurrencies" from source ..." in a
+    person's terms: the flag and its variable, and what was expected."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    if match is None or match.group(1) not in model.model_fields:
+        return str(exc)
+    name = match.group(1)
+    field = model.model_fields[name]
+    expected = "a comma-separated list" if get_origin(field.annotation) is tuple else "a value"
+    return f"{given_as(model)(field.alias or name)}: cannot read it as {expected} of its kind"
 
 
 def _refuse_empty(model: type[BaseSettings], args: argparse.Namespace) -> None:

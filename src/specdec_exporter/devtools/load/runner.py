@@ -35,6 +35,8 @@ from specdec_exporter.devtools.load.results import (
 )
 from specdec_exporter.devtools.load.sse import SseDecoder
 
+MODEL_LOOKUP_SECONDS = 10.0
+"""The longest GET /v1/models may take, whole."""
 ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
@@ -82,9 +84,10 @@ def build_client(
 
 
 async def fetch_model(client: httpx.AsyncClient, seconds: float) -> str:
-    """The first model id from GET /v1/models, answered whole within ``seconds``."""
+    """The first model id from GET /v1/models, answered whole within ``seconds`` (at most
+    MODEL_LOOKUP_SECONDS: a list of models is instant, a server that trickles it is not one)."""
     try:
-        async with total_deadline(seconds):
+        async with total_deadline(min(seconds, MODEL_LOOKUP_SECONDS)):
             response = await client.get("/v1/models")
     except httpx.HTTPError as exc:
         kind = error_kind(exc)
