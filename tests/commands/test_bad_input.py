@@ -229,6 +229,26 @@ def test_out_of_range(
     refused([command, f"{flag}={value}"], flag, capsys)
 
 
+NUMBERS_IN_TEXT = [
+    ("load", "--temperatures", "inf"),
+    ("load", "--temperatures", "3"),
+    ("load", "--temperatures", "0:1e308,1:1e308"),
+    ("sweep", "--temperatures", "1e300"),
+    ("calibrate", "--temperatures", "nan"),
+    ("simulate", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 100000}'),
+    ("simulate", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 1e300}'),
+]
+"""Numbers inside a flag's text (a list, a mix, JSON): finite and in range too."""
+
+
+@pytest.mark.usefixtures("refuse_to_run")
+@pytest.mark.parametrize(("command", "flag", "value"), NUMBERS_IN_TEXT)
+def test_numbers_inside_text(
+    command: str, flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused([command, f"{flag}={value}"], flag, capsys)
+
+
 @pytest.mark.usefixtures("refuse_to_run")
 @pytest.mark.parametrize(
     ("variable", "value", "named"),
@@ -368,6 +388,30 @@ def test_trickling_every_server_flag() -> None:
         for result in run_all(server_argvs(url)).values():
             line = assert_one_line_exit_3(result, url)
             assert "in time" in line or "within" in line, line
+
+
+def test_a_trickling_completion_is_bounded_by_load_timeout() -> None:
+    """``--timeout`` is the whole request's: the model given, every request trickles, each ends
+    at its deadline as a timeout and the run fails (1) instead of hanging."""
+    with trickling_server() as url:
+        [result] = run_all(
+            {
+                "load": [
+                    "load",
+                    "--url",
+                    url,
+                    "--model",
+                    "m",
+                    "--timeout",
+                    "1",
+                    "--requests",
+                    "2",
+                    "--json",
+                ]
+            }
+        ).values()
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert '"timeout"' in result.stdout
 
 
 NOT_A_SIDECAR = {

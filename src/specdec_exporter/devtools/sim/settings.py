@@ -64,6 +64,8 @@ class SpeculativeConfig:
         return self.num_speculative_tokens
 
 
+MAX_SPECULATIVE_TOKENS = 128
+"""The most tokens a person would draft per step (vLLM's methods use 1 to about 10)."""
 Port = Annotated[int, Field(ge=0, le=65535)]
 Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)]
 
@@ -244,8 +246,10 @@ def parse_speculative_config(text: str | None) -> SpeculativeConfig | None:
     k = raw.get("num_speculative_tokens")
     if k is None and schedule:
         k = max(entry.k for entry in schedule)
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigError("--speculative-config needs num_speculative_tokens >= 1")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise ConfigError(
+            f"--speculative-config needs num_speculative_tokens 1 to {MAX_SPECULATIVE_TOKENS}"
+        )
     if any(entry.k > k for entry in schedule):
         raise ConfigError("num_speculative_tokens_per_batch_size: K above num_speculative_tokens")
     return SpeculativeConfig(method=method, num_speculative_tokens=k, per_batch_size=schedule)
