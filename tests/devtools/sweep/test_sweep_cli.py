@@ -154,7 +154,7 @@ def test_an_empty_prompts_file_exits_64_with_one_line(
     empty.write_text("\n", encoding="utf-8")
     assert main(["sweep", "--prompts", str(empty)]) == 64
     assert capsys.readouterr().err == (
-        f"specdec-exporter sweep: prompts file {empty} has no prompt\n"
+        f"specdec-exporter sweep: --prompts: prompts file {empty} has no prompt\n"
     )
 
 
