@@ -264,7 +264,7 @@ class Settings(VllmTarget):
     )
     proxy_inspect_max_bytes: int = Field(
         1024 * 1024,
-        ge=1024,
+        ge=1,
         le=MAX_BODY_BYTES_LIMIT,
         description="larger request bodies pass through uninspected, bytes",
     )
