@@ -419,7 +419,10 @@ NOT_A_SIDECAR = {
     "unlabelled": "# TYPE specdec_requests_total counter\nspecdec_requests_total 3\n"
     'specdec_build_info{version="0"} 1\n',
     "vllm": capture("t1"),
+    "huge": 'specdec_build_info{version="0"} 1\n' + "# padding\n" * (2 << 20),
 }
+"""Pages that are not a sidecar's /metrics: HTML, a tap family without its labels, vLLM's own
+page, and one past the body cap (DEFAULT_MAX_BODY_BYTES)."""
 
 
 def test_not_a_sidecar() -> None:

@@ -17,6 +17,8 @@ from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.report import BucketKey, Entry, bucket_entries, bucket_json
 from specdec_exporter.core.verdict import Criteria
 from specdec_exporter.deadline import total_deadline
+from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES
+from specdec_exporter.sidecar.scraper import CappedBody, ScrapeError
 from specdec_exporter.term import render_table
 
 REQUESTS = "specdec_requests"
@@ -167,11 +169,22 @@ class TapReader:
 
     async def read(self) -> dict[BucketKey, BucketCounts]:
         """The counters, or ``httpx.HTTPError`` (no answer within READ_SECONDS included), or
-        ``NotASidecarError``."""
-        async with total_deadline(READ_SECONDS):
-            response = await self._client.get(self._url, timeout=READ_SECONDS)
-        response.raise_for_status()
-        text = response.text
+        ``NotASidecarError`` (a body over DEFAULT_MAX_BODY_BYTES included)."""
+        try:
+            async with (
+                total_deadline(READ_SECONDS),
+                self._client.stream("GET", self._url, timeout=READ_SECONDS) as response,
+            ):
+                response.raise_for_status()
+                body = CappedBody(
+                    response.headers.get("content-encoding", ""), DEFAULT_MAX_BODY_BYTES
+                )
+                async for raw in response.aiter_raw():
+                    body.feed(raw)
+                data = body.finish()
+        except ScrapeError as exc:
+            raise NotASidecarError(f"its /metrics: {exc.detail}") from None
+        text = data.decode("utf-8", errors="replace")
         if not any(line.startswith(BUILD_INFO) for line in text.splitlines()):
             raise NotASidecarError(f"its /metrics has no {BUILD_INFO}")
         return parse_bucket_counters(text)
