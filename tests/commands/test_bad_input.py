@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
+import httpx
 import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -30,6 +32,12 @@ from test_exit_codes import README, exit_code_table
 
 from fakevllm import fake_vllm
 from specdec_exporter.cli import COMMANDS, ArgumentParser, load_command, main
+from specdec_exporter.commands.demo import (
+    DemoSettings,
+    Links,
+    sidecar_command,
+    sidecar_environment,
+)
 from specdec_exporter.commands.exits import EXIT_CANNOT_WRITE, EXIT_UNREACHABLE, EXIT_USAGE
 from specdec_exporter.commands.flags import settings_models
 from specdec_exporter.options import annotated_items, flag_of
@@ -555,6 +563,39 @@ def test_url_credentials_are_never_printed() -> None:
         assert "admin" not in result.stdout + result.stderr
     assert f"http://***@127.0.0.1:{port}" in results["unreachable"].stderr
     assert results["malformed"].returncode == EXIT_USAGE
+
+
+def test_the_demo_shows_no_url_credentials_and_hands_them_on_unseen() -> None:
+    """The demo's header frame redacts the URL; its sidecar gets it in the environment, not in
+    arguments any user can list."""
+    secret_url = "http://admin:s3cret@vllm:8000"
+    header = Links(secret_url, "http://127.0.0.1:1", None, simulated=False).text()
+    assert "s3cret" not in header and "http://***@vllm:8000" in header
+    assert secret_url not in " ".join(sidecar_command(DemoSettings(), tap=True))
+    assert sidecar_environment(secret_url)["SPECDEC_VLLM_URL"] == secret_url
+
+
+def test_run_logs_and_shows_no_url_credentials() -> None:
+    """`run`'s start-up log and its live page show the vLLM URL without its password."""
+    secret_url = f"http://admin:s3cret@127.0.0.1:{closed_port()}"
+    process = subprocess.Popen(
+        [*SPECDEC, "run", "--vllm-url", secret_url, "--listen", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    log = []
+    for line in process.stderr:
+        log.append(line)
+        if '"listening"' in line:
+            break
+    address = json.loads(log[-1])["address"]
+    page = httpx.get(f"http://{address}/", timeout=30, trust_env=False).text
+    process.send_signal(signal.SIGINT)
+    rest = process.communicate(timeout=60)[1]
+    shown = "".join(log) + rest + page
+    assert "s3cret" not in shown and "admin" not in shown
+    assert "http://***@127.0.0.1:" in "".join(log) and "http://***@127.0.0.1:" in page
 
 
 # Ctrl-C (issue 29 item 16): the table says what each command gives
