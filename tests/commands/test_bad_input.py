@@ -636,4 +636,6 @@ def test_ctrl_c_gives_what_the_table_says() -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     simulate = interrupted(["simulate", "--port", "0"], "simulated vLLM")
     assert simulate.returncode == 130, simulate.stderr[-2000:]
+    [announced] = simulate.stderr.splitlines()  # announced once serving: no warning after Ctrl-C
+    assert announced.startswith("simulated vLLM")
     assert "Traceback" not in run.stderr + simulate.stderr
