@@ -146,6 +146,22 @@ def environment_variable(model: type[BaseModel], name: str) -> str | None:
     return (str(prefix) + name).upper() if prefix else None
 
 
+def with_variables(model: type[BaseModel], message: str) -> str:
+    """``message`` with each flag of ``model`` it names followed by the variable it falls back
+    to (``--speculative-method (or SPECDEC_SPECULATIVE_METHOD)``): for messages written where
+    only the flags are known (the core's)."""
+    fields = {
+        flag_of(model, name): field.alias or name for name, field in model.model_fields.items()
+    }
+    name_of = given_as(model)
+
+    def named(match: re.Match[str]) -> str:
+        field = fields.get(match.group(0))
+        return match.group(0) if field is None else name_of(field)
+
+    return re.sub(r"--[a-z][a-z0-9-]*(?![a-z0-9-])", named, message)
+
+
 def given_as(model: type[BaseModel]) -> Callable[[str], str]:
     """How a person gives a field of ``model``, by its name or alias as a validation error names
     it: the flag, and the variable it falls back to (``--interval (or SPECDEC_INTERVAL)``)."""

@@ -267,6 +267,7 @@ def test_numbers_inside_text(
         ("SPECDEC_HEALTHY_ABOVE", "0.1", "--healthy-above (or SPECDEC_HEALTHY_ABOVE)"),
         ("SPECDEC_GENERATION_CONFIG", "/nonexistent", "--generation-config (or SPECDEC_GENERA"),
         ("SPECDEC_VLLM_URL", "http://[::1", "--vllm-url (or SPECDEC_VLLM_URL)"),
+        ("SPECDEC_SPECULATIVE_METHOD", "eagel3", "--speculative-method (or SPECDEC_SPECULATIV"),
     ],
 )
 def test_a_bad_variable_names_its_flag_and_itself(

@@ -134,7 +134,8 @@ def test_an_unknown_speculative_method_is_refused_with_the_known_ones(command: s
     assert result.returncode == EXIT_USAGE
     [line] = result.stderr.splitlines()
     assert line.startswith(
-        f"specdec-exporter {command}: invalid setting: unknown --speculative-method 'eagel3'; "
+        f"specdec-exporter {command}: invalid setting: unknown --speculative-method (or "
+        "SPECDEC_SPECULATIVE_METHOD) 'eagel3'; "
         "known: dflash, draft_model, dspark, eagle, eagle3,"
     )
 

@@ -25,7 +25,13 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost, resolve_draft_cost
 from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
-from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES, MAX_TEMPERATURE, HttpUrl, given_as
+from specdec_exporter.options import (
+    DEFAULT_MAX_BODY_BYTES,
+    MAX_TEMPERATURE,
+    HttpUrl,
+    given_as,
+    with_variables,
+)
 from specdec_exporter.trust import VllmTrust
 
 DEFAULT_PORT = 10088
@@ -170,7 +176,10 @@ class VllmTarget(BaseSettings, VllmTrust):
         Criteria(self.threshold, self.healthy_above)
         if self.calibration is not None:
             self._calibration = load_calibration(self.calibration)
-        self.draft_cost_for(None)
+        try:
+            self.draft_cost_for(None)
+        except ValueError as exc:  # the core names the flags; the variables are ours to add
+            raise ValueError(with_variables(type(self), str(exc))) from None
         return self
 
     def draft_cost_for(self, model: str | None) -> DraftCost:
