@@ -139,14 +139,15 @@ class AcceptedError(Exception):
 
 @pytest.fixture
 def refuse_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A command that accepted a bad value raises AcceptedError instead of serving or loading."""
+    """A command that accepted a bad value raises AcceptedError instead of serving, loading or
+    configuring this process' logging (which would outlive the test)."""
 
     def accepted(*_: object, **__: object) -> Any:
         raise AcceptedError
 
     for command in COMMANDS:
         module = load_command(command)
-        for name in ("run_event_loop", "serve", "install"):
+        for name in ("run_event_loop", "serve", "install", "configure_logging"):
             if isinstance(getattr(module, name, None), types.FunctionType):
                 monkeypatch.setattr(module, name, accepted)
 

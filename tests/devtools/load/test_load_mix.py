@@ -42,7 +42,7 @@ def test_weights_left_out_split_evenly() -> None:
         ("-0.1", "temperature must be 0 to 2"),
         ("nan", "must be finite"),
         ("0.7:x", "weight in '0.7:x' is not a number"),
-        ("0.7:-1", "weight must be 0 to 1e+06"),
+        ("0.7:-1", "weight must be 0 to "),
         ("0:0.5,0.7", "give a weight to every temperature or to none"),
         ("0.7,0.70", "temperature 0.7 given twice"),
         ("default,DEFAULT", "temperature default given twice"),
