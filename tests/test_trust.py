@@ -259,7 +259,7 @@ def test_load_sweep_and_calibrate_connect_with_the_ca_file(pki: Pki) -> None:
 
 def test_demo_hands_the_trust_to_the_sidecar_it_starts(pki: Pki) -> None:
     settings = DemoSettings(vllm_ca_file=pki.ca, vllm_client_cert=pki.client_both)
-    command = sidecar_command("https://vllm:8000", settings, tap=True)
+    command = sidecar_command(settings, tap=True)
     assert command[-4:] == [
         "--vllm-ca-file",
         str(pki.ca),

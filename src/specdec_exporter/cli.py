@@ -20,7 +20,7 @@ from specdec_exporter.commands.exits import (
     EXIT_USAGE,
     UnreachableError,
 )
-from specdec_exporter.options import ConfigError
+from specdec_exporter.options import ConfigError, redact_url
 
 COMMANDS: dict[str, str] = {
     "run": "run the sidecar: poll vLLM, serve /metrics (and the tap)",
@@ -105,7 +105,7 @@ def _run(name: str, rest: list[str]) -> int:
     try:
         return module.main(args)
     except ConfigError as exc:
-        print(f"specdec-exporter {name}: {exc}", file=sys.stderr)
+        print(f"specdec-exporter {name}: {redact_url(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except UnreachableError as exc:
         print(f"specdec-exporter {name}: {exc}", file=sys.stderr)

@@ -7,28 +7,59 @@ them, so no room reaches up into another for a type.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ValidationError
+import httpx
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings
 
 M = TypeVar("M")
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 """Cap on a /metrics body, bytes: of the sidecar's scrapes and of the sweep's."""
+MAX_TEMPERATURE = 2.0
+"""The highest temperature vLLM takes: 0.32 answers 400 "temperature must be in [0, 2]" above it
+(tests/fixtures/vllm-0.32.0-cpu/edge-cases/chat_temperature_2.5.json)."""
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+"""A seed as a person gives it: 0 to 2**32 - 1, the range every random generator takes."""
 
 
 class ConfigError(Exception):
     """A setting is invalid; the message is one readable line."""
 
 
+_URL_CREDENTIALS = re.compile(r"(?i)\b(https?://)[^\s/?#@]*(?:@[^\s/?#@]*)*@")
+
+
+def redact_url(text: str) -> str:
+    """``text`` (a URL, or a message or page holding URLs) with the user and password of every
+    URL (``http://user:pw@host``) shown as ``***``: what every message, log line and page shows
+    of a URL. The requests themselves keep them."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
+
+
 def _check_url(value: str) -> str:
     """A server's base URL as every command takes it: http(s)://HOST:PORT, with or without the
-    OpenAI API's /v1 (dropped here, the one place, with a trailing /)."""
+    OpenAI API's /v1 (dropped here, the one place, with a trailing /). Parsed here, once, by
+    httpx, the library that will use it: a URL it would refuse later is refused now."""
+    shown = redact_url(value)
     if not value.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        raise ValueError(f"expected an http:// or https:// URL, got {shown!r}")
+    if any(char.isspace() for char in value):
+        raise ValueError(f"a URL has no spaces, got {shown!r}")
+    try:
+        url = httpx.URL(value)
+        port = url.port
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"not a URL: {shown!r} ({redact_url(str(exc))})") from None
+    if not url.host:
+        raise ValueError(f"no host in {shown!r}; expected http://HOST:PORT")
+    if port is not None and not 0 < port <= 65535:
+        raise ValueError(f"port out of range in {shown!r}")
     return value.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
@@ -102,3 +133,46 @@ def describe_validation_error(
             message = f"{error['msg']} (got {error.get('input')!r})"
         parts.append(f"{where}: {message}" if where else message)
     return "invalid setting: " + "; ".join(parts)
+
+
+def environment_variable(model: type[BaseModel], name: str) -> str | None:
+    """The variable field ``name`` of ``model`` falls back to without its flag: the one its
+    FromEnv names; else, for a settings model with an ``env_prefix``, the prefix and the name
+    (``SPECDEC_INTERVAL``); else none (a model read from flags alone)."""
+    marker = field_marker(model.model_fields[name], FromEnv)
+    if marker is not None:
+        return marker.variable
+    prefix = model.model_config.get("env_prefix", "") if issubclass(model, BaseSettings) else ""
+    return (str(prefix) + name).upper() if prefix else None
+
+
+def with_variables(model: type[BaseModel], message: str) -> str:
+    """``message`` with each flag of ``model`` it names followed by the variable it falls back
+    to (``--speculative-method (or SPECDEC_SPECULATIVE_METHOD)``): for messages written where
+    only the flags are known (the core's)."""
+    fields = {
+        flag_of(model, name): field.alias or name for name, field in model.model_fields.items()
+    }
+    name_of = given_as(model)
+
+    def named(match: re.Match[str]) -> str:
+        field = fields.get(match.group(0))
+        return match.group(0) if field is None else name_of(field)
+
+    return re.sub(r"--[a-z][a-z0-9-]*(?![a-z0-9-])", named, message)
+
+
+def given_as(model: type[BaseModel]) -> Callable[[str], str]:
+    """How a person gives a field of ``model``, by its name or alias as a validation error names
+    it: the flag, and the variable it falls back to (``--interval (or SPECDEC_INTERVAL)``)."""
+    names = {field.alias or name: name for name, field in model.model_fields.items()}
+
+    def name_of(key: str) -> str:
+        name = names.get(key)
+        if name is None:
+            return key
+        flag = flag_of(model, name)
+        variable = environment_variable(model, name)
+        return flag if variable is None else f"{flag} (or {variable})"
+
+    return name_of

@@ -32,13 +32,16 @@ def vllm_ssl_context(
     try:
         context = ssl.create_default_context(cafile=str(ca_file or certifi.where()))
     except OSError as exc:  # ssl.SSLError is one
-        raise ValueError(f"cannot use --vllm-ca-file {str(ca_file)!r}: {_reason(exc)}") from None
+        raise ValueError(
+            f"cannot use --vllm-ca-file (or {CA_FILE_VARIABLE}) {str(ca_file)!r}: {_reason(exc)}"
+        ) from None
     if client_cert is not None:
         try:
             context.load_cert_chain(client_cert, client_key)
         except OSError as exc:  # ssl.SSLError is one
             raise ValueError(
-                f"cannot use --vllm-client-cert {str(client_cert)!r}: {_reason(exc)}"
+                f"cannot use --vllm-client-cert (or {CLIENT_CERT_VARIABLE}) {str(client_cert)!r}: "
+                f"{_reason(exc)}"
             ) from None
     return context
 

@@ -255,7 +255,10 @@ def test_refusals_are_one_line_and_exit_3(
             "--max-tokens: Input should be greater than or equal to 2 (got '1')",
         ),
         (("--warmup", "-1"), "--warmup: Input should be greater than or equal to 0 (got '-1')"),
-        (("--sample-interval", "0"), "--sample-interval: Input should be greater than 0 (got '0')"),
+        (
+            ("--sample-interval", "0"),
+            "--sample-interval: Input should be greater than or equal to 0.01 (got '0')",
+        ),
         (
             ("--settle-timeout", "-1"),
             "--settle-timeout: Input should be greater than or equal to 0 (got '-1')",

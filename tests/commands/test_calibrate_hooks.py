@@ -105,7 +105,10 @@ def test_a_calibration_and_a_draft_cost_flag_together_are_a_config_error(
 ) -> None:
     path = calibration_file(tmp_path, 0.05)
     assert main(["check", "--calibration", str(path), "--draft-cost-ratio", "0.01"]) == 64
-    assert "--draft-cost-ratio and --calibration both set c" in capsys.readouterr().err
+    assert (
+        "--draft-cost-ratio (or SPECDEC_DRAFT_COST_RATIO) and --calibration (or "
+        "SPECDEC_CALIBRATION) both set c"
+    ) in capsys.readouterr().err
 
 
 def test_run_models_with_the_calibrated_c(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def test_bad_setting_is_one_line_and_exit_64(capsys: pytest.CaptureFixture[str])
     assert main(["run", "--interval", "-1"]) == EXIT_USAGE == 64
     assert capsys.readouterr().err == (
         "specdec-exporter run: invalid setting: --interval (or SPECDEC_INTERVAL): Input should be "
-        "greater than 0 (got '-1')\n"
+        "greater than or equal to 0.1 (got '-1')\n"
     )
 
 
@@ -101,8 +101,10 @@ def test_a_threshold_above_the_healthy_band_is_one_line_and_exit_64(
     assert main(["check", "--threshold", "0.8"]) == 64
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
-    assert "need 0 < threshold <= healthy_above <= 1, got threshold 0.8, healthy_above 0.65" in (
-        error
+    assert error == (
+        "specdec-exporter check: invalid setting: --threshold (or SPECDEC_THRESHOLD) is 0.8, "
+        "above --healthy-above (or SPECDEC_HEALTHY_ABOVE) 0.65: the borderline band runs from "
+        "the threshold up to healthy-above; lower the one or raise the other"
     )
 
 
@@ -214,7 +216,7 @@ def test_check_window_is_its_own_and_a_bad_one_is_a_usage_error() -> None:
     assert (bad.returncode, bad.stdout) == (64, "")
     assert bad.stderr == (
         "specdec-exporter check: invalid setting: --window: Input should be "
-        "greater than 0 (got '0')\n"
+        "greater than or equal to 0.1 (got '0')\n"
     )
 
 

@@ -430,7 +430,7 @@ def test_listen_comes_from_the_flag_else_specdec_listen(monkeypatch: pytest.Monk
     assert settings_from_args(DemoSettings, flagged).listen == "127.0.0.1:18089"
     monkeypatch.delenv("SPECDEC_LISTEN")
     assert settings_from_args(DemoSettings, parser.parse_args([])).listen == "127.0.0.1:0"
-    command = sidecar_command("http://v", DemoSettings(), tap=False, listen="127.0.0.1:18089")
+    command = sidecar_command(DemoSettings(), tap=False, listen="127.0.0.1:18089")
     assert command[command.index("--listen") + 1] == "127.0.0.1:18089"
 
 

@@ -5,7 +5,10 @@ unknown method) and the table itself against commands/exits.py. Elsewhere: 0, 1 
 `check`'s verdicts (test_cli.py::test_check_exit_codes, test_check_json_healthy_window), `load`
 and `sweep` (tests/devtools), `calibrate` (test_calibrate.py); 64 for an unknown flag of every
 command (test_cli.py::test_every_command_exits_64_on_a_usage_error) and a port in use for `run`
-(tests/sidecar/test_serve.py); 69 (tests/artifacts/test_image.py); 130 (test_demo.py).
+(tests/sidecar/test_serve.py); 69 (tests/artifacts/test_image.py); 130 (test_demo.py,
+test_bad_input.py::test_ctrl_c_gives_what_the_table_says, which also holds `run`'s 0 on Ctrl-C);
+73 and every class of bad input (empty, malformed URL, not finite, out of range, unreachable,
+trickling, not a sidecar) for every command and flag: test_bad_input.py.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def test_the_readme_table_lists_every_exit_code_and_only_those() -> None:
     assert sorted(table) == sorted(ALL_EXIT_CODES)
     assert {verdict.exit_code for verdict in Verdict} <= set(table)
     for cell in table.values():
-        named = set(re.findall(r"`([a-z]+)`", cell))
+        named = set(re.findall(r"`([a-z][a-z-]*)`", cell))
         assert cell.startswith("all") or named <= set(COMMANDS), cell
 
 
@@ -131,7 +134,8 @@ def test_an_unknown_speculative_method_is_refused_with_the_known_ones(command: s
     assert result.returncode == EXIT_USAGE
     [line] = result.stderr.splitlines()
     assert line.startswith(
-        f"specdec-exporter {command}: invalid setting: unknown --speculative-method 'eagel3'; "
+        f"specdec-exporter {command}: invalid setting: unknown --speculative-method (or "
+        "SPECDEC_SPECULATIVE_METHOD) 'eagel3'; "
         "known: dflash, draft_model, dspark, eagle, eagle3,"
     )
 

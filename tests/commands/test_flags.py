@@ -20,13 +20,19 @@ from specdec_exporter.commands.flags import (
     FlagsOnly,
     add_settings_flags,
     default_text,
-    given_as,
     settings_from_args,
 )
 from specdec_exporter.commands.load import LoadSettings
 from specdec_exporter.commands.simulate import ServeFlags, SimulatorFlags
 from specdec_exporter.commands.sweep import SweepSettings
-from specdec_exporter.options import ConfigError, FromEnv, Metavar, flag_of, refuse_together
+from specdec_exporter.options import (
+    ConfigError,
+    FromEnv,
+    Metavar,
+    flag_of,
+    given_as,
+    refuse_together,
+)
 from specdec_exporter.sidecar.config import Settings, VllmTarget
 
 TOKEN = "sk-flag-test-1234"

@@ -382,6 +382,25 @@ def running_prompt_tokens(answer: dict[str, Any]) -> list[tuple[int, Any]]:
     )
 
 
+def stream_order(answer: dict[str, Any]) -> list[tuple[int, str]]:
+    """(choice index, "content" or "finish") for each choice chunk of a stream, in order."""
+    chunks = [p for p in answer.get("events", []) if isinstance(p, dict)]
+    return [
+        (c["index"], "finish" if c.get("finish_reason") is not None else "content")
+        for chunk in chunks
+        for c in _choices(chunk)
+    ]
+
+
+def interleaved(order: list[tuple[int, str]]) -> bool:
+    """Every choice had sent content before the first one finished: the prompts of a list run
+    side by side, as vLLM schedules them, not one after the other."""
+    choices = {index for index, _ in order}
+    first_finish = next((n for n, (_, kind) in enumerate(order) if kind == "finish"), len(order))
+    started = {index for index, kind in order[:first_finish] if kind == "content"}
+    return len(choices) > 1 and started == choices
+
+
 def shape_of(answer: dict[str, Any]) -> Shape:
     """The JSON shape of a body, or the chunk shapes of a stream (real_vllm.shapes)."""
     if "events" in answer:

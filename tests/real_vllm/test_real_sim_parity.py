@@ -232,3 +232,16 @@ def test_running_usage_counts_each_choices_own_prompt(
     prompt's (vLLM's `num_prompt_tokens[prompt_idx]`), not the request's total."""
     real, simulated = answers[name]
     assert edge_cases.running_prompt_tokens(simulated) == edge_cases.running_prompt_tokens(real)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(name for name in edge_cases.CASES if "two_prompts_stream" in name)
+)
+def test_a_prompt_list_streams_side_by_side(answers: dict[str, tuple[Any, Any]], name: str) -> None:
+    """Real vLLM runs a list's prompts side by side (every prompt sends content before the first
+    finish); the simulator must too, not stream one prompt's content and finish, then the next."""
+    real, simulated = answers[name]
+    assert edge_cases.interleaved(edge_cases.stream_order(real)), edge_cases.stream_order(real)
+    assert edge_cases.interleaved(edge_cases.stream_order(simulated)), edge_cases.stream_order(
+        simulated
+    )

@@ -51,8 +51,8 @@ def test_error_messages_say_their_input_once() -> None:
         "URL, got 'x'"
     )
     assert error_of("--interval", "-1") == (
-        "invalid setting: --interval (or SPECDEC_INTERVAL): Input should be greater than 0 "
-        "(got '-1')"
+        "invalid setting: --interval (or SPECDEC_INTERVAL): Input should be greater than or "
+        "equal to 0.1 (got '-1')"
     )
     assert error_of("--temperature-buckets", "0.7,0.5") == (
         "invalid setting: --temperature-buckets (or SPECDEC_TEMPERATURE_BUCKETS): temperature "

@@ -195,7 +195,8 @@ def test_missing_generation_config_is_a_config_error_before_serving(tmp_path: ob
     code, lines = run_until_exit("--proxy-listen", "127.0.0.1:0", "--generation-config", missing)
     assert code == 64
     assert lines == [
-        f"specdec-exporter run: invalid setting: cannot read generation config {missing}: "
+        "specdec-exporter run: invalid setting: --generation-config (or "
+        f"SPECDEC_GENERATION_CONFIG): cannot read generation config {missing}: "
         "No such file or directory"
     ]
 
@@ -208,7 +209,8 @@ def test_generation_config_that_is_not_json_is_a_config_error(tmp_path: object) 
     assert code == 64
     [line] = lines
     assert line.startswith(
-        f"specdec-exporter run: invalid setting: generation config {path} is not JSON: "
+        "specdec-exporter run: invalid setting: --generation-config (or "
+        f"SPECDEC_GENERATION_CONFIG): generation config {path} is not JSON: "
         "Expecting property name"
     )
 

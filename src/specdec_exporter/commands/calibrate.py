@@ -12,12 +12,7 @@ from typing import Annotated, Self
 from pydantic import Field, ValidationError, model_validator
 
 from specdec_exporter.commands.exits import EXIT_FAILED, EXIT_UNREACHABLE, UnreachableError
-from specdec_exporter.commands.flags import (
-    FlagsOnly,
-    add_settings_flags,
-    given_as,
-    settings_from_args,
-)
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.calibration import Calibration, CalibrationError, build_calibration
 from specdec_exporter.devtools.calibrate.runner import (
     DEFAULT_TEMPERATURES_TEXT,
@@ -30,7 +25,14 @@ from specdec_exporter.devtools.calibrate.runner import (
 )
 from specdec_exporter.devtools.load.config import TemperatureListText
 from specdec_exporter.devtools.load.mix import parse_temperatures, temperature_label
-from specdec_exporter.options import ConfigError, HttpUrl, Metavar, describe_validation_error
+from specdec_exporter.options import (
+    ConfigError,
+    HttpUrl,
+    Metavar,
+    describe_validation_error,
+    given_as,
+    redact_url,
+)
 from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.term import render_table, run_event_loop
 
@@ -121,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     config = build_config(settings)
 
     def say(line: str) -> None:
-        print(f"calibrate: {line}", file=sys.stderr, flush=True)
+        print(f"calibrate: {redact_url(line)}", file=sys.stderr, flush=True)
 
     try:
         run = run_event_loop(run_calibration(config, assumed, say))
@@ -129,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
         flag = "--spec-url" if exc.url in config.spec_urls else "--base-url"
         raise UnreachableError(exc.url, exc.detail, flag) from None
     except CalibrateError as exc:
-        print(f"specdec-exporter calibrate: {exc}", file=sys.stderr)
+        print(f"specdec-exporter calibrate: {redact_url(str(exc))}", file=sys.stderr)
         return EXIT_UNREACHABLE
     try:
         calibration = build_calibration(
@@ -138,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
     except CalibrationError as exc:
         print(f"specdec-exporter calibrate: {exc}", file=sys.stderr)
         return EXIT_NO_FIT
-    print(calibration.model_dump_json(indent=2) if settings.as_json else as_text(run, calibration))
+    shown = calibration.model_dump_json(indent=2) if settings.as_json else as_text(run, calibration)
+    print(redact_url(shown))
     if settings.write_config is not None:
         return _write(settings.write_config, calibration)
     return 0

@@ -26,7 +26,7 @@ from specdec_exporter.core.report import (
 )
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
-from specdec_exporter.options import HttpUrl
+from specdec_exporter.options import HttpUrl, redact_url
 from specdec_exporter.sidecar.config import VllmTarget
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.split import SplitSource
@@ -36,14 +36,19 @@ from specdec_exporter.sidecar.split_report import (
     batch_window,
     probe_bucket_counts,
 )
-from specdec_exporter.sidecar.tap_counters import TapReader, bucket_rows, bucket_table
+from specdec_exporter.sidecar.tap_counters import (
+    NotASidecarError,
+    TapReader,
+    bucket_rows,
+    bucket_table,
+)
 from specdec_exporter.term import render_table, run_event_loop
 
 
 class CheckSettings(FlagsOnly):
     """check's own flags; the vLLM ones (VllmTarget) are shared with `run`, environment included."""
 
-    window: float = Field(10.0, gt=0, le=86400, description="seconds between the two scrapes")
+    window: float = Field(10.0, ge=0.1, le=86400, description="seconds between the two scrapes")
     sidecar_url: HttpUrl | None = Field(
         None,
         description="a sidecar running the request tap: adds acceptance per temperature "
@@ -81,9 +86,10 @@ def main(args: argparse.Namespace) -> int:
         result["batch_buckets"] = [row.as_json() for row in batches]
         result["proposed_schedule"] = None if schedule is None else schedule.model_dump()
         result["batch_bucket_note"] = CONCURRENCY_IS_NOT_BATCH_SIZE
-        print(json.dumps(result, indent=2))
+        print(redact_url(json.dumps(result, indent=2)))
     else:
-        print(_as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final))
+        text = _as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final)
+        print(redact_url(text))
         if buckets is not None:
             print("\n" + bucket_table(buckets, SPLIT_TITLES[source]))
         if batches:
@@ -114,10 +120,15 @@ async def _measure(
             detail = _scrape_detail(failure)
             outcome["error"] = UnreachableError(settings.vllm_url, detail, "--vllm-url")
             return
-        except httpx.HTTPError as exc:
-            assert sidecar_url is not None  # only the tap's reads raise it
+        except (httpx.HTTPError, NotASidecarError) as exc:
+            assert sidecar_url is not None  # only the tap's reads raise them
+            detail = (
+                f"not a specdec-exporter sidecar: {exc}"
+                if isinstance(exc, NotASidecarError)
+                else describe_http_error(exc)
+            )
             outcome["error"] = UnreachableError(
-                sidecar_url, describe_http_error(exc), "--sidecar-url", what="the sidecar"
+                sidecar_url, detail, "--sidecar-url", what="the sidecar"
             )
             return
     timeline.observe(time.monotonic(), second.snapshot.counters)

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -27,13 +28,9 @@ import httpx
 from pydantic import Field
 
 from specdec_exporter.commands.exits import EXIT_INTERRUPTED, UnreachableError
-from specdec_exporter.commands.flags import (
-    FlagsOnly,
-    add_settings_flags,
-    environment_variable,
-    settings_from_args,
-)
+from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, settings_from_args
 from specdec_exporter.core.report import rows_to_show
+from specdec_exporter.deadline import total_deadline
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.mix import parse_mix
 from specdec_exporter.devtools.load.runner import (
@@ -43,7 +40,14 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.options import FromEnv, HttpUrl, flag_of
+from specdec_exporter.options import (
+    FromEnv,
+    HttpUrl,
+    Seed,
+    environment_variable,
+    flag_of,
+    redact_url,
+)
 from specdec_exporter.sidecar.config import ListenAddress
 from specdec_exporter.sidecar.config import Settings as SidecarSettings
 from specdec_exporter.term import Cell, format_cell, render_table, run_event_loop
@@ -52,6 +56,8 @@ from specdec_exporter.trust import VllmTrust
 DEMO_MIX = "0:0.3,0.3:0.2,0.6:0.2,0.85:0.15,1.2:0.15"
 """One temperature in each of the sidecar's default buckets (0, 0-0.5, 0.5-0.7, 0.7-1.0, 1.0+),
 so every bucket row gets traffic."""
+SIDE_CALL_SECONDS = 5.0
+"""Deadline of the demo's own calls: the live table's report, the simulator's drafter switch."""
 GOOD_DRAFTER = 0.97
 DEGRADED_DRAFTER = 0.45
 LISTEN_VARIABLE = environment_variable(SidecarSettings, "listen") or "SPECDEC_LISTEN"
@@ -64,19 +70,19 @@ class DemoSettings(FlagsOnly, VllmTrust):
     """The demo's flags."""
 
     duration: float = Field(
-        120.0, gt=0, description="seconds of load; the drafter degrades halfway"
+        120.0, ge=1, le=86400, description="seconds of load; the drafter degrades halfway"
     )
     vllm_url: HttpUrl | None = Field(
         None,
         description="base URL of a vLLM to use instead of the built-in simulator, with or "
         "without /v1 (nothing is degraded then)",
     )
-    concurrency: int = Field(8, ge=1, description="concurrent requests")
-    refresh: float = Field(2.0, gt=0, description="table refresh, seconds")
+    concurrency: int = Field(8, ge=1, le=1000, description="concurrent requests")
+    refresh: float = Field(2.0, ge=0.1, le=3600, description="table refresh, seconds")
     no_tap: bool = Field(
         False, description="send the load straight to vLLM instead of through the tap"
     )
-    seed: int = Field(1, description="seed of simulator and load")
+    seed: Seed = Field(1, description="seed of simulator and load")
     listen: Annotated[ListenAddress, FromEnv(LISTEN_VARIABLE)] = Field(
         "127.0.0.1:0",
         description="HOST:PORT of the sidecar's live page and /metrics (port 0: a free one)",
@@ -111,7 +117,7 @@ async def _served_model(vllm_url: str, trust: VllmTrust) -> str:
     config = LoadConfig(url=vllm_url, requests=1, timeout=10, **trust.vllm_trust())
     async with build_client(config) as client:
         try:
-            return await fetch_model(client)
+            return await fetch_model(client, config.timeout)
         except ModelLookupError as exc:
             raise UnreachableError(vllm_url, str(exc), "--vllm-url") from None
 
@@ -146,18 +152,15 @@ class Sidecar:
         return f"http://{self.addresses['tap']}" if "tap" in self.addresses else None
 
 
-def sidecar_command(
-    vllm_url: str, trust: VllmTrust, *, tap: bool, listen: str = "127.0.0.1:0"
-) -> list[str]:
-    """The `run` command the demo starts: the demo's vLLM, trusted as the demo was told, its
-    page where --listen (or SPECDEC_LISTEN) says."""
+def sidecar_command(trust: VllmTrust, *, tap: bool, listen: str = "127.0.0.1:0") -> list[str]:
+    """The `run` command the demo starts, trusting vLLM as the demo was told, its page where
+    --listen (or SPECDEC_LISTEN) says. The vLLM URL goes in its environment
+    (``sidecar_environment``), not its arguments, which any user can list."""
     command = [
         sys.executable,
         "-m",
         "specdec_exporter.cli",
         "run",
-        "--vllm-url",
-        vllm_url,
         "--listen",
         listen,
         "--interval",
@@ -175,10 +178,17 @@ def sidecar_command(
     return command
 
 
+def sidecar_environment(vllm_url: str) -> dict[str, str]:
+    """The sidecar's environment: this process', with the demo's vLLM as SPECDEC_VLLM_URL."""
+    return {**os.environ, "SPECDEC_VLLM_URL": vllm_url}
+
+
 @contextlib.contextmanager
 def _sidecar(vllm_url: str, trust: VllmTrust, *, tap: bool, listen: str) -> Iterator[Sidecar]:
-    command = sidecar_command(vllm_url, trust, tap=tap, listen=listen)
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    command = sidecar_command(trust, tap=tap, listen=listen)
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, text=True, env=sidecar_environment(vllm_url)
+    )
     sidecar = Sidecar(process)
     ready = threading.Event()
     assert process.stderr is not None
@@ -225,7 +235,7 @@ class Links:
         stop = "the demo is over: the sidecar stops now" if finished else "Ctrl-C stops everything"
         lines = [
             f"live page: {self.sidecar_url}/  ({stop})",
-            f"metrics: {self.sidecar_url}/metrics  {source}: {self.vllm_url}",
+            f"metrics: {self.sidecar_url}/metrics  {source}: {redact_url(self.vllm_url)}",
         ]
         if self.tap_url:
             lines.append(f"request tap (OpenAI-compatible): {self.tap_url}/v1")
@@ -260,7 +270,8 @@ async def _run(args: DemoSettings, links: Links, model: str) -> bool:
         while not load.done() and not stop.is_set():
             elapsed = time.monotonic() - started
             if simulated and degraded_at is None and elapsed >= args.duration / 2:
-                await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
+                async with total_deadline(SIDE_CALL_SECONDS):
+                    await client.post(f"{vllm_url}/sim/drafter", json={"quality": DEGRADED_DRAFTER})
                 degraded_at = elapsed
             report = await _fetch_report(client, links.sidecar_url)
             if degraded_at is None:
@@ -314,7 +325,8 @@ async def _run(args: DemoSettings, links: Links, model: str) -> bool:
 
 async def _fetch_report(client: httpx.AsyncClient, sidecar_url: str) -> dict[str, Any]:
     try:
-        response = await client.get(f"{sidecar_url}/api/report")
+        async with total_deadline(SIDE_CALL_SECONDS):
+            response = await client.get(f"{sidecar_url}/api/report")
         return dict(response.json())
     except (httpx.HTTPError, ValueError):
         return {"up": False, "entries": [], "tables": []}

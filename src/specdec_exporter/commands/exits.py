@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import httpx
 
+from specdec_exporter.options import redact_url
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 """`check`: a verdict that asks for a look; `run`: a task died; `load`, `sweep`: requests failed;
@@ -18,6 +20,9 @@ EXIT_USAGE = 64
 `check` uses it, so a CI gate can tell "typo in a flag" from "disable speculation" (2)."""
 EXIT_UNAVAILABLE = 69
 """The command needs a dev tool this installation leaves out (sysexits.h EX_UNAVAILABLE)."""
+EXIT_CANNOT_WRITE = 73
+"""`install-probe`: the probe cannot be written into DIR, or DIR holds a `specdec_exporter/` that
+no earlier install-probe wrote (sysexits.h EX_CANTCREAT)."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
@@ -28,6 +33,7 @@ ALL_EXIT_CODES = (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     EXIT_UNAVAILABLE,
+    EXIT_CANNOT_WRITE,
     EXIT_INTERRUPTED,
 )
 
@@ -37,6 +43,7 @@ class UnreachableError(Exception):
     the message, one line naming the URL and what to try, and exits ``EXIT_UNREACHABLE``."""
 
     def __init__(self, url: str, detail: str, flag: str, what: str = "vLLM") -> None:
+        url, detail = redact_url(url), redact_url(detail)  # printed: no credentials
         super().__init__(
             f"{what} at {url} did not answer: {detail}. Is it running there? {flag} takes its "
             "base URL, http://HOST:PORT, with or without /v1"

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
@@ -28,7 +30,7 @@ from specdec_exporter.options import (
     annotated_items,
     describe_validation_error,
     field_marker,
-    flag_of,
+    given_as,
 )
 from specdec_exporter.sidecar.config import CalibrationFile, ListenAddress
 
@@ -108,7 +110,11 @@ class FlagsOnly(BaseSettings):
     """Base of command settings read from flags alone: no environment variable is consulted but
     those a field names with FromEnv."""
 
-    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,  # every number finite: inf and nan are refused, naming the flag
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -156,6 +162,11 @@ def _cli_source(
     )
 
 
+_MODELS: weakref.WeakKeyDictionary[argparse.ArgumentParser, list[type[BaseSettings]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def add_settings_flags(
     parser: argparse.ArgumentParser, model: type[BaseSettings], title: str | None = None
 ) -> None:
@@ -163,43 +174,49 @@ def add_settings_flags(
     environment variable; under a heading of their own with ``title``. Values stay text until the
     model validates them."""
     _cli_source(model, parser, parser.add_argument_group(title) if title else None)
+    _MODELS.setdefault(parser, []).append(model)
 
 
-def environment_variable(model: type[BaseSettings], name: str) -> str | None:
-    """The variable field ``name`` of ``model`` falls back to without its flag: the one its
-    FromEnv names; else, for a model that reads the environment, its prefix and name
-    (``SPECDEC_INTERVAL``); else none."""
-    marker = field_marker(model.model_fields[name], FromEnv)
-    if marker is not None:
-        return marker.variable
-    if issubclass(model, FlagsOnly):
-        return None
-    return (str(model.model_config.get("env_prefix", "")) + name).upper()
-
-
-def given_as(model: type[BaseSettings]) -> Callable[[str], str]:
-    """How a person gives a field of ``model``, by its name or alias as a validation error names
-    it: the flag, and the variable it falls back to (``--interval (or SPECDEC_INTERVAL)``)."""
-    names = {field.alias or name: name for name, field in model.model_fields.items()}
-
-    def name_of(key: str) -> str:
-        name = names.get(key)
-        if name is None:
-            return key
-        flag = flag_of(model, name)
-        variable = environment_variable(model, name)
-        return flag if variable is None else f"{flag} (or {variable})"
-
-    return name_of
+def settings_models(parser: argparse.ArgumentParser) -> list[type[BaseSettings]]:
+    """The settings models whose flags ``add_settings_flags`` gave ``parser``, in order: what a
+    command's flags mean, for the tests that walk every flag of every command."""
+    return list(_MODELS.get(parser, []))
 
 
 def settings_from_args(model: type[S], args: argparse.Namespace) -> S:
     """Build ``model`` from the parsed flags (flags win over the environment, for models that read
     it); arguments that are not fields are ignored. A bad value raises ConfigError (one line,
     naming the flag and the variable it was given by)."""
+    _refuse_empty(model, args)
     try:
         return model(_cli_settings_source=_cli_source(model)(parsed_args=args))
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, given_as(model))) from None
     except SettingsError as exc:
-        raise ConfigError(f"invalid setting: {exc}") from None
+        raise ConfigError(f"invalid setting: {_settings_error(model, exc)}") from None
+
+
+def _settings_error(model: type[BaseSettings], exc: SettingsError) -> str:
+    """pydantic-settings' "error parsing value for field "concurrencies" from source ..." in a
+    person's terms: the flag and its variable, and what was expected."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    if match is None or match.group(1) not in model.model_fields:
+        return str(exc)
+    name = match.group(1)
+    field = model.model_fields[name]
+    expected = "a comma-separated list" if get_origin(field.annotation) is tuple else "a value"
+    return f"{given_as(model)(field.alias or name)}: cannot read it as {expected} of its kind"
+
+
+def _refuse_empty(model: type[BaseSettings], args: argparse.Namespace) -> None:
+    """An empty flag value (``--vllm-url "$URL"`` with ``URL`` unset) is a usage error, never
+    "the default" or "the current directory": ConfigError naming the flag."""
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = getattr(args, key, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(item, str) and not item.strip() for item in values):
+            raise ConfigError(
+                f"invalid setting: {given_as(model)(key)}: empty value (an unset variable?); "
+                "give a value, or leave the flag out for its default"
+            )

@@ -6,18 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from specdec_exporter.commands.exits import EXIT_USAGE
+from specdec_exporter.commands.exits import EXIT_CANNOT_WRITE, EXIT_USAGE
 from specdec_exporter.probe.install import InstallError, install
-
-EXIT_CANNOT_WRITE = 73
-"""sysexits.h EX_CANTCREAT."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "directory",
         metavar="DIR",
-        type=Path,
         nargs="?",  # checked in main, so that a mistyped flag is reported as such first
         help="where to write the probe (created if needed); start vLLM with PYTHONPATH=DIR "
         "and --per-request-spec-decode-metrics summary",
@@ -29,8 +25,15 @@ def main(args: argparse.Namespace) -> int:
     if args.directory is None:
         print("specdec-exporter install-probe: error: DIR is required", file=sys.stderr)
         return EXIT_USAGE
+    if not args.directory.strip():  # "$DIR" of an unset variable: not the current directory
+        print(
+            "specdec-exporter install-probe: error: DIR is empty (an unset variable?); give "
+            "the directory, '.' for the current one",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
-        written = install(args.directory)
+        written = install(Path(args.directory))
     except InstallError as exc:
         print(f"specdec-exporter install-probe: {exc}", file=sys.stderr)
         return EXIT_CANNOT_WRITE

@@ -56,12 +56,14 @@ class ClientFlags(FlagsOnly, ClientOptions):
         try:
             lines = self.prompts.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
-            raise ConfigError(f"cannot read prompts file {self.prompts}: {exc.strerror}") from None
+            raise ConfigError(
+                f"--prompts: cannot read prompts file {self.prompts}: {exc.strerror}"
+            ) from None
         except UnicodeDecodeError:
-            raise ConfigError(f"prompts file {self.prompts} is not UTF-8 text") from None
+            raise ConfigError(f"--prompts: prompts file {self.prompts} is not UTF-8 text") from None
         prompts = tuple(line for line in lines if line.strip())
         if not prompts:
-            raise ConfigError(f"prompts file {self.prompts} has no prompt")
+            raise ConfigError(f"--prompts: prompts file {self.prompts} has no prompt")
         return prompts
 
     @property

@@ -25,7 +25,7 @@ from specdec_exporter.devtools.sweep.config import (
 )
 from specdec_exporter.devtools.sweep.runner import SweepError, SweepProgress, SweepResult, run_sweep
 from specdec_exporter.devtools.sweep.table import render_sweep, sweep_csv, sweep_json
-from specdec_exporter.options import refuse_together
+from specdec_exporter.options import Seed, redact_url, refuse_together
 from specdec_exporter.term import LiveLine, drive, progress_bar, run_event_loop
 
 PROG = "specdec-exporter sweep"
@@ -39,7 +39,7 @@ class SweepSettings(ClientFlags, SweepOptions):
         DEFAULT_TEMPERATURES_TEXT,
         description="comma-separated temperatures, run in this order; 'default' omits the key",
     )
-    seed: int | None = Field(
+    seed: Seed | None = Field(
         None,
         description="seed of the prompt choice, the same for every temperature; unset: random, "
         "printed",
@@ -115,5 +115,5 @@ def main(args: argparse.Namespace) -> int:
     except SweepError as exc:
         flag = "--url" if config.metrics_url is None else "--metrics-url"
         raise UnreachableError(config.metrics_base_url, str(exc), flag) from None
-    print(render(result, config, settings))
+    print(redact_url(render(result, config, settings)))
     return EXIT_OK if all(row.succeeded for row in result.rows) else EXIT_FAILED

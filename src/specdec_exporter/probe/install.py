@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import base64
 import hashlib
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,21 +108,94 @@ def _hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
+class ForeignFilesError(InstallError):
+    """``target`` holds files under the probe's names that no earlier install-probe wrote."""
+
+
+def _earlier_copies(target: Path) -> list[Path]:
+    """The dist-info folders of earlier copies in ``target`` (any version)."""
+    return sorted(target.glob(f"{DISTRIBUTION.replace('-', '_')}-*.dist-info"))
+
+
+def _recorded(target: Path, infos: list[Path]) -> set[Path]:
+    """The files the RECORDs of the earlier copies list, each inside one of the probe's own
+    folders (an entry that points elsewhere, ``../x`` or an absolute path, is not ours)."""
+    own = [target / PACKAGE, *infos]
+    listed: set[Path] = set()
+    for info in infos:
+        try:
+            record = (info / "RECORD").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in record.splitlines():
+            name = line.split(",", 1)[0]
+            path = target / name
+            inside = ".." not in Path(name).parts and not Path(name).is_absolute()
+            if name and inside and any(path.is_relative_to(folder) for folder in own):
+                listed.add(path)
+    return listed
+
+
+def _owned(path: Path, recorded: set[Path]) -> bool:
+    """Written by an earlier copy (in its RECORD), or bytecode Python wrote beside one."""
+    if path.is_symlink():
+        return path in recorded
+    if path.parent.name == "__pycache__" and path.suffix == ".pyc":
+        return True
+    return path in recorded
+
+
+def earlier_copy(target: Path) -> list[Path]:
+    """What earlier install-probe runs left in ``target``: the files to remove before writing.
+    A ``specdec_exporter/`` or dist-info file that no earlier RECORD lists (a checkout's
+    sources, a hand-made folder) raises ``ForeignFilesError``: it is never deleted."""
+    infos = _earlier_copies(target)
+    recorded = _recorded(target, infos)
+    found: list[Path] = []
+    for folder in [target / PACKAGE, *infos]:
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise ForeignFilesError(f"{folder} is not a folder an earlier install-probe wrote")
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if path.is_dir() and not path.is_symlink():
+                continue
+            if not _owned(path, recorded):
+                raise ForeignFilesError(
+                    f"{target} holds {path.relative_to(target)}, which no earlier install-probe "
+                    "wrote (no RECORD lists it); nothing was changed: give another DIR, or "
+                    "remove it yourself"
+                )
+            found.append(path)
+    return found
+
+
+def _remove(target: Path, stale: list[Path]) -> None:
+    """Remove ``stale`` files, then the folders of the probe they leave empty."""
+    for path in stale:
+        path.unlink()
+    for folder in [target / PACKAGE, *_earlier_copies(target)]:
+        if not folder.is_dir():
+            continue
+        for sub in sorted(
+            (p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+        ):
+            if not any(sub.iterdir()):
+                sub.rmdir()
+        if not any(folder.iterdir()):
+            folder.rmdir()
+
+
 def install(target: Path, root: Path = SOURCE_ROOT) -> list[str]:
     """Write the probe into ``target`` (created if needed) and return the relative paths written.
 
-    What an earlier run wrote there (``specdec_exporter/``, ``vllm_specdec_probe-*.dist-info``) is
-    replaced; nothing else in ``target`` is touched.
+    An earlier copy is replaced: the files its RECORD lists are removed first (and the bytecode
+    Python compiled beside them). Anything else under the probe's names is refused before a file
+    is touched (``ForeignFilesError``); nothing else in ``target`` is touched.
     """
     content = files(root)
     try:
+        stale = earlier_copy(target) if target.is_dir() else []
         target.mkdir(parents=True, exist_ok=True)
-        stale = [target / PACKAGE, *target.glob(f"{DISTRIBUTION.replace('-', '_')}-*.dist-info")]
-        for path in stale:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
+        _remove(target, stale)
         for name, data in content.items():
             path = target / name
             path.parent.mkdir(parents=True, exist_ok=True)

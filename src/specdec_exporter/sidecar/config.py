@@ -25,7 +25,13 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost, resolve_draft_cost
 from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
-from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES, HttpUrl
+from specdec_exporter.options import (
+    DEFAULT_MAX_BODY_BYTES,
+    MAX_TEMPERATURE,
+    HttpUrl,
+    given_as,
+    with_variables,
+)
 from specdec_exporter.trust import VllmTrust
 
 DEFAULT_PORT = 10088
@@ -35,6 +41,10 @@ DEFAULT_MAX_MODELS = 64
 """vLLM serves one model per server; a few more cover renames and a shared sidecar."""
 DEFAULT_MODEL_EXPIRY = 600.0
 """Seconds of successful polls without a model before its per-model tap series go."""
+MAX_BODY_BYTES_LIMIT = 1 << 30
+"""The largest cap on a body a person would set, bytes (vLLM's /metrics is ~60 KB)."""
+DraftCostRatio = Annotated[float, Field(ge=0, le=10)]
+"""c as a person gives it: a drafted token costs at most ten target steps."""
 GENERATION_CONFIG_FILE = "generation_config.json"
 """The file in a Hugging Face model folder whose ``temperature`` vLLM applies by default."""
 
@@ -106,22 +116,27 @@ class VllmTarget(BaseSettings, VllmTrust):
     and `check` share."""
 
     model_config = SettingsConfigDict(
-        env_prefix="SPECDEC_", extra="forbid", frozen=True, cli_show_env_vars=True
+        env_prefix="SPECDEC_",
+        extra="forbid",
+        frozen=True,
+        cli_show_env_vars=True,
+        allow_inf_nan=False,  # every number finite: inf and nan are refused, naming the flag
     )
 
     vllm_url: HttpUrl = Field(
         "http://127.0.0.1:8000", description="base URL of the vLLM server, with or without /v1"
     )
     scrape_timeout: float = Field(
-        4.0, gt=0, le=600, description="total timeout of one scrape of vLLM, seconds"
+        4.0, ge=0.1, le=600, description="total timeout of one scrape of vLLM, seconds"
     )
     max_body_bytes: int = Field(
-        DEFAULT_MAX_BODY_BYTES, gt=0, description="cap on a /metrics body, bytes"
+        DEFAULT_MAX_BODY_BYTES,
+        ge=1024,
+        le=MAX_BODY_BYTES_LIMIT,
+        description="cap on a /metrics body, bytes",
     )
-    draft_cost_ratio: float | None = Field(
+    draft_cost_ratio: DraftCostRatio | None = Field(
         None,
-        ge=0,
-        le=10,
         description="c: cost of one drafted token relative to one target "
         "step; unset: a default by --speculative-method",
     )
@@ -148,10 +163,20 @@ class VllmTarget(BaseSettings, VllmTrust):
     @model_validator(mode="after")
     def _check_criteria_and_cost(self) -> Self:
         """t within the band, and one source of c (a flag and a calibration contradict)."""
-        Criteria(self.threshold, self.healthy_above)  # ValueError if threshold > healthy_above
+        if self.threshold > self.healthy_above:
+            name = given_as(type(self))
+            raise ValueError(
+                f"{name('threshold')} is {self.threshold:g}, above {name('healthy_above')} "
+                f"{self.healthy_above:g}: the borderline band runs from the threshold up to "
+                "healthy-above; lower the one or raise the other"
+            )
+        Criteria(self.threshold, self.healthy_above)
         if self.calibration is not None:
             self._calibration = load_calibration(self.calibration)
-        self.draft_cost_for(None)
+        try:
+            self.draft_cost_for(None)
+        except ValueError as exc:  # the core names the flags; the variables are ours to add
+            raise ValueError(with_variables(type(self), str(exc))) from None
         return self
 
     def draft_cost_for(self, model: str | None) -> DraftCost:
@@ -203,11 +228,11 @@ class Settings(VllmTarget):
         "fewer left it accepts no connection",
     )
     interval: float = Field(
-        5.0, gt=0, le=3600, description="seconds between polls of vLLM's /metrics"
+        5.0, ge=0.1, le=3600, description="seconds between polls of vLLM's /metrics"
     )
     window: float = Field(
         60.0,
-        gt=0,
+        ge=1,
         le=86400,
         description="window of windowed figures (modelled speedup, tap coverage), seconds",
     )
@@ -215,7 +240,7 @@ class Settings(VllmTarget):
         "info", description="JSON log lines on stderr at this level and above"
     )
     log_interval: float = Field(
-        60.0, ge=0, description="minimum seconds between repeated error log lines"
+        60.0, ge=0, le=86400, description="minimum seconds between repeated error log lines"
     )
     shutdown_grace: float = Field(
         20.0,
@@ -232,7 +257,8 @@ class Settings(VllmTarget):
     )
     model_expiry: float = Field(
         DEFAULT_MODEL_EXPIRY,
-        gt=0,
+        ge=1,
+        le=30 * 86400,
         description="seconds of successful "
         "polls without a model before its per-model tap series go",
     )
@@ -252,7 +278,10 @@ class Settings(VllmTarget):
         None, description="HOST:PORT of the OpenAI-compatible request tap (default: off)"
     )
     default_temperature: float | None = Field(
-        None, ge=0, description="temperature vLLM applies when a request has none"
+        None,
+        ge=0,
+        le=MAX_TEMPERATURE,
+        description="temperature vLLM applies when a request has none",
     )
     generation_config: Path | None = Field(
         None, description="generation_config.json (or its folder) to read that default from"
@@ -261,12 +290,18 @@ class Settings(VllmTarget):
         DEFAULT_EDGES, description="comma-separated edges of the temperature buckets"
     )
     proxy_inspect_max_bytes: int = Field(
-        1024 * 1024, gt=0, description="larger request bodies pass through uninspected, bytes"
+        1024 * 1024,
+        ge=1,
+        le=MAX_BODY_BYTES_LIMIT,
+        description="larger request bodies pass through uninspected, bytes",
     )
-    proxy_timeout: float = Field(600.0, gt=0, description="upstream timeout of the tap, seconds")
+    proxy_timeout: float = Field(
+        600.0, ge=0.1, le=86400, description="upstream timeout of the tap, seconds"
+    )
     proxy_upstream_idle_timeout: float = Field(
         4.0,
-        gt=0,
+        ge=0.1,
+        le=3600,
         description="seconds the tap reuses an idle connection to vLLM: keep it under vLLM's "
         "keep-alive (uvicorn's 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE) and any load balancer's",
     )
@@ -287,9 +322,11 @@ class Settings(VllmTarget):
     def _read_generation_config(self) -> Self:
         """Read at start-up, so a missing or broken file is a config error, not a dead tap."""
         if self.generation_config is not None:
-            self._generation_config_temperature = read_generation_config_temperature(
-                self.generation_config
-            )
+            try:
+                temperature = read_generation_config_temperature(self.generation_config)
+            except ValueError as exc:
+                raise ValueError(f"{given_as(type(self))('generation_config')}: {exc}") from None
+            self._generation_config_temperature = temperature
         return self
 
     @property

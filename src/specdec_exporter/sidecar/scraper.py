@@ -6,7 +6,6 @@ a time, so a small compressed body that decodes to gigabytes never gets into mem
 
 from __future__ import annotations
 
-import asyncio
 import time
 import zlib
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import httpx
 
 from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
 from specdec_exporter.core.probe_parse import NO_PROBE, ProbeSnapshot, parse_probe
+from specdec_exporter.deadline import total_deadline
 
 FailureReason = Literal["connect", "timeout", "http_status", "parse", "too_large"]
 FAILURE_REASONS: tuple[FailureReason, ...] = (
@@ -65,9 +65,9 @@ class Scraper:
     async def scrape(self) -> Scrape:
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self._timeout):
+            async with total_deadline(self._timeout):
                 body = await self._fetch()
-        except (TimeoutError, httpx.TimeoutException):
+        except httpx.TimeoutException:
             detail = f"no complete answer within {self._timeout:g} s"
             raise ScrapeError("timeout", detail) from None
         except httpx.HTTPError as exc:

@@ -12,7 +12,7 @@ import httpx
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from specdec_exporter.options import ConfigError
+from specdec_exporter.options import ConfigError, redact_url
 from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
@@ -89,7 +89,7 @@ async def serve(settings: Settings) -> int:
             registry,
             poller.state,
             readiness.not_ready,
-            settings.vllm_url,
+            redact_url(settings.vllm_url),
             tap.landing_tables if tap else (),
             refresh_every=settings.interval,
             page=PageContext.of(settings),
@@ -161,7 +161,7 @@ def _log_start(settings: Settings, open_files: int) -> None:
         extra={
             "heap_frozen_objects": freeze_startup_heap(),
             "open_files_limit": open_files,
-            "vllm_url": settings.vllm_url,
+            "vllm_url": redact_url(settings.vllm_url),
             "interval": settings.interval,
             "draft_cost_ratio": cost.ratio,
             "draft_cost_ratio_source": cost.source,

@@ -16,9 +16,17 @@ from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.report import BucketKey, Entry, bucket_entries, bucket_json
 from specdec_exporter.core.verdict import Criteria
+from specdec_exporter.deadline import total_deadline
+from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES
+from specdec_exporter.sidecar.scraper import CappedBody, ScrapeError
 from specdec_exporter.term import render_table
 
 REQUESTS = "specdec_requests"
+BUILD_INFO = "specdec_build_info"
+"""The family every sidecar exports, tap or not: what tells a sidecar's /metrics apart."""
+BUCKET_LABELS = ("model_name", "temperature_bucket")
+READ_SECONDS = 10.0
+"""Deadline of one read of a sidecar's /metrics, the whole answer."""
 FIELDS = {
     "specdec_request_drafts": "drafts",
     "specdec_request_draft_tokens": "draft_tokens",
@@ -35,14 +43,26 @@ class BucketCounts:
     attributed: float = 0.0
 
 
+class NotASidecarError(ValueError):
+    """The text is not a specdec-exporter sidecar's /metrics; the message says what is off."""
+
+
 def parse_bucket_counters(text: str) -> dict[BucketKey, BucketCounts]:
-    """Per (model, bucket): drafts, draft and accepted tokens, requests, attributed requests."""
+    """Per (model, bucket): drafts, draft and accepted tokens, requests, attributed requests.
+    Text that is not an exposition, or a tap family without its labels, raises
+    ``NotASidecarError``."""
     counts: dict[BucketKey, dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        raise NotASidecarError("its /metrics is not Prometheus text") from None
+    for family in families:
         for sample in family.samples:
             name = sample.name.removesuffix("_total")
             if name not in FIELDS and name != REQUESTS:
                 continue
+            if not all(label in sample.labels for label in BUCKET_LABELS):
+                raise NotASidecarError(f"its {sample.name} has no {'/'.join(BUCKET_LABELS)}")
             key = (sample.labels["model_name"], sample.labels["temperature_bucket"])
             values = counts.setdefault(
                 key, dict.fromkeys((*FIELDS.values(), "requests", "attributed"), 0.0)
@@ -148,6 +168,23 @@ class TapReader:
         self._url = sidecar_url.rstrip("/") + "/metrics"
 
     async def read(self) -> dict[BucketKey, BucketCounts]:
-        response = await self._client.get(self._url, timeout=10)
-        response.raise_for_status()
-        return parse_bucket_counters(response.text)
+        """The counters, or ``httpx.HTTPError`` (no answer within READ_SECONDS included), or
+        ``NotASidecarError`` (a body over DEFAULT_MAX_BODY_BYTES included)."""
+        try:
+            async with (
+                total_deadline(READ_SECONDS),
+                self._client.stream("GET", self._url, timeout=READ_SECONDS) as response,
+            ):
+                response.raise_for_status()
+                body = CappedBody(
+                    response.headers.get("content-encoding", ""), DEFAULT_MAX_BODY_BYTES
+                )
+                async for raw in response.aiter_raw():
+                    body.feed(raw)
+                data = body.finish()
+        except ScrapeError as exc:
+            raise NotASidecarError(f"its /metrics: {exc.detail}") from None
+        text = data.decode("utf-8", errors="replace")
+        if not any(line.startswith(BUILD_INFO) for line in text.splitlines()):
+            raise NotASidecarError(f"its /metrics has no {BUILD_INFO}")
+        return parse_bucket_counters(text)

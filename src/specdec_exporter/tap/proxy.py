@@ -16,6 +16,7 @@ from typing import Any
 
 import httptools
 
+from specdec_exporter.options import redact_url
 from specdec_exporter.tap import http1
 from specdec_exporter.tap.config import TapConfig
 from specdec_exporter.tap.context import TapContext
@@ -334,7 +335,9 @@ async def run_tap(
         )
     sockets: Any = getattr(server, "sockets")  # noqa: B009  uvloop: a list; typeshed: a tuple
     bound: Any = sockets[0].getsockname()  # (a compiled tap checks the declared type)
-    log.info("tap listening on %s:%d, forwarding to %s", bound[0], bound[1], config.vllm_url)
+    log.info(
+        "tap listening on %s:%d, forwarding to %s", bound[0], bound[1], redact_url(config.vllm_url)
+    )
     if on_started is not None:
         on_started((bound[0], bound[1]))
     stop = draining if draining is not None else asyncio.Event()

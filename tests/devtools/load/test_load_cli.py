@@ -149,7 +149,7 @@ def test_unreachable_server_exits_3_with_one_line(capsys: pytest.CaptureFixture[
             ["--concurrency", "0"],
             "--concurrency: Input should be greater than or equal to 1 (got '0')",
         ),
-        (["--duration", "0"], "--duration: Input should be greater than 0 (got '0')"),
+        (["--duration", "0"], "--duration: Input should be greater than or equal to 0.1 (got '0')"),
         (
             ["--endpoint", "embeddings"],
             "--endpoint: Input should be 'chat' or 'completions' (got 'embeddings')",

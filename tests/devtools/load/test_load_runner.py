@@ -226,7 +226,7 @@ async def test_api_key_is_sent_as_bearer_and_kept_out_of_repr(url: str, fake: Fa
             "Value error, --duration is not allowed with --requests",
         ),
         ({"requests": 0}, "requests: Input should be greater than or equal to 1"),
-        ({"duration": 0.0}, "duration: Input should be greater than 0"),
+        ({"duration": 0.0}, "duration: Input should be greater than or equal to 0.1"),
         ({"concurrency": 0}, "concurrency: Input should be greater than or equal to 1"),
         ({"max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
         ({"stream_share": 1.5}, "stream_share: Input should be less than or equal to 1"),

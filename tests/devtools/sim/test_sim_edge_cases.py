@@ -20,9 +20,11 @@ from real_vllm.edge_cases import (
     MODEL,
     case_of,
     essentials,
+    interleaved,
     record,
     running_prompt_tokens,
     shape_of,
+    stream_order,
 )
 from real_vllm.shapes import readable_diff
 from specdec_exporter.devtools.sim.server import RunningSimulator, running_simulator
@@ -91,6 +93,21 @@ def test_running_usage_counts_each_choices_own_prompt(client: httpx.Client, name
     prompts: 3 and 5 tokens, not 8 on every chunk)."""
     real, ours = replay(client, name)
     assert running_prompt_tokens(ours) == running_prompt_tokens(real)
+
+
+PROMPT_LIST_STREAMS = [name for name in NAMES if "two_prompts_stream" in name]
+
+
+@pytest.mark.parametrize("name", PROMPT_LIST_STREAMS)
+def test_a_prompt_list_streams_side_by_side(client: httpx.Client, name: str) -> None:
+    """vLLM 0.32 runs a list's prompts side by side: both send content before either finishes
+    (its recording), never one prompt's content and finish, then the next one's."""
+    one_after_the_other = [(0, "content"), (0, "finish"), (1, "content"), (1, "finish")]
+    assert not interleaved(one_after_the_other)
+    real, ours = replay(client, name)
+    assert interleaved(stream_order(real)), stream_order(real)
+    assert interleaved(stream_order(ours)), stream_order(ours)
+    assert sorted(set(stream_order(ours))) == sorted(set(stream_order(real)))
 
 
 ERRORS = [name for name in NAMES if "error" in load_json(FIXTURES / f"{name}.json").get("body", {})]

@@ -126,7 +126,7 @@ def test_unreadable_metrics_for_counters_exits_3_with_one_line(
         (["--temperatures", "0,0"], "--temperatures: temperature 0.0 given twice in '0,0'"),
         (
             ["--temperatures", "-1"],
-            "--temperatures: temperature must be >= 0, got '-1'",
+            "--temperatures: temperature must be 0 to 2, got '-1'",
         ),
         (["--requests", "0"], "--requests: Input should be greater than or equal to 1 (got '0')"),
         (
@@ -154,7 +154,7 @@ def test_an_empty_prompts_file_exits_64_with_one_line(
     empty.write_text("\n", encoding="utf-8")
     assert main(["sweep", "--prompts", str(empty)]) == 64
     assert capsys.readouterr().err == (
-        f"specdec-exporter sweep: prompts file {empty} has no prompt\n"
+        f"specdec-exporter sweep: --prompts: prompts file {empty} has no prompt\n"
     )
 
 

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, ConfigDict, Field
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
 from specdec_exporter.core.parse import ExpositionError, Snapshot, parse, requests_running
+from specdec_exporter.deadline import total_deadline
 from specdec_exporter.devtools.load.config import Count, LoadConfig, RequestContent
 from specdec_exporter.devtools.load.counters import (
     CounterReading,
@@ -41,7 +42,7 @@ from specdec_exporter.devtools.load.runner import (
     fetch_model,
     run_load,
 )
-from specdec_exporter.options import HttpUrl, Metavar
+from specdec_exporter.options import HttpUrl, Metavar, Seed
 from specdec_exporter.trust import VllmTrust
 
 PhaseCallback = Callable[[str], None]
@@ -82,14 +83,19 @@ class CalibrateOptions(Settling, VllmTrust):
         description="requests per phase; unset: four rounds of the concurrency, at least 8",
     )
     max_tokens: int = Field(
-        default=128, ge=2, description="max_tokens of every request (TPOT needs two tokens)"
+        default=128,
+        ge=2,
+        le=1_000_000,
+        description="max_tokens of every request (TPOT needs two tokens)",
     )
-    seed: int = Field(default=0, description="the load's seed: every server gets the same requests")
+    seed: Seed = Field(
+        default=0, description="the load's seed: every server gets the same requests"
+    )
     model: str | None = Field(
         default=None, description="model name to send; unset: from each server's /v1/models"
     )
     warmup: int = Field(
-        default=4, ge=0, description="unmeasured requests sent to each server first"
+        default=4, ge=0, le=10_000, description="unmeasured requests sent to each server first"
     )
     tpot_source: TpotSource = Field(
         default="client",
@@ -97,7 +103,10 @@ class CalibrateOptions(Settling, VllmTrust):
         "(needs --enable-per-request-metrics)",
     )
     sample_interval: float = Field(
-        default=0.25, gt=0, description="seconds between samples of num_requests_running"
+        default=0.25,
+        ge=0.01,
+        le=60,
+        description="seconds between samples of num_requests_running",
     )
 
 
@@ -263,7 +272,7 @@ class _Calibration:
         )
         async with build_client(load, self._transport) as client:
             try:
-                return await fetch_model(client)
+                return await fetch_model(client, load.timeout)
             except ModelLookupError as exc:
                 raise ServerUnreachableError(url, str(exc)) from None
 
@@ -281,7 +290,8 @@ class _Calibration:
 
     async def _metrics_text(self, url: str) -> str:
         try:
-            response = await self._client.get(url.rstrip("/") + "/metrics")
+            async with total_deadline(self._config.scrape_timeout):
+                response = await self._client.get(url.rstrip("/") + "/metrics")
         except httpx.HTTPError as exc:
             kind = FAILURE_TEXT.get(error_kind(exc), error_kind(exc))
             raise ServerUnreachableError(url, f"GET /metrics: {kind}") from None

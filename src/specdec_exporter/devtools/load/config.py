@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_settings import CliToggleFlag
 
 from specdec_exporter.devtools.load.mix import MixEntry, parse_mix, parse_temperatures
-from specdec_exporter.options import HttpUrl, Metavar, refuse_together
+from specdec_exporter.options import HttpUrl, Metavar, Seed, refuse_together
 from specdec_exporter.trust import VllmTrust
 
 
@@ -29,7 +29,7 @@ def _parsed_by(parse: Callable[[str], object]) -> AfterValidator:
 
 
 Endpoint = Literal["chat", "completions"]
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Field(ge=1, le=1_000_000)]
 MixText = Annotated[str, _parsed_by(parse_mix), Metavar("MIX")]
 """`load --temperatures`: a temperature mix, parsed by ``parse_mix``."""
 TemperatureListText = Annotated[str, _parsed_by(parse_temperatures), Metavar("LIST")]
@@ -71,12 +71,15 @@ class LoadOptions(ClientOptions):
     endpoint: Endpoint = Field(
         default="chat", description="/v1/chat/completions or /v1/completions"
     )
-    timeout: float = Field(default=600.0, gt=0, description="timeout of one request, seconds")
+    timeout: float = Field(
+        default=600.0, ge=0.1, le=86400, description="timeout of one request, seconds"
+    )
     concurrency: Count = Field(default=8, description="requests in flight at once")
     requests: Count = Field(default=100, description="send this many requests, then stop")
     duration: float | None = Field(
         default=None,
-        gt=0,
+        ge=0.1,
+        le=7 * 86400,
         description="instead of --requests: start requests for this many seconds; those in "
         "flight then finish",
     )
@@ -87,7 +90,7 @@ class LoadOptions(ClientOptions):
         default=True,
         description="ask streams for stream_options.include_usage; --no-include-usage does not",
     )
-    seed: int | None = Field(
+    seed: Seed | None = Field(
         default=None,
         description="seed of the temperature, stream and prompt choices; unset: random",
     )

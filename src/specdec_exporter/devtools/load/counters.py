@@ -21,7 +21,10 @@ class Settling(BaseModel):
     a flag)."""
 
     settle_timeout: float = Field(
-        default=10.0, ge=0, description="seconds to wait for vLLM's counters after a phase"
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="seconds to wait for vLLM's counters after a phase",
     )
 
 

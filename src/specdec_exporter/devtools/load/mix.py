@@ -6,6 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specdec_exporter.options import MAX_TEMPERATURE
+
+MAX_WEIGHT = 1e6
+"""Weights are relative (0.3 or 30 alike); past this one a sum could overflow to inf."""
+
 DEFAULT_TOKEN = "default"
 """Mix token meaning: send no ``temperature`` key, so the server's default applies."""
 
@@ -82,15 +87,15 @@ def _parse_temperature(text: str) -> float | None:
     if text.lower() == DEFAULT_TOKEN:
         return None
     value = _parse_number(text, "temperature")
-    if value < 0:
-        raise MixError(f"temperature must be >= 0, got {text!r}")
+    if not 0 <= value <= MAX_TEMPERATURE:
+        raise MixError(f"temperature must be 0 to {MAX_TEMPERATURE:g}, got {text!r}")
     return value
 
 
 def _parse_weight(text: str, part: str) -> float:
     value = _parse_number(text, f"weight in {part!r}")
-    if value < 0:
-        raise MixError(f"weight must be >= 0, got {text!r} in {part!r}")
+    if not 0 <= value <= MAX_WEIGHT:
+        raise MixError(f"weight must be 0 to {MAX_WEIGHT:g}, got {text!r} in {part!r}")
     return value
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from specdec_exporter.deadline import total_deadline
 from specdec_exporter.devtools.load.config import LoadConfig
 from specdec_exporter.devtools.load.parse import (
     MalformedResponseError,
@@ -34,6 +35,8 @@ from specdec_exporter.devtools.load.results import (
 )
 from specdec_exporter.devtools.load.sse import SseDecoder
 
+MODEL_LOOKUP_SECONDS = 10.0
+"""The longest GET /v1/models may take, whole."""
 ENDPOINT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
@@ -80,10 +83,12 @@ def build_client(
     )
 
 
-async def fetch_model(client: httpx.AsyncClient) -> str:
-    """The first model id from GET /v1/models."""
+async def fetch_model(client: httpx.AsyncClient, seconds: float) -> str:
+    """The first model id from GET /v1/models, answered whole within ``seconds`` (at most
+    MODEL_LOOKUP_SECONDS: a list of models is instant, a server that trickles it is not one)."""
     try:
-        response = await client.get("/v1/models")
+        async with total_deadline(min(seconds, MODEL_LOOKUP_SECONDS)):
+            response = await client.get("/v1/models")
     except httpx.HTTPError as exc:
         kind = error_kind(exc)
         raise ModelLookupError(f"GET /v1/models: {FAILURE_TEXT.get(kind, kind)}") from None
@@ -103,7 +108,7 @@ async def run_load(
 ) -> LoadResult:
     """Run the load described by ``config``; ``on_progress`` is called after every request."""
     async with build_client(config, transport) as client:
-        model = config.model or await fetch_model(client)
+        model = config.model or await fetch_model(client, config.timeout)
         return await _Run(config, client, model, on_progress).execute()
 
 
@@ -190,9 +195,10 @@ class _Run:
         body = request_body(self._config, self._model, plan)
         started = time.perf_counter()
         try:
-            if plan.stream:
-                return await self._send_streaming(plan, body, started)
-            return await self._send_plain(plan, body, started)
+            async with total_deadline(self._config.timeout):  # --timeout: the whole request
+                if plan.stream:
+                    return await self._send_streaming(plan, body, started)
+                return await self._send_plain(plan, body, started)
         except httpx.HTTPError as exc:
             return self._failure(plan, started, error_kind(exc))
         except MalformedResponseError:

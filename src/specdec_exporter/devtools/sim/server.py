@@ -47,6 +47,13 @@ class SimServer(uvicorn.Server):
         self.host = host
         self.port = port
         self.refusing = False
+        self.on_started: Callable[[], None] | None = None
+        """Called once serving, its signal handlers in place: Ctrl-C from then on stops it."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.on_started is not None and not self.should_exit:
+            self.on_started()
 
     def _protocol_factory(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
         return self.config.http_protocol_class(  # type: ignore[call-arg]
@@ -115,7 +122,8 @@ def serve(config: SimConfig, announce: Callable[[str], None] | None = None) -> N
         raise cannot_listen("--port", config.host, config.port, exc) from None
     server, _ = build(config, sock)
     if announce is not None:
-        announce(url_of(config.host, sock.getsockname()[1]))
+        url = url_of(config.host, sock.getsockname()[1])
+        server.on_started = lambda: announce(url)
     server.run(sockets=[sock])
 
 

@@ -18,7 +18,7 @@ from pydantic_settings import CliToggleFlag
 
 from specdec_exporter.core.model import DRAFT_COST_RATIO_BY_METHOD
 from specdec_exporter.devtools.sim.steptime import StepTimeModel, step_time_model_for
-from specdec_exporter.options import ConfigError, flag_of
+from specdec_exporter.options import MAX_TEMPERATURE, ConfigError, Seed, flag_of
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -64,8 +64,10 @@ class SpeculativeConfig:
         return self.num_speculative_tokens
 
 
+MAX_SPECULATIVE_TOKENS = 128
+"""The most tokens a person would draft per step (vLLM's methods use 1 to about 10)."""
 Port = Annotated[int, Field(ge=0, le=65535)]
-Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)]
 
 
 class ServeOptions(BaseModel):
@@ -92,20 +94,27 @@ class ServeOptions(BaseModel):
         default=False,
         description="the usage chunk (and so the per-request metrics) on every stream",
     )
-    data_parallel_size: int = Field(default=1, ge=1, description="engines, engine=0..N-1")
+    data_parallel_size: int = Field(default=1, ge=1, le=64, description="engines, engine=0..N-1")
     api_server_count: int | None = Field(
         default=None,
         ge=1,
+        le=64,
         description="> 1 renders /metrics multiprocess-style; unset: the DP size",
     )
-    max_num_seqs: int = Field(default=256, ge=1, description="running batch limit per engine")
-    max_model_len: int = Field(default=8192, ge=16, description="prompt + max_tokens limit")
+    max_num_seqs: int = Field(
+        default=256, ge=1, le=65_536, description="running batch limit per engine"
+    )
+    max_model_len: int = Field(
+        default=8192, ge=16, le=10_000_000, description="prompt + max_tokens limit"
+    )
 
 
 class SimulatorOptions(BaseModel):
     """The simulator's own knobs; `simulate` takes them as flags of the same names."""
 
-    seed: int = Field(default=0, description="same seed and same requests: same outputs and counts")
+    seed: Seed = Field(
+        default=0, description="same seed and same requests: same outputs and counts"
+    )
     drafter_quality: float = Field(
         default=DEFAULT_DRAFTER_QUALITY,
         ge=0.0,
@@ -125,12 +134,15 @@ class SimulatorOptions(BaseModel):
     )
     speed: float = Field(
         default=1.0,
-        gt=0.0,
-        allow_inf_nan=False,
+        ge=0.01,
+        le=1000,
         description="time-scale factor: 10 runs engine steps ten times faster",
     )
     mean_output_tokens: int = Field(
-        default=200, ge=1, description="mean length at which a response stops by itself"
+        default=200,
+        ge=1,
+        le=1_000_000,
+        description="mean length at which a response stops by itself",
     )
     chunk_merging: CliToggleFlag[bool] = Field(
         default=True,
@@ -234,8 +246,10 @@ def parse_speculative_config(text: str | None) -> SpeculativeConfig | None:
     k = raw.get("num_speculative_tokens")
     if k is None and schedule:
         k = max(entry.k for entry in schedule)
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigError("--speculative-config needs num_speculative_tokens >= 1")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise ConfigError(
+            f"--speculative-config needs num_speculative_tokens 1 to {MAX_SPECULATIVE_TOKENS}"
+        )
     if any(entry.k > k for entry in schedule):
         raise ConfigError("num_speculative_tokens_per_batch_size: K above num_speculative_tokens")
     return SpeculativeConfig(method=method, num_speculative_tokens=k, per_batch_size=schedule)
