@@ -63,10 +63,12 @@ class SpecDecodeCollector(Collector):
         cost = GaugeMetricFamily(
             "specdec_draft_cost_ratio",
             "c: cost of one drafted token relative to one target step, the modelled speedup's "
-            "assumption; source: flag, calibration, method (its default) or default.",
+            "assumption; source: flag, calibration, method (its default; the method from "
+            "--speculative-method, else vLLM's config read by the engine probe) or default.",
             labels=["source"],
         )
-        cost.add_metric([self._cost.source], self._cost.ratio)
+        current = self._current_cost()
+        cost.add_metric([current.source], current.ratio)
         yield cost
         if state.scrape_duration is not None:
             yield GaugeMetricFamily(
@@ -150,6 +152,8 @@ class SpecDecodeCollector(Collector):
         yield generation
 
     def _model_gauges(self, snapshot: Snapshot) -> Iterator[Metric]:
+        cost_ratio = self._current_cost().ratio
+        method = self._current_method()
         enabled = GaugeMetricFamily(
             "specdec_spec_decode_enabled",
             "1 if vLLM exposes speculative-decoding families, else 0.",
@@ -157,7 +161,8 @@ class SpecDecodeCollector(Collector):
         )
         info = GaugeMetricFamily(
             "specdec_speculative_info",
-            "The sidecar's --speculative-method per model (empty if unset); always 1.",
+            "The speculative method per model: the sidecar's --speculative-method, else vLLM's "
+            "own config read by the engine probe (empty if neither); always 1.",
             labels=["model_name", "method"],
         )
         k_family = GaugeMetricFamily(
@@ -168,7 +173,7 @@ class SpecDecodeCollector(Collector):
         speedup = GaugeMetricFamily(
             "specdec_estimated_speedup",
             f"Modelled speedup over plain decoding, L/(1+k*c), L = mean acceptance length "
-            f"{self._window_help}, c = draft cost ratio {self._cost.ratio:g}; absent without "
+            f"{self._window_help}, c = draft cost ratio {cost_ratio:g}; absent without "
             f"drafts in the window.",
             labels=["model_name"],
         )
@@ -176,13 +181,13 @@ class SpecDecodeCollector(Collector):
             "specdec_break_even_acceptance_rate",
             f"Modelled acceptance rate (accepted / draft tokens) at which the modelled speedup is "
             f"1: k*c / (draft tokens / drafts) {self._window_help}, c when every draft is k "
-            f"tokens long; c = {self._cost.ratio:g}. Above 1, no acceptance pays.",
+            f"tokens long; c = {cost_ratio:g}. Above 1, no acceptance pays.",
             labels=["model_name"],
         )
         aggregates = {e.model_name: e for e in self._state.report if e.engine == ALL_ENGINES}
         for model in sorted(snapshot.models):
             enabled.add_metric([model], 1.0 if snapshot.spec_decode_enabled else 0.0)
-            info.add_metric([model, self._method], 1.0)
+            info.add_metric([model, method], 1.0)
             k = snapshot.num_speculative_tokens(model)
             if k is None:
                 continue
@@ -195,6 +200,16 @@ class SpecDecodeCollector(Collector):
             if row.break_even_acceptance_rate is not None:
                 break_even.add_metric([model], row.break_even_acceptance_rate)
         yield from (enabled, info, k_family, speedup, break_even)
+
+    def _current_cost(self) -> DraftCost:
+        """c as the last poll resolved it (the method may come from vLLM's config), else the
+        fixed one."""
+        speculative = self._state.speculative
+        return self._cost if speculative is None else speculative.cost
+
+    def _current_method(self) -> str:
+        speculative = self._state.speculative
+        return self._method if speculative is None else speculative.method or ""
 
     def _legacy_v0(self, snapshot: Snapshot) -> Iterator[Metric]:
         if not snapshot.legacy_v0:

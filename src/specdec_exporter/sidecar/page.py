@@ -93,7 +93,7 @@ div.wide{overflow-x:auto}.charts figure.chart{flex:1 1 100%}svg.chart{display:bl
 ul.legend{max-width:none}ul.legend i.dashed{height:0;border-top:2px dashed;background:none}
 section.down{background:#fff4f3;border:1px solid #f3b7b1;border-left:6px solid #a1140a;
 padding:8px 16px;margin:16px 0}section.down h2{margin:4px 0 8px;color:#a1140a}
-section.down td{color:#1f2937}
+section.down td{color:#1f2937}p.mismatch{color:#9a3d00;font-weight:600}
 table.facts th{background:none;font-size:13px;text-align:right;color:#4b5563}
 table.facts{border:none;background:none}table.facts td,table.facts th{border:none;padding:2px 8px}
 """
@@ -143,7 +143,7 @@ def render_page(
         f"<p>vLLM at <code>{html.escape(vllm_url)}</code> "
         f"<span class='badge {badge}' id='status'>{status}</span> {_last_scrape(state, now)}"
         f" · window {state.window_seconds:.0f} s · refreshes every {refresh} s</p>"
-        f"<p>{_links(context)}</p></header><main>"
+        f"<p>{_links(context)}</p>{engine_probe_note(state)}</header><main>"
         f"{_down(state, context, now)}{first}{_charts(state, context)}"
         f"{_optional(per_position_table(_shown(state.report)), why)}{''.join(rest)}"
         f"{_latency(inputs)}{_load_levels(inputs, why)}"
@@ -173,6 +173,31 @@ def _links(context: PageContext) -> str:
     return " · ".join(
         f"<a href='{html.escape(href, quote=True)}'>{html.escape(text)}</a>" for href, text in links
     )
+
+
+def engine_probe_note(state: PollState) -> str:
+    """The engine probe's state and vLLM's speculative config as it read it, the method and c
+    the figures rest on, and a flag that vLLM's config contradicts (the flag wins, said here)."""
+    info, choice = state.probe_seen.info, state.speculative
+    if info is None:
+        probe = "engine probe: not on vLLM's /metrics"
+    else:
+        splits = ", ".join(
+            f"{name} split {'on' if on else 'off'}"
+            for name, on in (("temperature", info.temperature_split), ("batch", info.batch_split))
+        )
+        probe = f"engine probe {info.version} in vLLM {info.vllm_version}: {splits}"
+        probe += f" ({info.reason})" if info.reason else ""
+    parts = [probe]
+    if choice is not None:
+        if choice.engine is not None:
+            parts.append(f"vLLM's speculative config: {choice.engine.describe()}")
+        parts.append(f"figures rest on {choice.describe()}, {choice.cost.describe()}")
+    line = f"<p id='engine-probe'>{html.escape(' · '.join(parts))}</p>"
+    if choice is None or choice.mismatch is None:
+        return line
+    mismatch = html.escape(choice.mismatch)
+    return f"{line}<p class='mismatch' id='speculative-config-mismatch'>{mismatch}</p>"
 
 
 def _last_scrape(state: PollState, now: float) -> str:
@@ -309,7 +334,9 @@ class _Explainer:
         entry = _model_entry(self._state.report, model)
         if entry is None:
             return context.cost, context.criteria, None
-        cost = DraftCost(entry.draft_cost_ratio, _source(entry), context.cost.method)
+        speculative = self._state.speculative  # the method may come from vLLM's config
+        method = context.cost.method if speculative is None else speculative.method
+        cost = DraftCost(entry.draft_cost_ratio, _source(entry), method)
         criteria = Criteria(entry.threshold, max(entry.threshold, context.criteria.healthy_above))
         return cost, criteria, entry.break_even_acceptance_rate
 
