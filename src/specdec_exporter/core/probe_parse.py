@@ -107,6 +107,10 @@ class ProbeInfo:
             self.reason,
         )
 
+    def as_json(self) -> dict[str, str]:
+        """The info series' labels by name (`check --json`'s ``engine_probe``)."""
+        return dict(zip(names.INFO_LABELS, self.label_values(), strict=True))
+
 
 @dataclass(frozen=True)
 class ProbeSnapshot:

@@ -62,3 +62,21 @@ def probe_state_fields(info: ProbeInfo | None, choice: SpeculativeChoice) -> dic
         draft_cost_ratio_source=choice.cost.source,
     )
     return fields
+
+
+def probe_state_lines(info: ProbeInfo | None, choice: SpeculativeChoice) -> list[str]:
+    """The engine probe's state, vLLM's speculative config as it read it, and the method and c
+    the figures rest on, in words (`check` prints them, the live page joins them)."""
+    if info is None:
+        lines = ["engine probe: not on vLLM's /metrics"]
+    else:
+        splits = ", ".join(
+            f"{name} split {'on' if on else 'off'}"
+            for name, on in (("temperature", info.temperature_split), ("batch", info.batch_split))
+        )
+        why = f" ({info.reason})" if info.reason else ""
+        lines = [f"engine probe {info.version} in vLLM {info.vllm_version}: {splits}{why}"]
+    if choice.engine is not None:
+        lines.append(f"vLLM's speculative config: {choice.engine.describe()}")
+    lines.append(f"figures rest on {choice.describe()}, {choice.cost.describe()}")
+    return lines

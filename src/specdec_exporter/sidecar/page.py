@@ -21,6 +21,7 @@ from specdec_exporter.sidecar.charts import (
     charts,
     duration,
 )
+from specdec_exporter.sidecar.engine_config import probe_state_lines
 from specdec_exporter.sidecar.explain import (
     DECISION_TABLE,
     VLLM_DOWN_SECTION,
@@ -178,26 +179,15 @@ def _links(context: PageContext) -> str:
 def engine_probe_note(state: PollState) -> str:
     """The engine probe's state and vLLM's speculative config as it read it, the method and c
     the figures rest on, and a flag that vLLM's config contradicts (the flag wins, said here)."""
-    info, choice = state.probe_seen.info, state.speculative
-    if info is None:
-        probe = "engine probe: not on vLLM's /metrics"
-    else:
-        splits = ", ".join(
-            f"{name} split {'on' if on else 'off'}"
-            for name, on in (("temperature", info.temperature_split), ("batch", info.batch_split))
-        )
-        probe = f"engine probe {info.version} in vLLM {info.vllm_version}: {splits}"
-        probe += f" ({info.reason})" if info.reason else ""
-    parts = [probe]
-    if choice is not None:
-        if choice.engine is not None:
-            parts.append(f"vLLM's speculative config: {choice.engine.describe()}")
-        parts.append(f"figures rest on {choice.describe()}, {choice.cost.describe()}")
-    line = f"<p id='engine-probe'>{html.escape(' · '.join(parts))}</p>"
-    if choice is None or choice.mismatch is None:
-        return line
+    choice = state.speculative
+    if choice is None:
+        return ""
+    line = " · ".join(probe_state_lines(state.probe_seen.info, choice))
+    note = f"<p id='engine-probe'>{html.escape(line)}</p>"
+    if choice.mismatch is None:
+        return note
     mismatch = html.escape(choice.mismatch)
-    return f"{line}<p class='mismatch' id='speculative-config-mismatch'>{mismatch}</p>"
+    return f"{note}<p class='mismatch' id='speculative-config-mismatch'>{mismatch}</p>"
 
 
 def _last_scrape(state: PollState, now: float) -> str:
