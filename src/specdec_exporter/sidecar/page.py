@@ -322,11 +322,11 @@ class _Explainer:
         """t and c from the model's own entry (what its verdicts used), else the settings'."""
         context = self._context
         entry = _model_entry(self._state.report, model)
-        if entry is None:
-            return context.cost, context.criteria, None
         speculative = self._state.speculative  # the method may come from vLLM's config
-        method = context.cost.method if speculative is None else speculative.method
-        cost = DraftCost(entry.draft_cost_ratio, _source(entry), method)
+        current = context.cost if speculative is None else speculative.cost
+        if entry is None:
+            return current, context.criteria, None
+        cost = DraftCost(entry.draft_cost_ratio, _source(entry), current.method)
         criteria = Criteria(entry.threshold, max(entry.threshold, context.criteria.healthy_above))
         return cost, criteria, entry.break_even_acceptance_rate
 
