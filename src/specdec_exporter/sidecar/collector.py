@@ -152,7 +152,6 @@ class SpecDecodeCollector(Collector):
         yield generation
 
     def _model_gauges(self, snapshot: Snapshot) -> Iterator[Metric]:
-        cost_ratio = self._current_cost().ratio
         method = self._current_method()
         enabled = GaugeMetricFamily(
             "specdec_spec_decode_enabled",
@@ -173,7 +172,7 @@ class SpecDecodeCollector(Collector):
         speedup = GaugeMetricFamily(
             "specdec_estimated_speedup",
             f"Modelled speedup over plain decoding, L/(1+k*c), L = mean acceptance length "
-            f"{self._window_help}, c = draft cost ratio {cost_ratio:g}; absent without "
+            f"{self._window_help}, c = draft cost ratio {self._cost.ratio:g}; absent without "
             f"drafts in the window.",
             labels=["model_name"],
         )
@@ -181,7 +180,7 @@ class SpecDecodeCollector(Collector):
             "specdec_break_even_acceptance_rate",
             f"Modelled acceptance rate (accepted / draft tokens) at which the modelled speedup is "
             f"1: k*c / (draft tokens / drafts) {self._window_help}, c when every draft is k "
-            f"tokens long; c = {cost_ratio:g}. Above 1, no acceptance pays.",
+            f"tokens long; c = {self._cost.ratio:g}. Above 1, no acceptance pays.",
             labels=["model_name"],
         )
         aggregates = {e.model_name: e for e in self._state.report if e.engine == ALL_ENGINES}
