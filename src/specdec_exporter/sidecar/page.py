@@ -160,6 +160,20 @@ def verdict_class(name: str) -> str:
     return VERDICT_CLASSES.get(name, OTHER_VERDICT)
 
 
+def engine_probe_note(state: PollState) -> str:
+    """The engine probe's state and vLLM's speculative config as it read it, the method and c
+    the figures rest on, and a flag that vLLM's config contradicts (the flag wins, said here)."""
+    choice = state.speculative
+    if choice is None:
+        return ""
+    line = " · ".join(probe_state_lines(state.probe_seen.info, choice))
+    note = f"<p id='engine-probe'>{html.escape(line)}</p>"
+    if choice.mismatch is None:
+        return note
+    mismatch = html.escape(choice.mismatch)
+    return f"{note}<p class='mismatch' id='speculative-config-mismatch'>{mismatch}</p>"
+
+
 def _links(context: PageContext) -> str:
     links = [
         ("/metrics", "/metrics"),
@@ -174,20 +188,6 @@ def _links(context: PageContext) -> str:
     return " · ".join(
         f"<a href='{html.escape(href, quote=True)}'>{html.escape(text)}</a>" for href, text in links
     )
-
-
-def engine_probe_note(state: PollState) -> str:
-    """The engine probe's state and vLLM's speculative config as it read it, the method and c
-    the figures rest on, and a flag that vLLM's config contradicts (the flag wins, said here)."""
-    choice = state.speculative
-    if choice is None:
-        return ""
-    line = " · ".join(probe_state_lines(state.probe_seen.info, choice))
-    note = f"<p id='engine-probe'>{html.escape(line)}</p>"
-    if choice.mismatch is None:
-        return note
-    mismatch = html.escape(choice.mismatch)
-    return f"{note}<p class='mismatch' id='speculative-config-mismatch'>{mismatch}</p>"
 
 
 def _last_scrape(state: PollState, now: float) -> str:
