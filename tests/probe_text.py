@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specdec_exporter.devtools.sim.probe import ProbeSeries, split_problems
+from specdec_exporter.devtools.sim.probe import (
+    ProbeSeries,
+    engine_speculative_config,
+    split_problems,
+)
+from specdec_exporter.devtools.sim.settings import SpeculativeConfig
 from specdec_exporter.devtools.sim.telemetry import MultiprocessView
 from variants import MODEL
 
@@ -35,6 +40,12 @@ def probe_text(
         problems=split_problems(True, temperature_split),
         engines=1,
         positions=4,
+        speculative_config=engine_speculative_config(
+            SpeculativeConfig(
+                "draft_model", 4, draft_model="/models/draft", draft_tensor_parallel_size=1
+            ),
+            "summary" if temperature_split else "none",
+        ),
     )
     for _ in range(rounds):
         for temperature, histogram, draft_tokens in SEQUENCES:

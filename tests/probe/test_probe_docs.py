@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe.families import HELP, Families
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "probe.md"
@@ -32,6 +33,7 @@ def test_the_documented_series_count() -> None:
     for label in BatchBuckets().labels:
         families.batch_series("m", "0", label)
     families.info.labels("v", "v", "on", "on", "").set(1)
+    families.set_speculative_config(EngineSpeculativeConfig(True, "eagle3", "4"))
     lines = [
         line for line in generate_latest(registry).decode().splitlines() if not line.startswith("#")
     ]

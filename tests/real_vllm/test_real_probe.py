@@ -12,6 +12,8 @@ vLLM's own count.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from real_vllm.traffic import (
 )
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.probe_parse import parse_probe
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe.install import install
 
 pytestmark = pytest.mark.real_vllm
@@ -40,6 +43,7 @@ pytestmark = pytest.mark.real_vllm
 BATCH_EDGES = "1,2,4"
 BATCH_LABELS = ("1", "2", "3-4", "5+")
 TEMPERATURE_LABELS = ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+")
+CHECK = [sys.executable, "-m", "specdec_exporter.cli", "check"]
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-api-server", "two-api-servers"])
@@ -294,3 +298,39 @@ def test_a_sequence_ended_by_a_stop_string_is_counted_without_figures(probed_vll
     assert delta(f"{names.DRAFTS}_total") == 0
     assert (after.spec - before.spec).drafts > 0  # vLLM counted the steps before the stop
     assert probe.batch().drafts - start.batch().drafts == (after.spec - before.spec).drafts
+
+
+def test_the_probe_exports_vllms_speculative_config_and_check_uses_it(
+    probed_vllm: Any, real_vllm_layout: Any
+) -> None:
+    """What vLLM itself read from the stage's --speculative-config (draft_model, k = 4), as the
+    probe exports it; `check` with no --speculative-method takes the method, and so c, from it."""
+    with httpx.Client(base_url=probed_vllm.url, timeout=120, trust_env=False) as client:
+        text = client.get("/metrics").text
+    config = parse_probe(text).speculative_config
+    assert config == EngineSpeculativeConfig(
+        True,
+        method="draft_model",
+        num_speculative_tokens=str(NUM_SPEC_TOKENS),
+        draft_model=str(real_vllm_layout.models / "draft"),
+        draft_tensor_parallel_size="1",
+        num_speculative_tokens_per_batch_size="",
+        per_request_metrics="summary",
+    )
+    assert text.count(f"{names.SPECULATIVE_CONFIG_INFO}{{") == 1  # one, with two API servers too
+
+    done = subprocess.run(
+        [*CHECK, "--vllm-url", probed_vllm.url, "--window", "0.5", "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    result = json.loads(done.stdout)
+    assert (result["speculative_method"], result["speculative_method_source"]) == (
+        "draft_model",
+        "engine",
+    )
+    assert (result["draft_cost_ratio"], result["draft_cost_ratio_source"]) == (0.1, "method")
+    assert result["engine_speculative_config"]["num_speculative_tokens"] == "4"
+    assert result["engine_probe"]["vllm_version"] == "0.32.0"

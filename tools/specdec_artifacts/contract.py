@@ -87,6 +87,17 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
         "reason",
     ),
     _m("specdec_engine_probe_errors", "counter", "hook"),
+    _m(
+        "specdec_engine_speculative_config_info",
+        "gauge",
+        "speculative",
+        "method",
+        "num_speculative_tokens",
+        "draft_model",
+        "draft_tensor_parallel_size",
+        "num_speculative_tokens_per_batch_size",
+        "per_request_metrics",
+    ),
 )
 
 AWAITED_SPECDEC_METRICS: tuple[Metric, ...] = ()

@@ -17,6 +17,7 @@ from specdec_exporter.commands.flags import FlagsOnly, add_settings_flags, setti
 from specdec_exporter.core.batch_report import CONCURRENCY_IS_NOT_BATCH_SIZE, batch_entries
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import SeriesKey, Snapshot
+from specdec_exporter.core.probe_parse import ProbeInfo
 from specdec_exporter.core.report import (
     ALL_ENGINES,
     Entry,
@@ -24,10 +25,12 @@ from specdec_exporter.core.report import (
     overall_verdict,
     rows_to_show,
 )
+from specdec_exporter.core.speculative_method import SpeculativeChoice
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import Verdict, explain, verdict
 from specdec_exporter.options import HttpUrl, redact_url
 from specdec_exporter.sidecar.config import VllmTarget
+from specdec_exporter.sidecar.engine_config import probe_state_lines
 from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
 from specdec_exporter.sidecar.split import SplitSource
 from specdec_exporter.sidecar.split_report import (
@@ -86,10 +89,12 @@ def main(args: argparse.Namespace) -> int:
         result["batch_buckets"] = [row.as_json() for row in batches]
         result["proposed_schedule"] = None if schedule is None else schedule.model_dump()
         result["batch_bucket_note"] = CONCURRENCY_IS_NOT_BATCH_SIZE
+        result.update(_engine_json(outcome))
         print(redact_url(json.dumps(result, indent=2)))
     else:
         text = _as_text(settings, cost, entries, snapshot=snapshot, seconds=seconds, final=final)
         print(redact_url(text))
+        print("\n" + "\n".join(_engine_lines(outcome)))
         if buckets is not None:
             print("\n" + bucket_table(buckets, SPLIT_TITLES[source]))
         if batches:
@@ -134,7 +139,11 @@ async def _measure(
     timeline.observe(time.monotonic(), second.snapshot.counters)
     measured = timeline.window()
     served = sorted(second.snapshot.models)
-    cost = settings.draft_cost_for(served[0] if len(served) == 1 else None)
+    choice = settings.speculative_choice(
+        second.probe.speculative_config, served[0] if len(served) == 1 else None
+    )
+    cost = choice.cost
+    outcome.update(speculative=choice, probe_info=second.probe.info)
     # The probe wins over the tap, as in the sidecar (sidecar/split.py): it counts every sequence.
     source: SplitSource = (
         "probe" if second.probe.temperature_split else "tap" if tap is not None else "none"
@@ -166,6 +175,22 @@ async def _measure(
         snapshot=second.snapshot,
         seconds=measured.seconds,
     )
+
+
+def _engine_json(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The engine probe's state and the method the figures rest on, where it came from
+    (``engine``, ``flag``, ``none``), vLLM's config as the probe read it, and a disagreement."""
+    choice: SpeculativeChoice = outcome["speculative"]
+    info: ProbeInfo | None = outcome["probe_info"]
+    return {**choice.as_json(), "engine_probe": None if info is None else info.as_json()}
+
+
+def _engine_lines(outcome: dict[str, Any]) -> list[str]:
+    """The same in words; a flag vLLM's config contradicts is also one line on stderr."""
+    choice: SpeculativeChoice = outcome["speculative"]
+    if choice.mismatch is not None:
+        print(f"specdec-exporter check: warning: {choice.mismatch}", file=sys.stderr)
+    return probe_state_lines(outcome["probe_info"], choice)
 
 
 def _legacy_verdict(snapshot: Snapshot, settings: VllmTarget) -> Verdict | None:

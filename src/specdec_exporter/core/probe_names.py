@@ -54,3 +54,27 @@ BATCH_ACCEPTED_TOKENS: Final = "specdec_probe_batch_accepted_tokens"
 # Health.
 INFO: Final = "specdec_probe_info"
 ERRORS: Final = "specdec_probe_errors"
+
+# vLLM's own speculative configuration, as the probe read it from the ``vllm_config`` its stat
+# logger receives: one series per process (gauge = 1, ``multiprocess_mode="max"``), every label
+# bounded by ``REASON_LIMIT``; a field this vLLM does not have is "".
+SPECULATIVE_CONFIG_INFO: Final = "specdec_probe_speculative_config_info"
+SPECULATIVE: Final = "speculative"
+"""``on``: vLLM runs with a ``--speculative-config``; ``off``: without (every other label "")."""
+METHOD: Final = "method"
+NUM_SPECULATIVE_TOKENS: Final = "num_speculative_tokens"
+DRAFT_MODEL: Final = "draft_model"
+DRAFT_TENSOR_PARALLEL_SIZE: Final = "draft_tensor_parallel_size"
+NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE: Final = "num_speculative_tokens_per_batch_size"
+"""vLLM's k schedule as compact JSON (``[[1,4,4],[5,64,2]]``), "" when none is set."""
+PER_REQUEST_METRICS: Final = "per_request_metrics"
+"""vLLM's ``--per-request-spec-decode-metrics``: ``none``, ``summary`` or ``detailed``."""
+SPECULATIVE_CONFIG_LABELS: Final = (
+    SPECULATIVE,
+    METHOD,
+    NUM_SPECULATIVE_TOKENS,
+    DRAFT_MODEL,
+    DRAFT_TENSOR_PARALLEL_SIZE,
+    NUM_SPECULATIVE_TOKENS_PER_BATCH_SIZE,
+    PER_REQUEST_METRICS,
+)

@@ -24,6 +24,7 @@ from specdec_exporter.core.parse import (
     dense,
     position_of,
 )
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 
 BucketKey = tuple[str, str]
 """(model_name, temperature_bucket)."""
@@ -51,7 +52,7 @@ _HISTOGRAMS = {
 _SAMPLE_NAMES = (
     [f"{name}_total" for name in (*_COUNTERS, names.ACCEPTED_PER_POSITION, *_BATCH_COUNTERS)]
     + [f"{name}{suffix}" for name in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")]
-    + [names.INFO, f"{names.ERRORS}_total"]
+    + [names.INFO, f"{names.ERRORS}_total", names.SPECULATIVE_CONFIG_INFO]
 )
 _WANTED_LINE = re.compile(
     r"\n((?:" + "|".join(sorted(map(re.escape, _SAMPLE_NAMES))) + r")[{ \t][^\n]*)"
@@ -106,6 +107,10 @@ class ProbeInfo:
             self.reason,
         )
 
+    def as_json(self) -> dict[str, str]:
+        """The info series' labels by name (`check --json`'s ``engine_probe``)."""
+        return dict(zip(names.INFO_LABELS, self.label_values(), strict=True))
+
 
 @dataclass(frozen=True)
 class ProbeSnapshot:
@@ -118,6 +123,8 @@ class ProbeSnapshot:
     invalid: tuple[InvalidSeries, ...] = ()
     errors: dict[str, float] = field(default_factory=dict)
     """Errors the probe caught, per hook (summed over vLLM's API servers)."""
+    speculative_config: EngineSpeculativeConfig | None = None
+    """vLLM's speculative configuration as the probe read it (None: no such series there)."""
 
     @property
     def temperature_split(self) -> bool:
@@ -152,7 +159,12 @@ def parse_probe(text: str) -> ProbeSnapshot:
     temperature, over = _temperature(valid, {item.key for item in invalid})
     batch, batch_over = _batch(valid, {item.key for item in invalid})
     return ProbeSnapshot(
-        _info(valid), temperature, batch, (*invalid, *over, *batch_over), _errors(valid)
+        _info(valid),
+        temperature,
+        batch,
+        (*invalid, *over, *batch_over),
+        _errors(valid),
+        speculative_config=_speculative_config(valid),
     )
 
 
@@ -202,6 +214,18 @@ def _info(samples: Iterable[Sample]) -> ProbeInfo | None:
         temperature_split=all(i.get(names.TEMPERATURE_SPLIT) == names.ON for i in infos),
         batch_split=all(i.get(names.BATCH_SPLIT) == names.ON for i in infos),
         reason=next((i[names.REASON] for i in infos if i.get(names.REASON)), "")[:limit],
+    )
+
+
+def _speculative_config(samples: Iterable[Sample]) -> EngineSpeculativeConfig | None:
+    """The first speculative-config series shown (every API server reads the same config)."""
+    return next(
+        (
+            EngineSpeculativeConfig.from_labels(labels)
+            for name, labels, value in samples
+            if name == names.SPECULATIVE_CONFIG_INFO and value > 0
+        ),
+        None,
     )
 
 

@@ -19,6 +19,7 @@ from prometheus_client.registry import REGISTRY
 
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.histogram_bounds import ACCEPTANCE_RATE_BOUNDS, TPOT_BOUNDS, TTFT_BOUNDS
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import SequenceFigures
 
@@ -71,6 +72,10 @@ HELP = {
         "and why one is off."
     ),
     names.ERRORS: "Errors caught inside the probe's hooks (counted, never raised into vLLM).",
+    names.SPECULATIVE_CONFIG_INFO: (
+        "vLLM's own speculative configuration as the engine probe read it at start "
+        "(speculative off: no --speculative-config; a field this vLLM does not have is empty)."
+    ),
 }
 
 
@@ -149,6 +154,7 @@ class Families:
         )
         for hook in names.HOOKS:
             self.errors.labels(hook)
+        self.speculative_config = _speculative_config_gauge(registry)
         self._temperature: dict[tuple[str, str], TemperatureSeries] = {}
         self._batch: dict[tuple[str, str, str], BatchSeries] = {}
         self._lock = threading.Lock()
@@ -168,6 +174,10 @@ class Families:
             reason[: names.REASON_LIMIT],
         ).set(1)
         return reason
+
+    def set_speculative_config(self, config: EngineSpeculativeConfig) -> None:
+        """The speculative-config info series: one per process, the same in every API server."""
+        self.speculative_config.labels(*config.label_values()).set(1)
 
     def temperature_series(self, model: str, bucket: str, positions: int) -> TemperatureSeries:
         """The series of (model, bucket), with at least ``positions`` per-position children."""
@@ -217,3 +227,15 @@ class Families:
         """Never raises: the error counter is the last thing that may fail."""
         with contextlib.suppress(Exception):  # nothing left to report it to
             self.errors.labels(hook).inc()
+
+
+def _speculative_config_gauge(registry: CollectorRegistry) -> Gauge:
+    """Like the probe's info series: ``max`` over API servers keeps one series, not one per
+    process."""
+    return Gauge(
+        names.SPECULATIVE_CONFIG_INFO,
+        HELP[names.SPECULATIVE_CONFIG_INFO],
+        labelnames=names.SPECULATIVE_CONFIG_LABELS,
+        registry=registry,
+        multiprocess_mode="max",
+    )

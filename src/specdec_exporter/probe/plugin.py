@@ -43,6 +43,7 @@ from specdec_exporter.core.buckets import (
     parse_edges,
 )
 from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
 from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, Families
@@ -255,17 +256,34 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
             families.temperature_series(state.model_name, label, positions)
 
     reason = families.set_info(__version__, _vllm_version(), off)
-    if reason:
-        LOG.warning("specdec probe %s in vLLM %s: %s", __version__, _vllm_version(), reason)
-    else:
-        LOG.info(
-            "specdec probe %s on in vLLM %s: temperature buckets %s, batch buckets %s",
-            __version__,
-            _vllm_version(),
-            ",".join(temperature_buckets.labels) if temperature_buckets else "",
-            ",".join(batch_buckets.labels) if batch_buckets else "",
-        )
+    config = _export_speculative_config(families, vllm_config)
+    buckets = {hooks.TEMPERATURE_SPLIT: temperature_buckets, hooks.BATCH_SPLIT: batch_buckets}
+    splits = ", ".join(
+        f"{split} split off: {', '.join(off[split])}"
+        if off[split]
+        else f"{split} split on (buckets {','.join(buckets[split].labels)})"
+        for split in hooks.SPLITS
+    )
+    LOG.log(
+        logging.WARNING if reason else logging.INFO,
+        "specdec probe %s in vLLM %s: %s; vLLM's speculative config: %s",
+        __version__,
+        _vllm_version(),
+        splits,
+        config,
+    )
     return state
+
+
+def _export_speculative_config(families: Families, vllm_config: Any) -> str:
+    """Set the speculative-config info series from vLLM's config; its description for the
+    start-up line. Never raises: a config the probe cannot export is said in that line."""
+    try:
+        config = EngineSpeculativeConfig.from_vllm_config(vllm_config)
+        families.set_speculative_config(config)
+        return config.describe()
+    except Exception as exc:
+        return f"not exported ({type(exc).__name__})"
 
 
 def _edges(

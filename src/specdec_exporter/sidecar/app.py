@@ -89,6 +89,7 @@ def create_app(
             "buckets": [bucket_json(key, entry) for key, entry in state.buckets.items()],
             "batch_buckets": [row.as_json() for row in state.batch_buckets],
             "engine_probe": probe_json(state.probe_seen.info),
+            **speculative_json(state),
             "tables": [
                 {"title": title, "headers": list(headers), "rows": [list(r) for r in rows]}
                 for title, headers, rows in shown
@@ -143,6 +144,29 @@ def probe_json(info: ProbeInfo | None) -> dict[str, str] | None:
     if info is None:
         return None
     return dict(zip(names.INFO_LABELS, info.label_values(), strict=True))
+
+
+SPECULATIVE_KEYS = (
+    "speculative_method",
+    "speculative_method_source",
+    "speculative_config_mismatch",
+    "engine_speculative_config",
+    "draft_cost_ratio",
+    "draft_cost_ratio_source",
+)
+
+
+def speculative_json(state: PollState) -> dict[str, Any]:
+    """The method the figures rest on and where it came from (``engine``, ``flag`` or ``none``),
+    c, vLLM's speculative config as the engine probe read it, and a flag it contradicts."""
+    choice = state.speculative
+    if choice is None:  # an app without the engine-config watch (tests): nothing read
+        return dict.fromkeys(SPECULATIVE_KEYS) | {"speculative_method_source": "none"}
+    return {
+        **choice.as_json(),
+        "draft_cost_ratio": choice.cost.ratio,
+        "draft_cost_ratio_source": choice.cost.source,
+    }
 
 
 REPORT_HEADERS = (

@@ -70,10 +70,12 @@ class SpecDecodeCollector(Collector):
         cost = GaugeMetricFamily(
             "specdec_draft_cost_ratio",
             "c: cost of one drafted token relative to one target step, the modelled speedup's "
-            "assumption; source: flag, calibration, method (its default) or default.",
+            "assumption; source: flag, calibration, method (its default; the method from "
+            "--speculative-method, else vLLM's config read by the engine probe) or default.",
             labels=["source"],
         )
-        cost.add_metric([self._cost.source], self._cost.ratio)
+        current = self._current_cost()
+        cost.add_metric([current.source], current.ratio)
         yield cost
         yield GaugeMetricFamily(
             "specdec_tap_enabled",
@@ -174,6 +176,7 @@ class SpecDecodeCollector(Collector):
         yield generation
 
     def _model_gauges(self, snapshot: Snapshot) -> Iterator[Metric]:
+        method = self._current_method()
         enabled = GaugeMetricFamily(
             "specdec_spec_decode_enabled",
             "1 if vLLM exposes speculative-decoding families, else 0.",
@@ -181,7 +184,8 @@ class SpecDecodeCollector(Collector):
         )
         info = GaugeMetricFamily(
             "specdec_speculative_info",
-            "The sidecar's --speculative-method per model (empty if unset); always 1.",
+            "The speculative method per model: the sidecar's --speculative-method, else vLLM's "
+            "own config read by the engine probe (empty if neither); always 1.",
             labels=["model_name", "method"],
         )
         k_family = GaugeMetricFamily(
@@ -206,7 +210,7 @@ class SpecDecodeCollector(Collector):
         aggregates = {e.model_name: e for e in self._state.report if e.engine == ALL_ENGINES}
         for model in sorted(snapshot.models):
             enabled.add_metric([model], 1.0 if snapshot.spec_decode_enabled else 0.0)
-            info.add_metric([model, self._method], 1.0)
+            info.add_metric([model, method], 1.0)
             k = snapshot.num_speculative_tokens(model)
             if k is None:
                 continue
@@ -219,6 +223,16 @@ class SpecDecodeCollector(Collector):
             if row.break_even_acceptance_rate is not None:
                 break_even.add_metric([model], row.break_even_acceptance_rate)
         yield from (enabled, info, k_family, speedup, break_even)
+
+    def _current_cost(self) -> DraftCost:
+        """c as the last poll resolved it (the method may come from vLLM's config), else the
+        fixed one."""
+        speculative = self._state.speculative
+        return self._cost if speculative is None else speculative.cost
+
+    def _current_method(self) -> str:
+        speculative = self._state.speculative
+        return self._method if speculative is None else speculative.method or ""
 
     def _legacy_v0(self, snapshot: Snapshot) -> Iterator[Metric]:
         if not snapshot.legacy_v0:

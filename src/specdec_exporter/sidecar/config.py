@@ -24,6 +24,8 @@ from specdec_exporter.core.buckets import (
 )
 from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost, resolve_draft_cost
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
+from specdec_exporter.core.speculative_method import SpeculativeChoice, choose_method
 from specdec_exporter.core.verdict import ACCEPTANCE_THRESHOLD, HEALTHY_ABOVE, Criteria
 from specdec_exporter.options import (
     DEFAULT_MAX_BODY_BYTES,
@@ -184,6 +186,18 @@ class VllmTarget(BaseSettings, VllmTrust):
         a calibration's own entry for the model wins over its top-level figure."""
         calibrated = None if self._calibration is None else self._calibration.cost_ratio_for(model)
         return resolve_draft_cost(self.draft_cost_ratio, self.speculative_method, calibrated)
+
+    def speculative_choice(
+        self, engine: EngineSpeculativeConfig | None, model: str | None = None
+    ) -> SpeculativeChoice:
+        """The method the figures rest on (the flag, else vLLM's config as the engine probe read
+        it), where it came from, and c for ``model`` from it."""
+        calibrated = None if self._calibration is None else self._calibration.cost_ratio_for(model)
+        return choose_method(
+            self.speculative_method,
+            engine,
+            lambda method: resolve_draft_cost(self.draft_cost_ratio, method, calibrated),
+        )
 
     @property
     def loaded_calibration(self) -> Calibration | None:

@@ -21,6 +21,7 @@ from specdec_exporter.sidecar.charts import (
     charts,
     duration,
 )
+from specdec_exporter.sidecar.engine_config import probe_state_lines
 from specdec_exporter.sidecar.explain import (
     DECISION_TABLE,
     VLLM_DOWN_SECTION,
@@ -99,7 +100,7 @@ div.wide{overflow-x:auto}.charts figure.chart{flex:1 1 100%}svg.chart{display:bl
 ul.legend{max-width:none}ul.legend i.dashed{height:0;border-top:2px dashed;background:none}
 section.down{background:#fff4f3;border:1px solid #f3b7b1;border-left:6px solid #a1140a;
 padding:8px 16px;margin:16px 0}section.down h2{margin:4px 0 8px;color:#a1140a}
-section.down td{color:#1f2937}
+section.down td{color:#1f2937}p.mismatch{color:#9a3d00;font-weight:600}
 table.facts th{background:none;font-size:13px;text-align:right;color:#4b5563}
 table.facts{border:none;background:none}table.facts td,table.facts th{border:none;padding:2px 8px}
 """
@@ -149,7 +150,7 @@ def render_page(
         f"<p>vLLM at <code>{html.escape(vllm_url)}</code> "
         f"<span class='badge {badge}' id='status'>{status}</span> {_last_scrape(state, now)}"
         f"{_window(state, context)} · refreshes every {refresh} s</p>"
-        f"<p>{_links(context)}</p></header><main>"
+        f"<p>{_links(context)}</p>{engine_probe_note(state)}</header><main>"
         f"{_down(state, context, now)}{first}{_charts(state, context)}"
         f"{_optional(per_position_table(_shown(state.report)), why)}"
         f"{_temperature_split(inputs)}{''.join(rest)}"
@@ -164,6 +165,20 @@ def render_page(
 
 def verdict_class(name: str) -> str:
     return VERDICT_CLASSES.get(name, OTHER_VERDICT)
+
+
+def engine_probe_note(state: PollState) -> str:
+    """The engine probe's state and vLLM's speculative config as it read it, the method and c
+    the figures rest on, and a flag that vLLM's config contradicts (the flag wins, said here)."""
+    choice = state.speculative
+    if choice is None:
+        return ""
+    line = " · ".join(probe_state_lines(state.probe_seen.info, choice))
+    note = f"<p id='engine-probe'>{html.escape(line)}</p>"
+    if choice.mismatch is None:
+        return note
+    mismatch = html.escape(choice.mismatch)
+    return f"{note}<p class='mismatch' id='speculative-config-mismatch'>{mismatch}</p>"
 
 
 def _links(context: PageContext) -> str:
@@ -347,9 +362,11 @@ class _Explainer:
         """t and c from the model's own entry (what its verdicts used), else the settings'."""
         context = self._context
         entry = _model_entry(self._state.report, model)
+        speculative = self._state.speculative  # the method may come from vLLM's config
+        current = context.cost if speculative is None else speculative.cost
         if entry is None:
-            return context.cost, context.criteria, None
-        cost = DraftCost(entry.draft_cost_ratio, _source(entry), context.cost.method)
+            return current, context.criteria, None
+        cost = DraftCost(entry.draft_cost_ratio, _source(entry), current.method)
         criteria = Criteria(entry.threshold, max(entry.threshold, context.criteria.healthy_above))
         return cost, criteria, entry.break_even_acceptance_rate
 

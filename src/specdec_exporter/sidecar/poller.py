@@ -34,10 +34,12 @@ from specdec_exporter.core.report import (
     bucket_entries,
     build_report,
 )
+from specdec_exporter.core.speculative_method import SpeculativeChoice
 from specdec_exporter.core.timeline import Timeline
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria
 from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EXPIRY
+from specdec_exporter.sidecar.engine_config import EngineConfigWatch
 from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
 from specdec_exporter.sidecar.split import SplitSource, SplitWindows
@@ -94,6 +96,9 @@ class PollState:
     not restart the clock of the alert on a split that is off."""
     batch_buckets: list[BatchEntry] = field(default_factory=list)
     """The probe's figures per (model, engine, running-batch bucket) over the same window."""
+    speculative: SpeculativeChoice | None = None
+    """The method the figures rest on, where it came from, and c (None: the poller's fixed c);
+    kept while vLLM does not answer."""
     history: AcceptanceHistory = field(default_factory=AcceptanceHistory)
     models_dropped: dict[DropReason, int] = field(
         default_factory=lambda: dict.fromkeys(DROP_REASONS, 0)
@@ -172,8 +177,14 @@ class Poller:
         wall_clock: Callable[[], float] = time.time,
         max_models: int = DEFAULT_MAX_MODELS,
         model_expiry: float = DEFAULT_MODEL_EXPIRY,
+        engine_config: EngineConfigWatch | None = None,
     ) -> None:
+        """``engine_config``: c follows the method vLLM's config shows (else ``cost`` stays)."""
         self.state = PollState(history=AcceptanceHistory(interval))
+        self._engine_config = engine_config
+        if engine_config is not None:
+            self.state.speculative = engine_config.choice
+            cost = engine_config.choice.cost
         self._roster = ModelRoster(max_models, max(1, math.ceil(model_expiry / interval)))
         self._scraper = scraper
         self._interval = interval
@@ -229,6 +240,9 @@ class Poller:
         state.models_seen = self._roster.models
         if snapshot.invalid or probe.invalid:
             self._count_invalid((*snapshot.invalid, *probe.invalid))
+        if self._engine_config is not None:
+            state.speculative = self._engine_config.observe(probe)
+            self._cost = state.speculative.cost
         self._timeline.observe(now, snapshot.counters)
         window = self._timeline.window()
         state.report = build_report(snapshot, window, self._cost, self._criteria)

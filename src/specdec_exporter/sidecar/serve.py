@@ -16,6 +16,7 @@ from specdec_exporter.options import ConfigError, redact_url
 from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
+from specdec_exporter.sidecar.engine_config import EngineConfigWatch
 from specdec_exporter.sidecar.explain import PageContext
 from specdec_exporter.sidecar.listeners import (
     bind_listener,
@@ -69,6 +70,7 @@ async def serve(settings: Settings) -> int:
             calibration=settings.loaded_calibration,
             max_models=settings.max_models,
             model_expiry=settings.model_expiry,
+            engine_config=EngineConfigWatch(settings.speculative_choice),
         )
         registry.register(
             SpecDecodeCollector(
@@ -155,7 +157,9 @@ def _log_listening(component: str, address: tuple[str, int]) -> None:
 
 
 def _log_start(settings: Settings, open_files: int) -> None:
-    cost = settings.draft_cost
+    """c and the method as known before vLLM answers; the "engine probe" line follows with vLLM's
+    own config once a poll shows it (sidecar/engine_config.py)."""
+    choice = settings.speculative_choice(None)
     log.info(
         "starting",
         extra={
@@ -163,8 +167,10 @@ def _log_start(settings: Settings, open_files: int) -> None:
             "open_files_limit": open_files,
             "vllm_url": redact_url(settings.vllm_url),
             "interval": settings.interval,
-            "draft_cost_ratio": cost.ratio,
-            "draft_cost_ratio_source": cost.source,
+            "draft_cost_ratio": choice.cost.ratio,
+            "draft_cost_ratio_source": choice.cost.source,
+            "speculative_method": choice.method,
+            "speculative_method_source": choice.source,
         },
     )
 

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.batch_report import batch_key_order
 from specdec_exporter.core.probe_parse import HistogramCounts, ProbeInfo, ProbeSnapshot
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.split import SPLIT_SOURCES
 from specdec_exporter.tap.stats import SPLIT_HELP, TPOT_FAMILY, TTFT_FAMILY
@@ -49,6 +50,8 @@ class SplitCollector(Collector):
         seen = state.probe_seen
         if seen.info is not None:
             yield from probe_health_families(seen.info, seen.errors)
+        if seen.speculative_config is not None:
+            yield speculative_config_family(seen.speculative_config)
         if state.snapshot is None:
             return
         if state.temperature_split_source == "probe":
@@ -80,6 +83,19 @@ def probe_health_families(info: ProbeInfo, errors: Mapping[str, float]) -> Itera
     for hook in sorted(errors):
         counted.add_metric([hook], errors[hook])
     yield counted
+
+
+def speculative_config_family(config: EngineSpeculativeConfig) -> Metric:
+    """vLLM's speculative config as the engine probe read it, mirrored like its health."""
+    family = GaugeMetricFamily(
+        "specdec_engine_speculative_config_info",
+        "vLLM's own speculative configuration as the engine probe read it (the probe's "
+        "specdec_probe_speculative_config_info), as the sidecar's last successful poll saw it; "
+        "the method the figures rest on when no --speculative-method is given; always 1.",
+        labels=list(names.SPECULATIVE_CONFIG_LABELS),
+    )
+    family.add_metric(list(config.label_values()), 1.0)
+    return family
 
 
 def temperature_families(probe: ProbeSnapshot) -> Iterator[Metric]:

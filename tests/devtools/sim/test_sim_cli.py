@@ -47,7 +47,9 @@ def test_vllm_flags_map_onto_the_config() -> None:
             "--no-chunk-merging",
         )
     )
-    assert config.speculative == SpeculativeConfig(method="eagle3", num_speculative_tokens=3)
+    assert config.speculative == SpeculativeConfig(
+        method="eagle3", num_speculative_tokens=3, draft_tensor_parallel_size=1
+    )
     assert (config.served_model_name, config.per_request_spec_decode_metrics) == ("m", "detailed")
     assert config.enable_force_include_usage and config.multiprocess_metrics
     assert (config.metric_names, config.speed, config.drafter_quality, config.seed) == (

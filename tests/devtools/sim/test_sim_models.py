@@ -156,11 +156,21 @@ def test_speculative_config_parses_vllm_json() -> None:
     spec = parse_speculative_config(
         '{"method": "eagle3", "model": "x", "num_speculative_tokens": 3}'
     )
-    assert spec == SpeculativeConfig(method="eagle3", num_speculative_tokens=3)
+    assert spec == SpeculativeConfig(
+        method="eagle3", num_speculative_tokens=3, draft_model="x", draft_tensor_parallel_size=1
+    )
     assert parse_speculative_config(None) is None
     assert parse_speculative_config(
         '{"model": "small", "num_speculative_tokens": 2}'
-    ) == SpeculativeConfig(method="draft_model", num_speculative_tokens=2)
+    ) == SpeculativeConfig(
+        method="draft_model",
+        num_speculative_tokens=2,
+        draft_model="small",
+        draft_tensor_parallel_size=1,
+    )
+    ngram = parse_speculative_config('{"method": "ngram", "num_speculative_tokens": 2}')
+    assert ngram is not None  # vLLM keeps the method's name as its model, and no draft TP
+    assert (ngram.draft_model, ngram.draft_tensor_parallel_size) == ("ngram", None)
 
 
 def test_k_schedule_by_batch_size_may_reach_zero() -> None:

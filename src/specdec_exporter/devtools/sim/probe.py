@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry
 
 from specdec_exporter import __version__
 from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
+from specdec_exporter.core.speculative_config import EngineSpeculativeConfig, schedule_text
+from specdec_exporter.devtools.sim.settings import SpeculativeConfig
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
 from specdec_exporter.probe.families import Families
 
@@ -38,6 +40,26 @@ def split_problems(speculative: bool, per_request_metrics: bool) -> dict[str, li
     return problems
 
 
+def engine_speculative_config(
+    speculative: SpeculativeConfig | None, per_request_metrics: str
+) -> EngineSpeculativeConfig:
+    """What the real probe reads from vLLM's config, from the simulator's
+    ``--speculative-config`` and ``--per-request-spec-decode-metrics``."""
+    if speculative is None:
+        return EngineSpeculativeConfig(False, per_request_metrics=per_request_metrics)
+    tp = speculative.draft_tensor_parallel_size
+    schedule = [(r.lo, r.hi, r.k) for r in speculative.per_batch_size]
+    return EngineSpeculativeConfig(
+        True,
+        method=speculative.method,
+        num_speculative_tokens=str(speculative.num_speculative_tokens),
+        draft_model=speculative.draft_model or "",
+        draft_tensor_parallel_size="" if tp is None else str(tp),
+        num_speculative_tokens_per_batch_size=schedule_text(schedule) if schedule else "",
+        per_request_metrics=per_request_metrics,
+    )
+
+
 class ProbeSeries:
     """The probe's metric objects in the simulated vLLM's registry (one per (re)start)."""
 
@@ -50,6 +72,7 @@ class ProbeSeries:
         problems: dict[str, list[str]],
         engines: int,
         positions: int,
+        speculative_config: EngineSpeculativeConfig | None = None,
     ) -> None:
         self.model = model
         self.families = Families(registry)
@@ -64,6 +87,8 @@ class ProbeSeries:
                 for label in self.batches.labels:
                     self.families.batch_series(model, str(engine), label)
         self.families.set_info(__version__, vllm_version, problems)
+        if speculative_config is not None:
+            self.families.set_speculative_config(speculative_config)
 
     def record_sequence(
         self,

@@ -51,6 +51,10 @@ class SpeculativeConfig:
     method: str
     num_speculative_tokens: int
     per_batch_size: tuple[KRange, ...] = ()
+    draft_model: str | None = None
+    """``model`` as vLLM keeps it: the draft model, or the method's name for ngram and suffix."""
+    draft_tensor_parallel_size: int | None = None
+    """As vLLM resolves it: the target's (1 here) for a drafter with a model, unset without."""
 
     @property
     def model_free(self) -> bool:
@@ -252,7 +256,29 @@ def parse_speculative_config(text: str | None) -> SpeculativeConfig | None:
         )
     if any(entry.k > k for entry in schedule):
         raise ConfigError("num_speculative_tokens_per_batch_size: K above num_speculative_tokens")
-    return SpeculativeConfig(method=method, num_speculative_tokens=k, per_batch_size=schedule)
+    draft_model, draft_tp = _drafter_of(raw, method)
+    return SpeculativeConfig(
+        method=method,
+        num_speculative_tokens=k,
+        per_batch_size=schedule,
+        draft_model=draft_model,
+        draft_tensor_parallel_size=draft_tp,
+    )
+
+
+def _drafter_of(raw: dict[str, Any], method: str) -> tuple[str | None, int | None]:
+    """``model`` and ``draft_tensor_parallel_size`` as vLLM 0.32 resolves them: a model-free
+    method's name stands for its model and it has no draft TP; a drafter with a model runs at the
+    target's TP (1 in the simulator) unless given."""
+    model = raw.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ConfigError("--speculative-config model must be a string")
+    tp = raw.get("draft_tensor_parallel_size")
+    if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
+        raise ConfigError("--speculative-config draft_tensor_parallel_size must be >= 1")
+    if method in MODEL_FREE_METHODS:
+        return model or method, tp
+    return model, 1 if tp is None else tp
 
 
 def _method_of(raw: dict[str, Any]) -> str:

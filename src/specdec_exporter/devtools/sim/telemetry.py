@@ -34,7 +34,11 @@ from specdec_exporter.devtools.sim.families import (
     Family,
     bucket_edges,
 )
-from specdec_exporter.devtools.sim.probe import ProbeSeries, split_problems
+from specdec_exporter.devtools.sim.probe import (
+    ProbeSeries,
+    engine_speculative_config,
+    split_problems,
+)
 from specdec_exporter.devtools.sim.settings import VLLM_VERSION, MetricNames, SimConfig
 
 CONTENT_TYPE = "text/plain; version=1.0.0; charset=utf-8"
@@ -255,6 +259,9 @@ class Telemetry:
                 ),
                 engines=config.data_parallel_size,
                 positions=config.k_max,
+                speculative_config=engine_speculative_config(
+                    config.speculative, config.per_request_spec_decode_metrics
+                ),
             )
             if config.probe
             else None
