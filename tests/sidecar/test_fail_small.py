@@ -1,0 +1,184 @@
+"""Fail small (issue 26): what vLLM really emits never ends `specdec-exporter run` or its tap.
+
+Each window below ended the process before the poll's fold was guarded and the core made total
+("poller failed; exiting: ZeroDivisionError" / "ValueError"): they run through the real `run`
+command as the sidecar runs, with a stand-in vLLM serving literal /metrics text.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fakevllm import FakeVllm, fake_vllm
+from probe_text import probe_text
+from sidecar_process import SidecarProcess, sidecar_process
+from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.calibration import Calibration, ConcurrencyFit
+from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.parse import parse
+from specdec_exporter.core.probe_parse import parse_probe
+from specdec_exporter.sidecar.poller import Poller
+from specdec_exporter.sidecar.scraper import Scrape
+from variants import MODEL
+
+SPEC_FAMILIES = (
+    "spec_decode_num_drafts",
+    "spec_decode_num_draft_tokens",
+    "spec_decode_num_accepted_tokens",
+)
+
+
+def vllm_text(drafts: float, draft_tokens: float, accepted: float, k: int = 4) -> str:
+    """vLLM's spec-decode families for one engine of MODEL, with literal counts."""
+    labels = f'engine="0",model_name="{MODEL}"'
+    lines = []
+    for family, value in zip(SPEC_FAMILIES, (drafts, draft_tokens, accepted), strict=True):
+        lines += [f"# TYPE vllm:{family}_total counter", f"vllm:{family}_total{{{labels}}} {value}"]
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
+    for position in range(k):
+        lines.append(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{position}"}}'
+            f" {accepted / k}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+DRAFTS_WITHOUT_DRAFT_TOKENS = (
+    vllm_text(10, 40, 20),
+    # Structured output: every draft token of the window invalidated by the grammar, and vLLM's
+    # observe_draft still counted the drafts (vllm-facts.md section 9).
+    vllm_text(15, 40, 20),
+)
+
+
+def polled(fake: FakeVllm, times: int, process: SidecarProcess, timeout: float = 30) -> None:
+    """Wait until the sidecar has asked ``fake`` for /metrics ``times`` times, or has exited."""
+    deadline = time.monotonic() + timeout
+    start = fake.requests
+    while fake.requests < start + times and process.process.poll() is None:
+        assert time.monotonic() < deadline, f"only {fake.requests - start} polls"
+        time.sleep(0.05)
+
+
+def assert_still_serving(process: SidecarProcess, *, tap: bool) -> None:
+    assert process.process.poll() is None, process.records[-5:]
+    assert not [r for r in process.records if "exiting" in str(r.get("msg"))]
+    base = f"http://{process.address('metrics')}"
+    assert httpx.get(f"{base}/metrics", timeout=10).status_code == 200
+    report = httpx.get(f"{base}/api/report", timeout=10)
+    assert report.status_code == 200, report.text[:500]
+    if tap:  # the tap still forwards to vLLM
+        forwarded = httpx.get(f"http://{process.address('tap')}/metrics", timeout=10)
+        assert forwarded.status_code == 200 and "spec_decode" in forwarded.text
+
+
+def run_against(
+    bodies: tuple[str, ...], *extra: str, check: Callable[[SidecarProcess], None] | None = None
+) -> None:
+    with fake_vllm(bodies[0]) as fake, sidecar_process(fake.url, *extra) as process:
+        process.address("metrics")
+        fake.serve_in_turn(*bodies)
+        polled(fake, len(bodies) + 3, process)
+        assert_still_serving(process, tap="--proxy-listen" in extra)
+        if check is not None:
+            check(process)
+        assert process.stop(timeout=15) == 0, process.records[-5:]
+
+
+def test_a_window_of_drafts_without_draft_tokens_keeps_the_sidecar_and_its_tap_up() -> None:
+    def no_figures_without_draft_tokens(process: SidecarProcess) -> None:
+        report = httpx.get(f"http://{process.address('metrics')}/api/report", timeout=10).json()
+        [row] = [e for e in report["entries"] if e["engine"] == "all"]
+        assert row["drafts"] == 5.0 and row["draft_tokens"] == 0.0
+        assert row["acceptance_rate"] is None and row["break_even_acceptance_rate"] is None
+        assert row["verdict"] == "not drafting"
+
+    run_against(
+        DRAFTS_WITHOUT_DRAFT_TOKENS,
+        "--proxy-listen",
+        "127.0.0.1:0",
+        check=no_figures_without_draft_tokens,
+    )
+
+
+def with_batch_bucket(text: str, label: str) -> str:
+    return text.replace('batch_bucket="1"', f'batch_bucket="{label}"')
+
+
+@pytest.mark.parametrize("label", ["²", "٣", "0+", "0", "9" * 10_000, ""])
+def test_a_probe_batch_bucket_label_that_is_no_size_keeps_the_sidecar_up(
+    label: str, tmp_path: Path
+) -> None:
+    calibration = Calibration(
+        model_name=MODEL,
+        draft_cost_ratio=0.1,
+        concurrency_fits=[
+            ConcurrencyFit(concurrency=1, draft_cost_ratio=0.1, break_even_acceptance_rate=0.1)
+        ],
+    )
+    path = tmp_path / "calibration.json"
+    path.write_text(calibration.model_dump_json())
+    bodies = tuple(
+        with_batch_bucket(
+            vllm_text(10 * rounds, 40 * rounds, 20 * rounds) + probe_text(rounds=rounds), label
+        )
+        for rounds in (1, 2, 3)
+    )
+    run_against(bodies, "--calibration", str(path))
+
+
+# The poll's one guard, in this process: a bug in the fold is one failed poll
+
+
+class Scripted:
+    def __init__(self, *bodies: str) -> None:
+        self._bodies = list(bodies)
+
+    async def scrape(self) -> Scrape:
+        body = self._bodies.pop(0) if len(self._bodies) > 1 else self._bodies[0]
+        return Scrape(parse(body), duration=0.01, probe=parse_probe(body))
+
+
+@pytest.mark.anyio
+async def test_an_exception_in_the_fold_is_an_internal_error_poll_and_the_next_poll_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    broken = {"now": True}
+
+    def tap_counts(_state: object) -> dict[tuple[str, str], Totals]:
+        if broken["now"]:
+            raise ZeroDivisionError("planted")
+        return {}
+
+    bodies = [vllm_text(10 * n, 40 * n, 20 * n) for n in range(1, 4)]
+    poller = Poller(
+        Scripted(*bodies),
+        interval=5,
+        window=60,
+        cost=DraftCost(0.1, "default"),
+        log_interval=60,
+        tap_counts=tap_counts,
+    )
+    for _ in range(3):
+        await poller.poll_once()
+    state = poller.state
+    assert state.attempts == 3 and state.failures["parse"] == 3
+    assert not state.up and state.report == [] and state.snapshot is None
+    assert state.last_error is not None and state.last_error.detail.startswith(
+        "internal error: ZeroDivisionError at test_fail_small.py:"
+    )
+    [line] = [r for r in caplog.records if r.levelno >= logging.WARNING]  # rate-limited: one
+    assert line.getMessage() == "unexpected error while polling vLLM"
+    assert vars(line)["error_type"] == "ZeroDivisionError"
+    assert str(vars(line)["at"]).startswith("test_fail_small.py:")
+    assert line.exc_info is not None
+    broken["now"] = False
+    await poller.poll_once()
+    assert state.up and state.report and state.failures["parse"] == 3
