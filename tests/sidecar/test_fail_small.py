@@ -8,13 +8,16 @@ command as the sidecar runs, with a stand-in vLLM serving literal /metrics text.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+import sidecar_process as sidecar_process_module
 from fakevllm import FakeVllm, fake_vllm
 from probe_text import probe_text
 from sidecar_process import SidecarProcess, sidecar_process
@@ -182,3 +185,61 @@ async def test_an_exception_in_the_fold_is_an_internal_error_poll_and_the_next_p
     broken["now"] = False
     await poller.poll_once()
     assert state.up and state.report and state.failures["parse"] == 3
+
+
+# The supervisor, through the real `run`: each component made to fail in turn
+
+INJECT_FAULT = Path(__file__).parent.parent / "inject_fault.py"
+COMPONENTS = ("poller", "metrics_server", "tap")
+
+
+def restarts_on(metrics_url: str) -> dict[str, float]:
+    text = httpx.get(f"{metrics_url}/metrics", timeout=10).text
+    return {
+        sample.labels["component"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "specdec_component_restarts"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_a_failing_component_is_restarted_counted_and_the_tap_keeps_forwarding(
+    component: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        sidecar_process_module, "SPECDEC", [sys.executable, str(INJECT_FAULT), component]
+    )
+    with (
+        fake_vllm(vllm_text(10, 40, 20)) as fake,
+        sidecar_process(fake.url, "--proxy-listen", "127.0.0.1:0") as process,
+    ):
+        failure = process.wait_for_record(
+            lambda r: r.get("task") == component and "restarting" in str(r.get("msg"))
+        )
+        assert failure["msg"] == (
+            f"{component} failed; restarting in 0.5 s: RuntimeError: injected fault in the "
+            f"{component}"
+        )
+        assert f"injected fault in the {component}" in str(failure["traceback"])
+        metrics_url = f"http://{process.address('metrics')}"
+        assert restarts_on(metrics_url) == {name: float(name == component) for name in COMPONENTS}
+        forwarded = httpx.get(f"http://{process.address('tap')}/metrics", timeout=10)
+        assert forwarded.status_code == 200 and "spec_decode" in forwarded.text
+        polled(fake, 2, process)  # the poller runs (again)
+        assert_still_serving(process, tap=True)
+        assert process.stop(timeout=15) == 0, process.records[-5:]
+
+
+def test_counters_near_the_float_maximum_that_reset_every_poll_keep_api_report_answering() -> None:
+    """Their reset-corrected running total overflows to inf: /api/report answered 500 (JSON has
+    no Inf) and every figure of that series was lost for good."""
+    high, low = vllm_text(1.7e308, 1.7e308, 1e308), vllm_text(1e308, 1e308, 5e307)
+    bodies = (high, low, high, low, high, low)
+
+    def all_finite_or_null(process: SidecarProcess) -> None:
+        answer = httpx.get(f"http://{process.address('metrics')}/api/report", timeout=10)
+        assert "Infinity" not in answer.text and "NaN" not in answer.text
+
+    run_against(bodies, check=all_finite_or_null)

@@ -78,6 +78,7 @@ async def poll_all(
             interval=5,
             window=window,
             coverage_enabled=tap_counts is not None,
+            restarts=dict.fromkeys(("poller", "metrics_server", "tap"), 0),
         )
     )
     registry.register(SplitCollector(poller.state))

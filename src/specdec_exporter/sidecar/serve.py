@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httpx
@@ -64,9 +65,11 @@ async def serve(settings: Settings) -> int:
             max_models=settings.max_models,
             model_expiry=settings.model_expiry,
         )
+        supervisor = Supervisor()
         registry.register(
             SpecDecodeCollector(
                 poller.state,
+                restarts=supervisor.restarts,
                 cost=settings.draft_cost,
                 method=settings.speculative_method,
                 interval=settings.interval,
@@ -77,7 +80,6 @@ async def serve(settings: Settings) -> int:
         registry.register(SplitCollector(poller.state))
         if tap is not None:  # the tap's split is exported while it is the split's source
             registry.register(TapSplitGate(tap.stats, poller.state))
-        supervisor = Supervisor()
         readiness = _Readiness(supervisor, poller, tap_enabled=tap is not None)
         app = create_app(
             registry,
@@ -88,17 +90,43 @@ async def serve(settings: Settings) -> int:
             refresh_every=settings.interval,
             page=PageContext.of(settings),
         )
-        metrics = MetricsServer(app, readiness.metrics_listening)
-        supervisor.start("poller", poller.run())
-        supervisor.start("metrics server", metrics.serve([metrics_socket]), stop=metrics.stop)
-        if tap is not None:
+        metrics = _Restartable(lambda: MetricsServer(app, readiness.metrics_listening))
+        supervisor.start("poller", poller.run)
+        supervisor.start(
+            "metrics_server", lambda: metrics.new().serve([metrics_socket.dup()]), stop=metrics.stop
+        )
+        if tap is not None and tap_socket is not None:
             supervisor.start(
                 "tap",
-                tap.run(readiness.tap_listening, supervisor.draining, tap_socket),
+                lambda: tap.run(readiness.tap_listening, supervisor.draining, tap_socket.dup()),
                 drains=True,
             )
+            supervisor.on_drain(tap_socket.close)  # the tap's drain then closes the last copy
         _log_start(settings)
-        return await supervisor.run()
+        try:
+            return await supervisor.run()
+        finally:  # each run of a component served on a duplicate of these
+            for listener in (metrics_socket, tap_socket):
+                if listener is not None:
+                    listener.close()
+
+
+class _Restartable:
+    """The metrics server's current uvicorn server: each (re)start runs a new one, on a
+    duplicate of the listening socket, so the socket itself stays bound (connections wait in its
+    backlog while the server restarts) and ``stop`` reaches the one running."""
+
+    def __init__(self, make: Callable[[], MetricsServer]) -> None:
+        self._make = make
+        self._current: MetricsServer | None = None
+
+    def new(self) -> MetricsServer:
+        self._current = self._make()
+        return self._current
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self._current.stop()
 
 
 def _tap_parts(settings: Settings) -> TapParts | None:
