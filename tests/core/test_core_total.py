@@ -262,23 +262,18 @@ def test_batch_bucket_labels_of_the_probe_name_their_sizes() -> None:
     assert sizes is not None and (sizes.low, sizes.high) == (65, None)
 
 
+maybe = st.one_of(st.none(), counts)
+
+
 @BOUNDED
-@given(
-    st.booleans(),
-    counts,
-    st.one_of(st.none(), counts),
-    st.one_of(st.none(), counts),
-    st.one_of(st.none(), counts),
-    costs,
-)
+@given(st.booleans(), counts, st.tuples(maybe, maybe, maybe), costs)
 def test_the_verdict_and_its_explanation_take_any_figures(
     enabled: bool,
     drafts: float,
-    rate: float | None,
-    speedup: float | None,
-    break_even: float | None,
+    figures_given: tuple[float | None, float | None, float | None],
     cost: DraftCost,
 ) -> None:
+    rate, speedup, break_even = figures_given
     result = verdict(enabled, drafts, rate, speedup=speedup, break_even=break_even)
     if rate is not None and not math.isfinite(rate) and enabled:
         assert result.value == "not drafting"
