@@ -7,7 +7,9 @@ command as the sidecar runs, with a stand-in vLLM serving literal /metrics text.
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -243,3 +245,38 @@ def test_counters_near_the_float_maximum_that_reset_every_poll_keep_api_report_a
         assert "Infinity" not in answer.text and "NaN" not in answer.text
 
     run_against(bodies, check=all_finite_or_null)
+
+
+# `check` over the same window, as a subprocess
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_check_over_a_window_of_drafts_without_draft_tokens_is_a_verdict_not_a_traceback(
+    output: list[str],
+) -> None:
+    with fake_vllm(DRAFTS_WITHOUT_DRAFT_TOKENS[0]) as fake:
+        fake.serve_in_turn(*DRAFTS_WITHOUT_DRAFT_TOKENS)
+        result = subprocess.run(
+            [
+                *sidecar_process_module.SPECDEC,
+                "check",
+                "--vllm-url",
+                fake.url,
+                "--window",
+                "0.1",
+                *output,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 1, result.stderr  # verdict "not drafting"
+    if output:
+        entries = json.loads(result.stdout)["entries"]
+        [row] = [entry for entry in entries if entry["engine"] == "all"]
+        assert (row["drafts"], row["draft_tokens"]) == (5.0, 0.0)
+        assert row["break_even_acceptance_rate"] is None and row["verdict"] == "not drafting"
+    else:
+        assert "not drafting" in result.stdout
