@@ -424,3 +424,41 @@ def test_streams_still_running_when_the_grace_ends_are_cut_and_the_exit_is_0() -
         assert stream.ended.wait(10) and not stream.complete
     drained = next(r for r in process.records if r.get("msg") == "tap drained")
     assert (drained["in_flight"], drained["unfinished"]) == (3, 3)
+
+
+@pytest.mark.anyio
+async def test_a_stop_does_not_wait_for_a_component_in_its_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("specdec_exporter.sidecar.supervisor.STOP_TIMEOUT", 3600)
+    supervisor = Supervisor(Backoff(first=3600, most=3600, steady=3600))
+    poller = Flaky(1)
+    supervisor.start("poller", poller.run)
+    run = asyncio.create_task(supervisor.run())
+    while supervisor.restarts["poller"] == 0:
+        await asyncio.sleep(0)
+    supervisor.on_signal()  # no tap: the rest stops at once, the poller's backoff included
+    assert await asyncio.wait_for(run, 60) == 0
+    assert poller.runs == 1
+
+
+@pytest.mark.anyio
+async def test_a_cancellation_from_inside_a_component_is_its_failure() -> None:
+    supervisor = Supervisor(QUICK)
+    runs = 0
+    serving = asyncio.Event()
+
+    async def cancels_itself() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise asyncio.CancelledError
+        serving.set()
+        await asyncio.Event().wait()
+
+    supervisor.start("poller", cancels_itself)
+    run = asyncio.create_task(supervisor.run())
+    await serving.wait()
+    assert supervisor.restarts == {"poller": 1}
+    supervisor.on_signal()
+    assert await run == 0

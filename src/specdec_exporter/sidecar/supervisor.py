@@ -66,7 +66,7 @@ class Supervisor:
         """Restarts per component name, each created at 0 when the component is started."""
         self._backoff = backoff
         self._abort = asyncio.Event()
-        self._stopping = False
+        self._stopping = asyncio.Event()
         self._drain_failed = False
         self._tasks: dict[asyncio.Task[None], _Supervised] = {}
         self._drain_hooks: list[Callable[[], object]] = []
@@ -133,9 +133,14 @@ class Supervisor:
             error: BaseException | None = None
             try:
                 await _no_system_exit(spec.run())
+            except asyncio.CancelledError as exc:
+                current = asyncio.current_task()
+                if current is None or current.cancelling():  # cancelled by us: the end
+                    raise
+                error = exc  # a cancellation from inside the component is its failure
             except Exception as exc:
                 error = exc
-            if self._stopping or (self.draining.is_set() and spec.drains):
+            if self._stopping.is_set() or (self.draining.is_set() and spec.drains):
                 if error is not None:
                     self._drain_failed = True
                     _log_failure(spec.name, error, "while stopping")
@@ -143,15 +148,15 @@ class Supervisor:
             delay = self._backoff.after(delay, loop.time() - started)
             self.restarts[spec.name] += 1
             _log_failure(spec.name, error, f"restarting in {delay:g} s", restarts=self.restarts)
-            if spec.drains:  # a drain that starts during the backoff has nothing left to drain
-                await _first_of(asyncio.sleep(delay), self.draining.wait())
-                if self.draining.is_set():
-                    return
-            else:
-                await asyncio.sleep(delay)
+            # A drain that starts during the backoff leaves the tap nothing to drain; a stop
+            # leaves the others nothing to serve: neither waits for the backoff to end.
+            ends = self.draining if spec.drains else self._stopping
+            await _first_of(asyncio.sleep(delay), ends.wait())
+            if ends.is_set():
+                return
 
     async def _stop_the_rest(self) -> None:
-        self._stopping = True
+        self._stopping.set()
         running = [task for task in self._tasks if not task.done()]
         for task in running:
             stop = self._tasks[task].stop
