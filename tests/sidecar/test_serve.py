@@ -432,14 +432,15 @@ async def test_a_stop_does_not_wait_for_a_component_in_its_backoff(
 ) -> None:
     monkeypatch.setattr("specdec_exporter.sidecar.supervisor.STOP_TIMEOUT", 3600)
     supervisor = Supervisor(Backoff(first=3600, most=3600, steady=3600))
-    poller = Flaky(1)
-    supervisor.start("poller", poller.run)
+    metrics = Flaky(1)
+    stops: list[str] = []
+    supervisor.start("metrics_server", metrics.run, stop=lambda: stops.append("asked"))
     run = asyncio.create_task(supervisor.run())
-    while supervisor.restarts["poller"] == 0:
+    while supervisor.restarts["metrics_server"] == 0:
         await asyncio.sleep(0)
-    supervisor.on_signal()  # no tap: the rest stops at once, the poller's backoff included
+    supervisor.on_signal()  # no tap: the rest stops at once, a component in its backoff too
     assert await asyncio.wait_for(run, 60) == 0
-    assert poller.runs == 1
+    assert metrics.runs == 1 and stops == ["asked"]
 
 
 @pytest.mark.anyio
@@ -458,7 +459,7 @@ async def test_a_cancellation_from_inside_a_component_is_its_failure() -> None:
 
     supervisor.start("poller", cancels_itself)
     run = asyncio.create_task(supervisor.run())
-    await serving.wait()
+    await asyncio.wait_for(serving.wait(), 60)  # a bound: without the restart it never serves
     assert supervisor.restarts == {"poller": 1}
     supervisor.on_signal()
     assert await run == 0
