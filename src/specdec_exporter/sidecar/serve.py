@@ -6,8 +6,8 @@ import asyncio
 import gc
 import logging
 import socket
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client.process_collector import ProcessCollector
@@ -93,12 +93,18 @@ async def serve(settings: Settings) -> int:
         metrics = _Restartable(lambda: MetricsServer(app, readiness.metrics_listening))
         supervisor.start("poller", poller.run)
         supervisor.start(
-            "metrics_server", lambda: metrics.new().serve([metrics_socket.dup()]), stop=metrics.stop
+            "metrics_server",
+            lambda: _on_a_copy(metrics_socket, lambda copy: metrics.new().serve([copy])),
+            stop=metrics.stop,
         )
         if tap is not None and tap_socket is not None:
+            tap_parts = tap
             supervisor.start(
                 "tap",
-                lambda: tap.run(readiness.tap_listening, supervisor.draining, tap_socket.dup()),
+                lambda: _on_a_copy(
+                    tap_socket,
+                    lambda copy: tap_parts.run(readiness.tap_listening, supervisor.draining, copy),
+                ),
                 drains=True,
             )
             supervisor.on_drain(tap_socket.close)  # the tap's drain then closes the last copy
@@ -109,6 +115,18 @@ async def serve(settings: Settings) -> int:
             for listener in (metrics_socket, tap_socket):
                 if listener is not None:
                     listener.close()
+
+
+async def _on_a_copy(
+    listener: socket.socket, serve_on: Callable[[socket.socket], Coroutine[Any, Any, None]]
+) -> None:
+    """One run of a component on a duplicate of ``listener``, closed however the run ends (a
+    run that fails before its server owns the copy must not leak a descriptor per restart)."""
+    copy = listener.dup()
+    try:
+        await serve_on(copy)
+    finally:
+        copy.close()
 
 
 class _Restartable:
