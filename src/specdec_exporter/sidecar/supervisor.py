@@ -142,7 +142,7 @@ class Supervisor:
                 error = exc
             if self._stopping.is_set() or (self.draining.is_set() and spec.drains):
                 if error is not None:
-                    self._drain_failed = True
+                    self._drain_failed = self._drain_failed or spec.drains
                     _log_failure(spec.name, error, "while stopping")
                 return
             delay = self._backoff.after(delay, loop.time() - started)
