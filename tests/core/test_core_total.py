@@ -45,8 +45,10 @@ from specdec_exporter.core.calibration import (
     measured_speedup,
     propose_schedule,
 )
+from specdec_exporter.core.histogram import figures as histogram_figures
+from specdec_exporter.core.histogram import quantile
 from specdec_exporter.core.model import DraftCost, break_even_acceptance_rate, modelled_speedup
-from specdec_exporter.core.parse import Snapshot, parse
+from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
 from specdec_exporter.core.probe_parse import parse_probe
 from specdec_exporter.core.report import bucket_entries, build_report
 from specdec_exporter.core.timeline import Timeline, Window
@@ -403,3 +405,28 @@ async def poll_and_check(polls: list[tuple[str, list[str], str]]) -> None:
             ],
             allow_nan=False,
         )
+
+
+@pytest.mark.parametrize("position", ["9" * 10_000, "²", "٣", "65", ""])
+def test_a_position_label_that_is_no_position_is_a_parse_failure(position: str) -> None:
+    """10,000 ASCII digits passed ``isdigit`` and made ``int()`` raise ValueError: an internal
+    error on every poll instead of a ``parse`` failure."""
+    body = (
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n"
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",'
+        f'position="{position}"}} 1\n'
+    )
+    with pytest.raises(ExpositionError, match="bad position label"):
+        parse(body)
+
+
+histogram_buckets = st.lists(st.tuples(counts, counts), max_size=6)
+
+
+@BOUNDED
+@given(histogram_buckets, counts, st.floats(-1, 2))
+def test_histogram_figures_are_finite_or_none(
+    buckets: list[tuple[float, float]], total: float, q: float
+) -> None:
+    assert_finite(histogram_figures(buckets, total))
+    assert_finite([quantile(q, buckets)])
