@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import httpx
@@ -244,3 +245,23 @@ async def test_the_taps_since_start_table_is_gone_while_the_probe_feeds_the_spli
     since_start = "Acceptance by temperature bucket (request tap, since start)"
     assert (since_start in titles) is shown
     assert (since_start in page) is shown
+
+
+async def test_api_report_writes_a_figure_that_is_not_finite_as_null() -> None:
+    """Whatever field holds NaN or ±Inf, /api/report answers 200 with null (JSON has neither)."""
+    poller, registry = await poll_all([capture("t0"), capture("t3")])
+    state = poller.state
+    state.window_seconds = float("inf")
+    state.report = [
+        dataclasses.replace(e, acceptance_rate=float("nan"), estimated_speedup=float("-inf"))
+        for e in state.report
+    ]
+    app = create_app(registry, state, lambda: None, "http://vllm:8000", refresh_every=5)
+    async with client_for(app) as client:
+        answer = await client.get("/api/report")
+    assert answer.status_code == 200
+    report = answer.json()
+    assert report["window_seconds"] is None
+    assert {(e["acceptance_rate"], e["estimated_speedup"]) for e in report["entries"]} == {
+        (None, None)
+    }

@@ -80,6 +80,7 @@ async def poll_all(
             interval=interval,
             window=window,
             coverage_enabled=tap_counts is not None,
+            restarts=dict.fromkeys(("poller", "metrics_server", "tap"), 0),
         )
     )
     registry.register(SplitCollector(poller.state))

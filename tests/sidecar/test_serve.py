@@ -1,6 +1,8 @@
-"""serve(): one supervisor for the poller, metrics server and tap; loud failures; graceful drain.
+"""serve(): one supervisor for the poller, metrics server and tap; a failed component is restarted
+with a backoff, never the end of the process; graceful drain.
 
-The failure and drain paths run through the real `specdec-exporter run` command."""
+The drain paths and the fault injection (tests/sidecar/test_fail_small.py) run through the real
+`specdec-exporter run` command."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from sidecar_process import SPECDEC, SidecarProcess, sidecar_process
 from specdec_exporter.devtools.sim.server import running_simulator
 from specdec_exporter.devtools.sim.settings import DEFAULT_MODEL, SimConfig
 from specdec_exporter.logs import JsonFormatter
-from specdec_exporter.sidecar.supervisor import Supervisor
+from specdec_exporter.sidecar.supervisor import Backoff, Supervisor
 
 CLOSED_PORT_URL = "http://127.0.0.1:9"
 
@@ -34,41 +36,79 @@ async def wait_forever() -> None:
     await asyncio.Event().wait()
 
 
-async def fail_with_key_error() -> None:
-    await asyncio.sleep(0)
-    raise KeyError("model")
+QUICK = Backoff(first=0.001, most=0.004, steady=60)
 
 
-async def return_early() -> None:
-    await asyncio.sleep(0)
+class Flaky:
+    """A component that fails (or returns) on its first ``failures`` runs, then serves."""
+
+    def __init__(self, failures: int, *, raises: bool = True) -> None:
+        self.failures = failures
+        self.raises = raises
+        self.runs = 0
+        self.serving = asyncio.Event()
+
+    async def run(self) -> None:
+        self.runs += 1
+        await asyncio.sleep(0)
+        if self.runs <= self.failures:
+            if self.raises:
+                raise KeyError("model")
+            return
+        self.serving.set()
+        await asyncio.Event().wait()
 
 
 @pytest.mark.anyio
-async def test_a_task_that_raises_stops_everything_with_exit_1_and_its_traceback(
+async def test_a_component_that_raises_is_restarted_with_a_backoff_and_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    supervisor = Supervisor()
-    supervisor.start("poller", wait_forever())
-    supervisor.start("tap", fail_with_key_error(), drains=True)
-    assert await supervisor.run() == 1
-    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
-    line = json.loads(JsonFormatter().format(record))
-    assert line["msg"] == "tap failed; exiting: KeyError: 'model'"
-    assert line["task"] == "tap" and line["error"] == "KeyError: 'model'"
-    assert 'in fail_with_key_error\n    raise KeyError("model")' in line["traceback"]
-
-
-@pytest.mark.anyio
-async def test_a_task_that_returns_on_its_own_is_a_failure(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    supervisor = Supervisor()
-    supervisor.start("poller", return_early())
-    supervisor.start("metrics server", wait_forever())
-    assert await supervisor.run() == 1
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
-        "poller stopped unexpectedly; exiting"
+    supervisor = Supervisor(QUICK)
+    tap, poller = Flaky(0), Flaky(3)
+    supervisor.start("tap", tap.run)  # (its drain is tested below)
+    supervisor.start("poller", poller.run)
+    run = asyncio.create_task(supervisor.run())
+    await poller.serving.wait()
+    assert not run.done() and tap.runs == 1  # the tap never stopped
+    assert supervisor.restarts == {"tap": 0, "poller": 3}
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    lines = [json.loads(JsonFormatter().format(r)) for r in errors]
+    assert [line["msg"] for line in lines] == [
+        "poller failed; restarting in 0.001 s: KeyError: 'model'",
+        "poller failed; restarting in 0.002 s: KeyError: 'model'",
+        "poller failed; restarting in 0.004 s: KeyError: 'model'",
     ]
+    assert lines[0]["task"] == "poller" and lines[0]["error"] == "KeyError: 'model'"
+    assert 'in run\n    raise KeyError("model")' in lines[0]["traceback"]
+    supervisor.on_signal()
+    assert await run == 0
+
+
+@pytest.mark.anyio
+async def test_a_component_that_returns_on_its_own_is_restarted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    supervisor = Supervisor(QUICK)
+    poller = Flaky(1, raises=False)
+    supervisor.start("poller", poller.run)
+    supervisor.start("metrics_server", wait_forever)
+    run = asyncio.create_task(supervisor.run())
+    await poller.serving.wait()
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [
+        "poller stopped unexpectedly; restarting in 0.001 s"
+    ]
+    assert supervisor.restarts == {"poller": 1, "metrics_server": 0}
+    supervisor.on_signal()
+    assert await run == 0
+
+
+def test_the_backoff_doubles_up_to_its_most_and_starts_again_after_a_steady_run() -> None:
+    backoff = Backoff(first=0.5, most=30, steady=60)
+    delays = [backoff.after(None, 0)]
+    for _ in range(8):
+        delays.append(backoff.after(delays[-1], 1))
+    assert delays == [0.5, 1, 2, 4, 8, 16, 30, 30, 30]
+    assert backoff.after(30, 61) == 0.5
 
 
 class Drainer:
@@ -95,10 +135,10 @@ async def test_first_signal_drains_while_the_rest_keeps_running_then_exit_0() ->
     async def metrics() -> None:
         await metrics_stop.wait()
 
-    supervisor.start("tap", drainer.run(), drains=True)
+    supervisor.start("tap", drainer.run, drains=True)
     supervisor.start(
         "metrics server",
-        metrics(),
+        metrics,
         stop=lambda: (stopped.append("metrics server"), metrics_stop.set()),
     )
     run = asyncio.create_task(supervisor.run())
@@ -116,8 +156,8 @@ async def test_first_signal_drains_while_the_rest_keeps_running_then_exit_0() ->
 async def test_second_signal_exits_1_without_waiting_for_the_drain() -> None:
     supervisor = Supervisor()
     drainer = Drainer(supervisor)
-    supervisor.start("tap", drainer.run(), drains=True)
-    supervisor.start("poller", wait_forever())
+    supervisor.start("tap", drainer.run, drains=True)
+    supervisor.start("poller", wait_forever)
     run = asyncio.create_task(supervisor.run())
     await asyncio.sleep(0)
     supervisor.on_signal()
@@ -134,8 +174,8 @@ async def test_a_tap_that_fails_while_draining_is_a_failure() -> None:
         await supervisor.draining.wait()
         raise OSError("boom")
 
-    supervisor.start("tap", failing_drain(), drains=True)
-    supervisor.start("poller", wait_forever())
+    supervisor.start("tap", failing_drain, drains=True)
+    supervisor.start("poller", wait_forever)
     run = asyncio.create_task(supervisor.run())
     await asyncio.sleep(0)
     supervisor.on_signal()
@@ -386,3 +426,42 @@ def test_streams_still_running_when_the_grace_ends_are_cut_and_the_exit_is_0() -
         assert stream.ended.wait(10) and not stream.complete
     drained = next(r for r in process.records if r.get("msg") == "tap drained")
     assert (drained["in_flight"], drained["unfinished"]) == (3, 3)
+
+
+@pytest.mark.anyio
+async def test_a_stop_does_not_wait_for_a_component_in_its_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("specdec_exporter.sidecar.supervisor.STOP_TIMEOUT", 3600)
+    supervisor = Supervisor(Backoff(first=3600, most=3600, steady=3600))
+    metrics = Flaky(1)
+    stops: list[str] = []
+    supervisor.start("metrics_server", metrics.run, stop=lambda: stops.append("asked"))
+    run = asyncio.create_task(supervisor.run())
+    while supervisor.restarts["metrics_server"] == 0:
+        await asyncio.sleep(0)
+    supervisor.on_signal()  # no tap: the rest stops at once, a component in its backoff too
+    assert await asyncio.wait_for(run, 60) == 0
+    assert metrics.runs == 1 and stops == ["asked"]
+
+
+@pytest.mark.anyio
+async def test_a_cancellation_from_inside_a_component_is_its_failure() -> None:
+    supervisor = Supervisor(QUICK)
+    runs = 0
+    serving = asyncio.Event()
+
+    async def cancels_itself() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise asyncio.CancelledError
+        serving.set()
+        await asyncio.Event().wait()
+
+    supervisor.start("poller", cancels_itself)
+    run = asyncio.create_task(supervisor.run())
+    await asyncio.wait_for(serving.wait(), 60)  # a bound: without the restart it never serves
+    assert supervisor.restarts == {"poller": 1}
+    supervisor.on_signal()
+    assert await run == 0

@@ -53,6 +53,7 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_scrape_duration_seconds", "gauge"),
     _m("specdec_scrape_failures", "counter", "reason"),
     _m("specdec_build_info", "gauge", "version"),
+    _m("specdec_component_restarts", "counter", "component"),
     _m("specdec_spec_decode_enabled", "gauge", "model_name"),
     _m("specdec_speculative_info", "gauge", "model_name", "method"),
     _m("specdec_drafts", "counter", *_ENGINE),

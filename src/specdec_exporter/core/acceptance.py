@@ -8,8 +8,11 @@ The speedup model is in ``model.py``, the verdict in ``verdict.py``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from specdec_exporter.core.values import finite_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,20 @@ class Totals:
     generation_tokens: float = 0.0
     steps: float = 0.0
     """Engine steps that carried speculative figures (the probe's per-batch-bucket counts)."""
+
+    def is_finite(self) -> bool:
+        """Every count is a finite number (sums of counters near 1.8e308 overflow to inf)."""
+        return all(
+            math.isfinite(value)
+            for value in (
+                self.drafts,
+                self.draft_tokens,
+                self.accepted_tokens,
+                self.generation_tokens,
+                self.steps,
+                *self.accepted_per_position,
+            )
+        )
 
     def __add__(self, other: Totals) -> Totals:
         return Totals(
@@ -88,7 +105,9 @@ def sum_totals(items: Iterable[Totals]) -> Totals:
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator > 0 else None
+    """numerator / denominator; None when the denominator is not positive or the quotient is not
+    a finite number (NaN or overflowed counts): a ratio without meaning is absent."""
+    return finite_or_none(numerator / denominator) if denominator > 0 else None
 
 
 def acceptance_rate(accepted_tokens: float, draft_tokens: float) -> float | None:
@@ -99,7 +118,7 @@ def acceptance_rate(accepted_tokens: float, draft_tokens: float) -> float | None
 def mean_acceptance_length(accepted_tokens: float, drafts: float) -> float | None:
     """1 + accepted tokens / drafts: tokens per verify step, the bonus token counted."""
     mean_accepted = ratio(accepted_tokens, drafts)
-    return None if mean_accepted is None else 1.0 + mean_accepted
+    return None if mean_accepted is None else finite_or_none(1.0 + mean_accepted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from specdec_exporter.core.calibration import Calibration, ConcurrencyFit, Sched
 from specdec_exporter.core.model import DraftCost
 from specdec_exporter.core.parse import Snapshot
 from specdec_exporter.core.report import Entry, entry
+from specdec_exporter.core.values import ascii_count, finite_or_none
 from specdec_exporter.core.verdict import Criteria
 
 BatchKey = tuple[str, str, str]
@@ -56,14 +57,22 @@ class BatchRange:
 
 
 def batch_range(label: str) -> BatchRange | None:
-    """The range a batch-bucket label names (``core.buckets.BatchBuckets``), None if none."""
-    text = label.strip()
-    if text.endswith("+") and text[:-1].isdigit():
-        return BatchRange(int(text[:-1]), None)
-    low, dash, high = text.partition("-")
-    if low.isdigit() and (high.isdigit() if dash else True):
-        return BatchRange(int(low), int(high) if dash else int(low))
-    return None
+    """The range a batch-bucket label names (``core.buckets.BatchBuckets``), None if none.
+
+    ASCII rules only: ``N``, ``N-M`` or ``N+`` with 1 <= N <= M, each a run of ASCII digits
+    (``core.values.ascii_count``). "²", "٣", "0+", "4-2", "" and 10 KB of digits name no sizes.
+    """
+    if label.endswith("+"):
+        low, high = ascii_count(label[:-1]), None
+    else:
+        first, dash, second = label.partition("-")
+        low = ascii_count(first)
+        high = ascii_count(second) if dash else low
+        if high is None:
+            return None
+    if low is None or low < 1 or (high is not None and high < low):
+        return None
+    return BatchRange(low, high)
 
 
 def nearest_fit(fits: Sequence[ConcurrencyFit], sizes: BatchRange) -> ConcurrencyFit | None:
@@ -113,7 +122,8 @@ class BatchEntry:
     """One (model, engine, batch bucket) over the window, beside the calibration if given."""
 
     batch_bucket: str
-    steps: float
+    steps: float | None
+    """Engine steps in the window; None only where the count is not a finite number."""
     entry: Entry
     calibration_concurrency: int | None = None
     calibration_acceptance_rate: float | None = None
@@ -192,7 +202,7 @@ def batch_entries(
         rows.append(
             BatchEntry(
                 bucket,
-                counts.steps,
+                finite_or_none(counts.steps),
                 made,
                 calibration_concurrency=None if fit is None else fit.concurrency,
                 calibration_acceptance_rate=calibrated,
@@ -209,10 +219,10 @@ def batch_key_order(key: BatchKey) -> tuple[str, int, str, int, str]:
     """Model, engine (numeric), then bucket by size."""
     model, engine, bucket = key
     sizes = batch_range(bucket)
-    numeric = engine.isascii() and engine.isdigit()
+    index = ascii_count(engine)
     return (
         model,
-        int(engine) if numeric else 1 << 30,
+        index if index is not None else 1 << 30,
         engine,
         sizes.low if sizes else 1 << 30,
         bucket,

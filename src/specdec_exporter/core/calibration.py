@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from specdec_exporter.core.acceptance import Totals, figures
+from specdec_exporter.core.acceptance import Totals, figures, ratio
 from specdec_exporter.core.model import modelled_speedup
+from specdec_exporter.core.values import finite_or_none
 
 TpotSource = Literal["client", "server"]
 CalibrationKind = Literal["specdec-exporter calibration"]
@@ -26,16 +27,19 @@ SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 """vLLM's key in --speculative-config (vllm/config/speculative.py, vllm/v1/spec_decode/dynamic/)."""
 
 
-def measured_speedup(tpot_base_ms: float, tpot_spec_ms: float) -> float:
-    """The real speedup at one concurrency: the ratio of TPOTs, plain over speculative."""
-    return tpot_base_ms / tpot_spec_ms
+def measured_speedup(tpot_base_ms: float, tpot_spec_ms: float) -> float | None:
+    """The real speedup at one concurrency: the ratio of TPOTs, plain over speculative (None
+    without a positive speculative TPOT, or when the ratio is not finite)."""
+    return ratio(tpot_base_ms, tpot_spec_ms)
 
 
-def fitted_draft_cost_ratio(mean_acceptance_length: float, k: int, speedup: float) -> float:
+def fitted_draft_cost_ratio(mean_acceptance_length: float, k: int, speedup: float) -> float | None:
     """The c that solves L / (1 + k·c) = speedup: (L / speedup - 1) / k.
 
-    Negative when speculation did better than L / 1 (drafting measured as free, or noise)."""
-    return (mean_acceptance_length / speedup - 1.0) / k
+    Negative when speculation did better than L / 1 (drafting measured as free, or noise); None
+    without a positive speedup and k, or when the figure is not finite."""
+    per_speedup = ratio(mean_acceptance_length, speedup)
+    return None if per_speedup is None else ratio(per_speedup - 1.0, k)
 
 
 def break_even_from_cost_ratio(cost_ratio: float) -> float:
@@ -101,7 +105,7 @@ def make_point(
     length = derived.mean_acceptance_length
     speedup = (
         None
-        if spec.tpot_ms is None or base.tpot_ms is None or spec.tpot_ms <= 0
+        if spec.tpot_ms is None or base.tpot_ms is None
         else measured_speedup(base.tpot_ms, spec.tpot_ms)
     )
     return CalibrationPoint(
@@ -144,8 +148,12 @@ class ConcurrencyFit(BaseModel):
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
-    present = [value for value in values if value is not None]
-    return fmean(present) if present else None
+    """The mean of the finite values given; None if there are none or it overflows."""
+    present = [value for value in values if value is not None and math.isfinite(value)]
+    try:
+        return finite_or_none(fmean(present)) if present else None
+    except OverflowError:  # fsum of values near 1.8e308
+        return None
 
 
 def fit_per_concurrency(points: Sequence[CalibrationPoint]) -> list[ConcurrencyFit]:
@@ -223,10 +231,9 @@ def _tpot_by_k(points: Sequence[CalibrationPoint]) -> dict[int, float]:
     ]
     if not temperatures:
         return {}
-    by_k: dict[int, float] = {0: fmean(_required(_base_tpot(points, t)) for t in temperatures)}
-    for k in ks:
-        by_k[k] = fmean(_required(_tpot(points, k, t)) for t in temperatures)
-    return by_k
+    means = {0: _mean(_base_tpot(points, t) for t in temperatures)}
+    means.update((k, _mean(_tpot(points, k, t) for t in temperatures)) for k in ks)
+    return {k: tpot for k, tpot in means.items() if tpot is not None}
 
 
 def _tpot(points: Sequence[CalibrationPoint], k: int, temperature: float | None) -> float | None:
@@ -242,11 +249,6 @@ def _tpot(points: Sequence[CalibrationPoint], k: int, temperature: float | None)
 
 def _base_tpot(points: Sequence[CalibrationPoint], temperature: float | None) -> float | None:
     return _mean(p.tpot_base_ms for p in points if p.temperature == temperature)
-
-
-def _required(value: float | None) -> float:
-    assert value is not None
-    return value
 
 
 def propose_schedule(points: Sequence[CalibrationPoint]) -> Schedule | None:

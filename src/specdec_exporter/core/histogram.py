@@ -7,6 +7,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specdec_exporter.core.acceptance import ratio
+from specdec_exporter.core.values import finite_or_none
+
 CumulativeBuckets = Sequence[tuple[float, float]]
 """(upper bound ``le``, cumulative count), ascending, the last one +Inf."""
 
@@ -22,11 +25,14 @@ class HistogramFigures:
 
 
 def figures(buckets: CumulativeBuckets, total: float) -> HistogramFigures:
-    """``total``: the histogram's ``_sum``."""
+    """``total``: the histogram's ``_sum``. A count that is no count (NaN, ±Inf, negative)
+    shows as no observations, with no figures."""
     count = buckets[-1][1] if buckets else 0.0
+    if not (math.isfinite(count) and count >= 0):
+        return HistogramFigures(0.0, None, None, None)
     return HistogramFigures(
         count,
-        total / count if count > 0 else None,
+        ratio(total, count),
         quantile(0.5, buckets),
         quantile(0.9, buckets),
     )
@@ -47,8 +53,9 @@ def quantile(q: float, buckets: CumulativeBuckets) -> float | None:
                 return lower_bound if lower_bound > 0 or lower_count > 0 else None
             if bound <= 0 or cumulative == lower_count:
                 return bound
-            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (
-                cumulative - lower_count
+            return finite_or_none(
+                lower_bound
+                + (bound - lower_bound) * (rank - lower_count) / (cumulative - lower_count)
             )
         lower_bound, lower_count = bound, cumulative
     return None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from specdec_exporter.core.acceptance import ratio
+
 DraftCostSource = Literal["flag", "calibration", "method", "default"]
 """Where c came from: `--draft-cost-ratio`, a `calibrate` measurement, the method's default,
 or the default for an unknown or unset method."""
@@ -96,18 +98,21 @@ def resolve_draft_cost(
     return DraftCost(DEFAULT_DRAFT_COST_RATIO, "default", method)
 
 
-def modelled_speedup(mean_acceptance_length: float, k: int, cost_ratio: float) -> float:
-    """Speedup over plain decoding: L / (1 + k·c)."""
-    return mean_acceptance_length / (1.0 + k * cost_ratio)
+def modelled_speedup(mean_acceptance_length: float, k: int, cost_ratio: float) -> float | None:
+    """Speedup over plain decoding: L / (1 + k·c); None where 1 + k·c is not positive or the
+    quotient is not finite."""
+    return ratio(mean_acceptance_length, 1.0 + k * cost_ratio)
 
 
 def break_even_acceptance_rate(
     k: int, cost_ratio: float, mean_draft_length: float | None = None
-) -> float:
+) -> float | None:
     """The acceptance rate a at which the modelled speedup is 1.
 
     With m = draft tokens / drafts, L = 1 + a·m, so L / (1 + k·c) = 1 at a = k·c / m: exactly c
-    when every draft is k tokens long (m = k, the default). Above 1, no acceptance pays.
+    when every draft is k tokens long (m = k, the default). Above 1, no acceptance pays. None
+    when m is 0: drafts whose every token a grammar invalidated (structured output) have no
+    break-even.
     """
     drafted = k if mean_draft_length is None else mean_draft_length
-    return k * cost_ratio / drafted
+    return ratio(k * cost_ratio, drafted)

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdec_exporter.core import vllm_names as names
 from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.values import ascii_count
 
 # One regex pass picks the sample lines we need out of ~650 lines per engine; only those few go
 # to prometheus_client's parser (about 15 µs a line), which is what makes a scrape cheap.
@@ -229,9 +230,10 @@ _FIELD_OF = {
 def position_of(labels: dict[str, str], where: str = "") -> int:
     """A series' ``position`` label (vLLM's and the probe's share the name) as 0..64."""
     text = labels.get(names.LABEL_POSITION, "")
-    if not (text.isascii() and text.isdigit()) or int(text) > 64:
-        raise ExpositionError(f"bad position label {text!r}{where}")
-    return int(text)
+    position = ascii_count(text)  # "²" and 10,000 digits are no position (int() raises)
+    if position is None or position > 64:
+        raise ExpositionError(f"bad position label {text[:20]!r}{where}")
+    return position
 
 
 def dense(by_position: dict[int, float]) -> tuple[float, ...]:

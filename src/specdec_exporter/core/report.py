@@ -9,11 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
-from specdec_exporter.core.acceptance import Totals, figures, sum_totals
+from specdec_exporter.core.acceptance import Totals, figures, ratio, sum_totals
 from specdec_exporter.core.buckets import label_order
 from specdec_exporter.core.model import DraftCost, break_even_acceptance_rate, modelled_speedup
 from specdec_exporter.core.parse import SeriesKey, Snapshot
 from specdec_exporter.core.timeline import Window
+from specdec_exporter.core.values import ascii_count, finite_or_none
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, Criteria, Verdict, verdict, worst
 
 ALL_ENGINES = "all"
@@ -34,10 +35,11 @@ class Entry:
     mean_acceptance_length: float | None
     per_position_acceptance_rate: list[float | None]
     draft_share: float | None
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    generation_tokens: float
+    drafts: float | None
+    draft_tokens: float | None
+    accepted_tokens: float | None
+    generation_tokens: float | None
+    """The window's counts; None only where a count is not a finite number."""
     drafts_per_second: float | None
     estimated_speedup: float | None
     """Modelled: L / (1 + k·c), c from `draft_cost_ratio_source`."""
@@ -75,11 +77,11 @@ def entry(
         mean_acceptance_length=length,
         per_position_acceptance_rate=list(derived.per_position_acceptance_rate),
         draft_share=derived.draft_share,
-        drafts=counts.drafts,
-        draft_tokens=counts.draft_tokens,
-        accepted_tokens=counts.accepted_tokens,
-        generation_tokens=counts.generation_tokens,
-        drafts_per_second=counts.drafts / seconds if seconds > 0 else None,
+        drafts=finite_or_none(counts.drafts),
+        draft_tokens=finite_or_none(counts.draft_tokens),
+        accepted_tokens=finite_or_none(counts.accepted_tokens),
+        generation_tokens=finite_or_none(counts.generation_tokens),
+        drafts_per_second=ratio(counts.drafts, seconds),
         estimated_speedup=speedup,
         break_even_acceptance_rate=break_even,
         threshold=criteria.threshold,
@@ -184,5 +186,5 @@ def overall_verdict(entries: list[Entry]) -> Verdict:
 
 
 def _engine_order(engine: str) -> tuple[int, str]:
-    numeric = engine.isascii() and engine.isdigit()  # "²".isdigit(), but int("²") raises
-    return (int(engine), "") if numeric else (1 << 30, engine)
+    index = ascii_count(engine)  # "²".isdigit(), but int("²") raises
+    return (index, "") if index is not None else (1 << 30, engine)

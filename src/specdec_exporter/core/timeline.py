@@ -2,7 +2,8 @@
 
 Pure (the caller passes the clock). Each poll adds a point; the window's counts are the latest
 point minus the newest point at least ``window`` seconds older (or the oldest one kept). A series
-absent for a whole window is forgotten, so the keys kept follow what vLLM shows now.
+absent for a whole window is forgotten, so the keys kept follow what vLLM shows now; one whose
+running total would overflow (counters near 1.8e308 that keep resetting) starts again at zero.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ class Timeline(Generic[K]):
                 # A series first seen starts the window at zero: its history before we saw it is
                 # not part of any window we can measure.
                 step = Totals()
-            self._corrected[key] = self._corrected.get(key, Totals()) + step
+            corrected = self._corrected.get(key, Totals()) + step
+            if not corrected.is_finite():  # a counter near 1.8e308 that resets overflows the sum
+                self._drop_points_of(key)
+                corrected = Totals()
+            self._corrected[key] = corrected
             self._last_raw[key] = totals
             self._seen_at[key] = at
         self._forget(at)
@@ -64,8 +69,12 @@ class Timeline(Generic[K]):
         gone = [key for key, seen in self._seen_at.items() if seen <= at - self._window]
         for key in gone:
             del self._last_raw[key], self._corrected[key], self._seen_at[key]
-            for _, point in self._points:
-                point.pop(key, None)
+            self._drop_points_of(key)
+
+    def _drop_points_of(self, key: K) -> None:
+        """Forget ``key``'s running totals in every point kept: its window starts again."""
+        for _, point in self._points:
+            point.pop(key, None)
 
     def _prune(self) -> None:
         latest = self._points[-1][0]

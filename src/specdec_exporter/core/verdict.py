@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specdec_exporter.core.model import DraftCost
+from specdec_exporter.core.values import finite_or_none
 
 ACCEPTANCE_THRESHOLD = 0.5
 """t: the acceptance rate below which SpecDecodeAcceptanceLow pages (alerts/config.toml's
@@ -79,10 +80,13 @@ def verdict(
     break_even: float | None = None,
     criteria: Criteria = DEFAULT_CRITERIA,
 ) -> Verdict:
-    """The table. Without a speedup (k unknown) a low acceptance is only `below threshold`."""
+    """The table. Without a speedup (k unknown) a low acceptance is only `below threshold`.
+    A figure that is not a finite number counts as absent."""
+    acceptance_rate, speedup = finite_or_none(acceptance_rate), finite_or_none(speedup)
+    break_even = finite_or_none(break_even)
     if not enabled:
         return Verdict.NOT_ENABLED
-    if drafts <= 0 or acceptance_rate is None:
+    if not drafts > 0 or acceptance_rate is None:
         return Verdict.NOT_DRAFTING
     if (speedup is not None and speedup < NET_LOSS_BELOW) or (
         break_even is not None and break_even > 1

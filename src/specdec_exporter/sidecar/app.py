@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -114,7 +116,7 @@ def create_app(
     @app.get("/api/report")
     def report() -> JSONResponse:
         """The page's data as JSON (the demo's live table reads it)."""
-        return JSONResponse(report_json(tables()))
+        return FiniteJSONResponse(report_json(tables()))
 
     add_runbook_route(app)
     return app
@@ -136,6 +138,27 @@ def page_inputs(
         [LoadLevel.from_json(item) for item in levels] if levels else None,
         probe if isinstance(probe, Mapping) else None,
     )
+
+
+class FiniteJSONResponse(JSONResponse):
+    """JSON where a number that is not finite is ``null``: JSON has no NaN or Inf, and a figure
+    without meaning is absent, never a 500. (The core gives no such figure; this keeps the
+    answer valid whatever any other field holds.)"""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            _finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode("utf-8")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def probe_json(info: ProbeInfo | None) -> dict[str, str] | None:

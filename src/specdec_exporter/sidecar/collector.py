@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -36,8 +36,10 @@ class SpecDecodeCollector(Collector):
         interval: float,
         window: float,
         coverage_enabled: bool = False,
+        restarts: Mapping[str, int] | None = None,
     ) -> None:
         self._state = state
+        self._restarts = restarts if restarts is not None else {}
         self._cost = cost
         self._method = method or ""
         self._interval = interval
@@ -128,6 +130,15 @@ class SpecDecodeCollector(Collector):
         for drop_reason, count in state.models_dropped.items():
             dropped.add_metric([drop_reason], count)
         yield dropped
+        restarts = CounterMetricFamily(
+            "specdec_component_restarts",
+            "Times a component of the sidecar (poller, metrics_server, tap) failed and was "
+            "restarted after a backoff; the process itself never exits on it (pre-created at 0).",
+            labels=["component"],
+        )
+        for component, count in self._restarts.items():
+            restarts.add_metric([component], count)
+        yield restarts
         info = GaugeMetricFamily(
             "specdec_build_info", "Build of vllm-specdec-exporter; always 1.", labels=["version"]
         )

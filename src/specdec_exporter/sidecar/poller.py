@@ -11,11 +11,13 @@ import functools
 import logging
 import math
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
-from specdec_exporter.core.acceptance import Totals
+from specdec_exporter.core.acceptance import Totals, ratio
 from specdec_exporter.core.batch_report import BatchEntry, batch_entries
 from specdec_exporter.core.calibration import Calibration
 from specdec_exporter.core.model import DraftCost
@@ -116,6 +118,24 @@ class PollState:
     failed_in_a_row: int = 0
 
 
+@dataclass(frozen=True)
+class _SplitFigures:
+    """What one poll's fold computed for the temperature and batch splits."""
+
+    source: SplitSource
+    buckets: dict[BucketKey, Entry]
+    batch_buckets: list[BatchEntry]
+    coverage: dict[str, float]
+
+
+def _raised_at(error: BaseException) -> str:
+    """``file.py:line`` where ``error`` was raised (its innermost frame)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "unknown"
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}"
+
+
 class ModelRoster:
     """Which served models get per-model tap series: bounded, and forgetting the ones vLLM stopped
     serving after ``expire_after`` successful polls without them (failed polls never count)."""
@@ -211,23 +231,46 @@ class Poller:
             await asyncio.sleep(next_at - self._clock())
 
     async def poll_once(self) -> None:
+        """Scrape vLLM and fold the result into ``state``, under one guard: whatever goes wrong
+        (vLLM's answer, or a bug in what is computed from it) is a failed poll, never the end of
+        the poller; the next poll runs."""
         try:
             scrape = await self._scraper.scrape()
+            self._record(scrape.snapshot, scrape.duration, scrape.probe)
         except ScrapeError as failure:
             self._record_failure(failure)
         except Exception as exc:  # a bug must not stop the sidecar from serving self-health
-            self._log_internal_error()
-            self._record_failure(ScrapeError("parse", f"internal error: {type(exc).__name__}"))
-        else:
-            self._record(scrape.snapshot, scrape.duration, scrape.probe)
+            where = _raised_at(exc)
+            self._log_internal_error(exc, where)
+            detail = f"internal error: {type(exc).__name__} at {where}"
+            self._record_failure(ScrapeError("parse", detail), log_it=False)
         finally:
             self.state.attempts += 1
             self.state.last_poll_at = self._wall_clock()
             self.first_poll_done.set()
 
     def _record(self, snapshot: Snapshot, duration: float, probe: ProbeSnapshot = NO_PROBE) -> None:
+        """Fold one successful scrape: every figure is computed first and written to ``state``
+        only once all are, so a poll whose fold fails leaves no half-updated figures."""
         now = self._clock()
         state = self.state
+        for reason, count in self._roster.update(snapshot.models).items():
+            state.models_dropped[reason] += count
+        state.models_seen = self._roster.models  # the tap's attribution reads it (TapCounts)
+        if snapshot.invalid or probe.invalid:
+            self._count_invalid((*snapshot.invalid, *probe.invalid))
+        speculative = None
+        if self._engine_config is not None:  # the method (so c) the figures below rest on
+            speculative = self._engine_config.observe(probe)
+            self._cost = speculative.cost
+        self._timeline.observe(now, snapshot.counters)
+        window = self._timeline.window()
+        report = build_report(snapshot, window, self._cost, self._criteria)
+        split = self._fold_split(now, snapshot, probe, window.deltas)
+        history: dict[SeriesId, float | None] = {
+            (e.model_name, None): e.acceptance_rate for e in report if e.engine == ALL_ENGINES
+        }
+        history.update((key, e.acceptance_rate) for key, e in split.buckets.items())
         if not state.up and state.attempts:
             log.info("vLLM scrape recovered", extra={"failed_polls": state.failed_in_a_row})
             self._limiter.reset("scrape")
@@ -235,39 +278,26 @@ class Poller:
         state.last_success_at = self._wall_clock()
         state.up, state.ever_up = True, True
         state.scrape_duration, state.snapshot = duration, snapshot
-        for reason, count in self._roster.update(snapshot.models).items():
-            state.models_dropped[reason] += count
-        state.models_seen = self._roster.models
-        if snapshot.invalid or probe.invalid:
-            self._count_invalid((*snapshot.invalid, *probe.invalid))
-        if self._engine_config is not None:
-            state.speculative = self._engine_config.observe(probe)
-            self._cost = state.speculative.cost
-        self._timeline.observe(now, snapshot.counters)
-        window = self._timeline.window()
-        state.report = build_report(snapshot, window, self._cost, self._criteria)
-        state.window_seconds = window.seconds
+        state.report, state.window_seconds = report, window.seconds
+        if speculative is not None:
+            state.speculative = speculative
         state.probe = state.probe_seen = probe
-        self._observe_split(now, snapshot, probe, window.deltas)
-        history: dict[SeriesId, float | None] = {
-            (e.model_name, None): e.acceptance_rate for e in state.report if e.engine == ALL_ENGINES
-        }
-        history.update((key, e.acceptance_rate) for key, e in state.buckets.items())
+        state.temperature_split_source = split.source
+        state.buckets, state.batch_buckets = split.buckets, split.batch_buckets
+        state.coverage = split.coverage
         state.history.record(now, history)
 
-    def _observe_split(
+    def _fold_split(
         self,
         now: float,
         snapshot: Snapshot,
         probe: ProbeSnapshot,
         vllm_deltas: dict[SeriesKey, Totals],
-    ) -> None:
+    ) -> _SplitFigures:
         """The temperature split (probe or tap) and the probe's batch buckets over the same
         window: figures per bucket, and coverage per model."""
         window = self._split.observe(now, probe)
-        state = self.state
-        state.temperature_split_source = self._split.source
-        state.buckets = bucket_entries(
+        buckets = bucket_entries(
             snapshot,
             window.deltas,
             seconds=window.seconds,
@@ -275,7 +305,7 @@ class Poller:
             criteria=self._criteria,
         )
         batch = self._split.batch_window()
-        state.batch_buckets = batch_entries(
+        batch_buckets = batch_entries(
             snapshot,
             batch.deltas,
             seconds=batch.seconds,
@@ -283,20 +313,21 @@ class Poller:
             criteria=self._criteria,
             calibration=self._calibration,
         )
-        if self._split.source == "none":
-            state.coverage = {}
-            return
+        source = self._split.source
+        if source == "none":
+            return _SplitFigures(source, buckets, batch_buckets, {})
         attributed: dict[str, float] = {}
         for (model, _), counts in window.deltas.items():
             attributed[model] = attributed.get(model, 0.0) + counts.draft_tokens
         counted: dict[str, float] = {}
         for (model, _), totals in vllm_deltas.items():
             counted[model] = counted.get(model, 0.0) + totals.draft_tokens
-        state.coverage = {
-            model: attributed.get(model, 0.0) / tokens
+        coverage = {
+            model: share
             for model, tokens in counted.items()
-            if tokens > 0
+            if (share := ratio(attributed.get(model, 0.0), tokens)) is not None
         }
+        return _SplitFigures(source, buckets, batch_buckets, coverage)
 
     def _count_invalid(self, invalid: tuple[InvalidSeries, ...]) -> None:
         for series in invalid:
@@ -311,15 +342,22 @@ class Poller:
                 },
             )
 
-    def _log_internal_error(self) -> None:
-        """One line with its traceback per log interval: a bug hit on every poll must not flood."""
+    def _log_internal_error(self, error: Exception, where: str) -> None:
+        """One line with its type, file:line and traceback per log interval: a bug hit on every
+        poll must not flood."""
         emit, suppressed = self._limiter.allow("internal")
         if emit:
-            log.exception(
-                "unexpected error while polling vLLM", extra={"suppressed_since_last": suppressed}
+            log.error(
+                "unexpected error while polling vLLM",
+                extra={
+                    "error_type": type(error).__name__,
+                    "at": where,
+                    "suppressed_since_last": suppressed,
+                },
+                exc_info=error,
             )
 
-    def _record_failure(self, failure: ScrapeError) -> None:
+    def _record_failure(self, failure: ScrapeError, *, log_it: bool = True) -> None:
         state = self.state
         state.up, state.snapshot, state.report, state.coverage = False, None, [], {}
         state.buckets, state.batch_buckets, state.probe = {}, [], NO_PROBE
@@ -327,6 +365,8 @@ class Poller:
         state.failures[failure.reason] += 1
         state.failed_in_a_row += 1
         state.last_error = failure
+        if not log_it:
+            return
         emit, suppressed = self._limiter.allow("scrape")
         if emit:
             log.warning(

@@ -6,7 +6,8 @@ import asyncio
 import gc
 import logging
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client.process_collector import ProcessCollector
@@ -72,9 +73,11 @@ async def serve(settings: Settings) -> int:
             model_expiry=settings.model_expiry,
             engine_config=EngineConfigWatch(settings.speculative_choice),
         )
+        supervisor = Supervisor()
         registry.register(
             SpecDecodeCollector(
                 poller.state,
+                restarts=supervisor.restarts,
                 cost=settings.draft_cost,
                 method=settings.speculative_method,
                 interval=settings.interval,
@@ -85,7 +88,6 @@ async def serve(settings: Settings) -> int:
         registry.register(SplitCollector(poller.state))
         if tap is not None:  # the tap's split is exported while it is the split's source
             registry.register(TapSplitGate(tap.stats, poller.state))
-        supervisor = Supervisor()
         readiness = _Readiness(supervisor, poller, tap_enabled=tap is not None)
         app = create_app(
             registry,
@@ -96,23 +98,71 @@ async def serve(settings: Settings) -> int:
             refresh_every=settings.interval,
             page=PageContext.of(settings),
         )
-        metrics = MetricsServer(
-            app,
-            readiness.metrics_listening,
-            head_timeout=settings.listen_head_timeout,
-            max_connections=settings.listen_max_connections,
-            fd_reserve=settings.listen_fd_reserve,
+        metrics = _Restartable(
+            lambda: MetricsServer(
+                app,
+                readiness.metrics_listening,
+                head_timeout=settings.listen_head_timeout,
+                max_connections=settings.listen_max_connections,
+                fd_reserve=settings.listen_fd_reserve,
+            )
         )
-        supervisor.start("poller", poller.run())
-        supervisor.start("metrics server", metrics.serve([metrics_socket]), stop=metrics.stop)
-        if tap is not None:
+        supervisor.start("poller", poller.run)
+        supervisor.start(
+            "metrics_server",
+            lambda: _on_a_copy(metrics_socket, lambda copy: metrics.new().serve([copy])),
+            stop=metrics.stop,
+        )
+        if tap is not None and tap_socket is not None:
+            tap_parts = tap
             supervisor.start(
                 "tap",
-                tap.run(readiness.tap_listening, supervisor.draining, tap_socket),
+                lambda: _on_a_copy(
+                    tap_socket,
+                    lambda copy: readiness.while_tap_runs(
+                        tap_parts.run(readiness.tap_listening, supervisor.draining, copy)
+                    ),
+                ),
                 drains=True,
             )
+            supervisor.on_drain(tap_socket.close)  # the tap's drain then closes the last copy
         _log_start(settings, open_files)
-        return await supervisor.run()
+        try:
+            return await supervisor.run()
+        finally:  # each run of a component served on a duplicate of these
+            for listener in (metrics_socket, tap_socket):
+                if listener is not None:
+                    listener.close()
+
+
+async def _on_a_copy(
+    listener: socket.socket, serve_on: Callable[[socket.socket], Coroutine[Any, Any, None]]
+) -> None:
+    """One run of a component on a duplicate of ``listener``, closed however the run ends (a
+    run that fails before its server owns the copy must not leak a descriptor per restart)."""
+    copy = listener.dup()
+    try:
+        await serve_on(copy)
+    finally:
+        copy.close()
+
+
+class _Restartable:
+    """The metrics server's current uvicorn server: each (re)start runs a new one, on a
+    duplicate of the listening socket, so the socket itself stays bound (connections wait in its
+    backlog while the server restarts) and ``stop`` reaches the one running."""
+
+    def __init__(self, make: Callable[[], MetricsServer]) -> None:
+        self._make = make
+        self._current: MetricsServer | None = None
+
+    def new(self) -> MetricsServer:
+        self._current = self._make()
+        return self._current
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self._current.stop()
 
 
 def _tap_parts(settings: Settings) -> TapParts | None:
@@ -150,6 +200,14 @@ class _Readiness:
     def tap_listening(self, address: tuple[str, int]) -> None:
         _log_listening("tap", address)
         self._tap_up.set()
+
+    async def while_tap_runs(self, run: Coroutine[Any, Any, None]) -> None:
+        """One run of the tap: not ready from its end until the restarted tap listens again (its
+        clients then wait in the socket's backlog, so the pod leaves the Service meanwhile)."""
+        try:
+            await run
+        finally:
+            self._tap_up.clear()
 
 
 def _log_listening(component: str, address: tuple[str, int]) -> None:

@@ -65,7 +65,7 @@ def batch_table(rows: Sequence[BatchEntry], schedule: Schedule | None) -> str:
             row.entry.model_name,
             row.entry.engine,
             row.batch_bucket,
-            int(row.steps),
+            None if row.steps is None else int(row.steps),
             row.entry.acceptance_rate,
             row.entry.mean_acceptance_length,
             row.entry.estimated_speedup,
