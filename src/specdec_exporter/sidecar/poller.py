@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from prometheus_client.core import Metric
+
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.batch_report import BatchEntry, batch_entries
 from specdec_exporter.core.calibration import Calibration
@@ -40,7 +42,7 @@ from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EXPIRY
 from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
-from specdec_exporter.sidecar.split import SplitSource, SplitWindows
+from specdec_exporter.sidecar.split import SplitSource, SplitWindows, TapFamilies
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
 
@@ -86,6 +88,8 @@ class PollState:
     """The split's figures per (model, temperature bucket) over the same window (engine "all"),
     from the source in ``temperature_split_source``."""
     temperature_split_source: SplitSource = "none"
+    split_families: list[Metric] = field(default_factory=list)
+    """The split's exported counters after the last successful poll (``split.SplitCounters``)."""
     probe: ProbeSnapshot = NO_PROBE
     """The engine probe's families on this poll (``NO_PROBE``: none there, or the poll failed)."""
     probe_seen: ProbeSnapshot = NO_PROBE
@@ -166,7 +170,7 @@ class Poller:
         log_interval: float,
         criteria: Criteria = DEFAULT_CRITERIA,
         tap_counts: TapCounts | None = None,
-        tap_reset: Callable[[], None] | None = None,
+        tap_families: TapFamilies | None = None,
         calibration: Calibration | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -186,7 +190,7 @@ class Poller:
         self._split = SplitWindows(
             window,
             None if tap_counts is None else functools.partial(tap_counts, self.state),
-            tap_reset,
+            tap_families,
         )
         self._limiter = RateLimiter(log_interval)
         self.first_poll_done = asyncio.Event()
@@ -253,6 +257,7 @@ class Poller:
         window = self._split.observe(now, probe)
         state = self.state
         state.temperature_split_source = self._split.source
+        state.split_families = self._split.exported
         state.buckets = bucket_entries(
             snapshot,
             window.deltas,
@@ -309,6 +314,7 @@ class Poller:
         state = self.state
         state.up, state.snapshot, state.report, state.coverage = False, None, [], {}
         state.buckets, state.batch_buckets, state.probe = {}, [], NO_PROBE
+        state.split_families = []
         state.history.record(self._clock(), {})
         state.failures[failure.reason] += 1
         state.failed_in_a_row += 1

@@ -1,75 +1,253 @@
-"""Where the temperature split comes from (the engine probe, the request tap, or nothing), and the
-window counts of the split and of the probe's running-batch buckets, poll by poll.
+"""Where the temperature split comes from (the engine probe, the request tap, or nothing), its
+exported counters, and the window counts of the split and of the probe's running-batch buckets,
+poll by poll.
 
-The probe wins whenever the last successful poll of vLLM showed it with its temperature split on:
-it counts every sequence inside vLLM, the tap only what passes through it. Meanwhile the tap keeps
-proxying and counting, but its split is not exported; when the probe goes away (vLLM restarted
-without it), the tap's counts start again from zero, so nothing the probe counted is counted again.
+The probe wins whenever vLLM shows it with its temperature split on: it counts every sequence
+inside vLLM, the tap only what passes through it. Both keep counting; only one feeds the split.
+
+- **Hysteresis.** The source changes once ``SWITCH_AFTER`` successful polls in a row want the other
+  one, so an info series that flaps does not flip the split; but at once when the current source
+  shows no counts any more (vLLM restarted without the probe).
+- **Continuous counters.** The exported ``specdec_request*`` families are the sidecar's own
+  counters: at each successful poll every sample grows by what the source in charge counted since
+  the previous poll (a reset of that source counted as a restart from zero). A switch never moves
+  a counter down or by what the other source counted before, so over any sequence of switches
+  Prometheus' ``increase()`` of every exported counter equals what was counted. Nothing is reset:
+  the requests that passed the tap between the last poll that saw the probe and the switch are
+  counted by the tap (the probe's counts of them went with the restarted vLLM).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
-from specdec_exporter.core.acceptance import Totals
+from prometheus_client.core import Metric
+
+from specdec_exporter.core.acceptance import Totals, counter_delta
 from specdec_exporter.core.batch_report import BatchKey
 from specdec_exporter.core.probe_parse import ProbeSnapshot
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.core.timeline import Timeline, Window
+from specdec_exporter.sidecar.split_families import temperature_families
+
+log = logging.getLogger("specdec_exporter.sidecar.split")
 
 SplitSource = Literal["probe", "tap", "none"]
 SPLIT_SOURCES: tuple[SplitSource, ...] = ("probe", "tap", "none")
 
+SWITCH_AFTER = 3
+"""Successful polls in a row that must want another source before the split moves to it (while
+the current source still shows counts)."""
+
 TapCounts = Callable[[], Mapping[BucketKey, Totals]]
 """The request tap's cumulative attributed counts (drafts, draft and accepted tokens) per bucket."""
+TapFamilies = Callable[[], Iterable[Metric]]
+"""The request tap's own split families (``RequestStats.collect``), cumulative since start."""
+
+REQUESTS = "specdec_requests"
+ATTRIBUTED = "attributed"
+_ALL = "*"
+"""``attributed`` of the requests counted whatever their attribution (true + false): kept as a
+counter of its own, so ``false`` = all - true never goes down while the source's true and false
+are caught between two increments."""
+
+SampleKey = tuple[str, str, tuple[tuple[str, str], ...]]
+"""(family, sample name, labels sorted)."""
+
+
+def _samples(families: Iterable[Metric]) -> tuple[dict[SampleKey, float], dict[str, Metric]]:
+    """A source's split families as flat cumulative samples (``_created`` left out), with
+    ``specdec_requests``' true/false turned into true/all; and each family (for its help/type)."""
+    samples: dict[SampleKey, float] = {}
+    kinds: dict[str, Metric] = {}
+    for family in families:
+        if family.type not in ("counter", "histogram"):
+            continue
+        kinds[family.name] = family
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            labels = dict(sample.labels)
+            if family.name == REQUESTS:
+                attributed = labels.pop(ATTRIBUTED, "")
+                every = (
+                    family.name,
+                    sample.name,
+                    tuple(sorted({**labels, ATTRIBUTED: _ALL}.items())),
+                )
+                samples[every] = samples.get(every, 0.0) + sample.value
+                if attributed != "true":
+                    continue
+                labels[ATTRIBUTED] = "true"
+            samples[(family.name, sample.name, tuple(sorted(labels.items())))] = sample.value
+    return samples, kinds
+
+
+def _model(key: SampleKey) -> str:
+    return dict(key[2]).get("model_name", "")
+
+
+class SplitCounters:
+    """The split's exported counters, continuous across sources (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._previous: dict[SplitSource, dict[SampleKey, float]] = {}
+        self._exported: dict[SampleKey, float] = {}
+        self._false_floor: dict[SampleKey, float] = {}
+        self._kinds: dict[str, Metric] = {}
+
+    def observe(self, source: SplitSource, views: Mapping[SplitSource, Iterable[Metric]]) -> None:
+        """One successful poll: every source's cumulative families; ``source`` is in charge."""
+        current: dict[SplitSource, dict[SampleKey, float]] = {}
+        for name, families in views.items():
+            current[name], kinds = _samples(families)
+            if name == source or not self._kinds:
+                self._kinds.update(kinds)
+        counted = current.get(source)
+        if counted is not None:
+            before = self._previous.get(source, {})
+            for key, value in counted.items():
+                previous = before.get(key)
+                step = value if previous is None else counter_delta(previous, value)
+                self._exported[key] = self._exported.get(key, 0.0) + step
+        self._previous = current
+        models = {_model(key) for samples in current.values() for key in samples}
+        if models:  # series of models no source shows any more leave (bounded labels)
+            for key in [key for key in self._exported if _model(key) not in models]:
+                del self._exported[key]
+                self._false_floor.pop(key, None)
+
+    def families(self) -> list[Metric]:
+        """The exported families: each family's help and type from the source in charge."""
+        out: dict[str, Metric] = {}
+        rank = {name: index for index, name in enumerate(self._kinds)}
+        for key in sorted(self._exported, key=lambda key: (rank.get(key[0], 0), _order(key))):
+            family_name, sample_name, labels = key
+            kind = self._kinds.get(family_name)
+            if kind is None:
+                continue
+            family = out.get(family_name)
+            if family is None:
+                family = out[family_name] = Metric(family_name, kind.documentation, kind.type)
+            value = self._exported[key]
+            named = dict(labels)
+            if family_name == REQUESTS and named.get(ATTRIBUTED) == _ALL:
+                true_key = (
+                    family_name,
+                    sample_name,
+                    tuple(sorted({**named, ATTRIBUTED: "true"}.items())),
+                )
+                unattributed = max(
+                    self._false_floor.get(key, 0.0), value - self._exported.get(true_key, 0.0)
+                )
+                self._false_floor[key] = unattributed
+                named[ATTRIBUTED], value = "false", unattributed
+            family.add_sample(sample_name, named, value)
+        return list(out.values())
+
+
+def _order(key: SampleKey) -> tuple[object, ...]:
+    """Samples of one label set together (buckets by bound, then count, sum), as an exposition
+    needs them."""
+    family, sample, labels = key
+    named = dict(labels)
+    le = named.pop("le", None)
+    attributed = named.pop(ATTRIBUTED, "")
+    suffix = sample.removeprefix(family)
+    rank = {"_bucket": 0, "_count": 1, "_sum": 2}.get(suffix, 0)
+    bound = float(le) if le is not None else 0.0
+    return (family, tuple(sorted(named.items())), attributed != "true", rank, bound)
 
 
 class SplitWindows:
-    """The split's source and its window counts (a new window when the source changes)."""
+    """The split's source, its exported counters and its window counts."""
 
     def __init__(
         self,
         window: float,
         tap_counts: TapCounts | None = None,
-        tap_reset: Callable[[], None] | None = None,
+        tap_families: TapFamilies | None = None,
     ) -> None:
         self._window = window
         self._tap_counts = tap_counts
-        self._tap_reset = tap_reset
+        self._tap_families = tap_families
         self.source: SplitSource = "none"
         """Decided at each successful poll; kept while vLLM is unreachable."""
+        self._wanting = 0
+        """Successful polls in a row that wanted another source than ``source``."""
         self._split: Timeline[BucketKey] = Timeline(window, counts_from_zero=True)
         self._batch: Timeline[BatchKey] = Timeline(window, counts_from_zero=True)
+        self._previous: dict[SplitSource, tuple[float, Mapping[BucketKey, Totals]]] = {}
+        self._counters = SplitCounters()
+        self.exported: list[Metric] = []
+        """The split's families as exported after the latest successful poll."""
+        self._foreign_logged = False
+        self._probe_had_counts = False
 
     def choose(self, probe: ProbeSnapshot) -> SplitSource:
+        """The source this poll alone would pick."""
         if probe.temperature_split:
             return "probe"
         return "tap" if self._tap_counts is not None else "none"
 
-    def observe(self, now: float, probe: ProbeSnapshot) -> Window[BucketKey]:
-        """Fold in one successful poll; the split's window counts per (model, bucket).
+    def _decide(self, probe: ProbeSnapshot) -> SplitSource:
+        """Hysteresis against a flapping info series: while both the current source and the
+        wanted one showed counts at the previous poll, switch after ``SWITCH_AFTER`` polls in a
+        row; at once when the current source shows none (vLLM restarted without the probe) or
+        the wanted one just appeared (vLLM restarted with it)."""
+        wanted = self.choose(probe)
+        if wanted == self.source:
+            self._wanting = 0
+            return wanted
+        had_counts = {"probe": self._probe_had_counts, "tap": True, "none": False}
+        shows_counts = {"probe": bool(probe.temperature), "tap": True, "none": False}
+        self._wanting += 1
+        if self._wanting >= SWITCH_AFTER or not shows_counts[self.source] or not had_counts[wanted]:
+            self._wanting = 0
+            return wanted
+        return self.source
 
-        Counts from zero: the probe's and the tap's series are born at zero (with vLLM's start,
-        or the sidecar's), so one first seen between two polls counts whole."""
-        source = self.choose(probe)
+    def observe(self, now: float, probe: ProbeSnapshot) -> Window[BucketKey]:
+        """Fold in one successful poll; the split's window counts per (model, bucket)."""
+        self._log_foreign(probe)
+        source = self._decide(probe)
+        self._probe_had_counts = bool(probe.temperature)
+        counts: dict[SplitSource, Mapping[BucketKey, Totals]] = {
+            "probe": {key: bucket.totals for key, bucket in probe.temperature.items()}
+        }
+        if self._tap_counts is not None:
+            counts["tap"] = dict(self._tap_counts())
         if source != self.source:
-            if self.source == "probe" and self._tap_reset is not None:
-                self._tap_reset()
+            # the new source's window starts at its previous poll: the interval between is its
             self._split = Timeline(self._window, counts_from_zero=True)
+            if source in self._previous:
+                self._split.observe(*self._previous[source])
             self.source = source
+        self._previous = {name: (now, value) for name, value in counts.items()}
         self._batch.observe(now, probe.batch)
-        # Read even while the probe is the source: the read also keeps the tap's series bounded.
-        tap = None if self._tap_counts is None else self._tap_counts()
+        views: dict[SplitSource, Iterable[Metric]] = {"probe": temperature_families(probe)}
+        if self._tap_families is not None:
+            views["tap"] = self._tap_families()
+        self._counters.observe(source, views)
+        self.exported = self._counters.families() if source != "none" else []
         if source == "none":
             return Window(0.0, {})
-        counts: Mapping[BucketKey, Totals] = (
-            {key: bucket.totals for key, bucket in probe.temperature.items()}
-            if source == "probe" or tap is None
-            else tap
-        )
-        self._split.observe(now, counts)
+        self._split.observe(now, counts[source])
         return self._split.window()
 
     def batch_window(self) -> Window[BatchKey]:
         return self._batch.window()
+
+    def _log_foreign(self, probe: ProbeSnapshot) -> None:
+        """Once: the probe shows temperature buckets that are not the sidecar's."""
+        foreign = sorted({item.key[1] for item in probe.invalid if item.reason == "foreign_bucket"})
+        if foreign and not self._foreign_logged:
+            self._foreign_logged = True
+            log.warning(
+                "the engine probe's temperature buckets are not among --temperature-buckets: "
+                'not mirrored, counted in specdec_invalid_series_total{reason="foreign_bucket"}; '
+                "give vLLM's container the sidecar's SPECDEC_TEMPERATURE_BUCKETS (logged once)",
+                extra={"buckets": foreign[:10], "foreign_buckets": len(foreign)},
+            )

@@ -1,0 +1,65 @@
+"""Reading the probe through the real `run` (issue 26, section 4): a probe label the sidecar cannot
+read fails that series only, and probe buckets not among --temperature-buckets are never mirrored;
+both are counted in specdec_invalid_series_total, the poll succeeds, nothing is logged as an
+internal error."""
+
+from __future__ import annotations
+
+import httpx
+
+from fakevllm import fake_vllm
+from probe_text import probe_text
+from sidecar_process import sidecar, wait_for
+from variants import MODEL, capture
+
+ACCEPTANCE_LINE = f'specdec_probe_acceptance_rate_bucket{{le="0.05",model_name="{MODEL}",'
+
+
+def samples(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_a_histogram_line_with_le_abc_fails_that_series_only() -> None:
+    """It used to escape the parser as a ValueError: an internal error with a traceback, every
+    poll failed ("parse"), nothing of the probe exported."""
+    body = capture("t3") + probe_text()
+    assert ACCEPTANCE_LINE + 'temperature_bucket="0.7-1.0"}' in body
+    body = body.replace(
+        ACCEPTANCE_LINE + 'temperature_bucket="0.7-1.0"}',
+        f'specdec_probe_acceptance_rate_bucket{{le="abc",model_name="{MODEL}",'
+        'temperature_bucket="0.7-1.0"}',
+    )
+    with fake_vllm(body) as vllm, sidecar(vllm.url) as (url, records):
+        text = wait_for(url + "/metrics", 'specdec_invalid_series_total{reason="bad_label"} ')
+        assert "specdec_up 1.0" in text
+        assert not samples(text, 'specdec_invalid_series_total{reason="bad_label"} 0.0')
+        # the other buckets are mirrored; the one with the bad line is left out, whole
+        assert f'specdec_requests_total{{attributed="true",model_name="{MODEL}",' in text
+        assert not [line for line in samples(text, "specdec_request") if '"0.7-1.0"' in line]
+        assert samples(text, "specdec_request_drafts_total{")
+    assert not [r for r in records if "unexpected error" in str(r.get("msg"))]
+    assert not [r for r in records if r.get("exc_info") or "Traceback" in str(r)]
+
+
+def test_probe_buckets_not_among_the_sidecars_edges_are_not_mirrored() -> None:
+    """1,501 foreign buckets used to be mirrored onto the sidecar's /metrics without a word."""
+    foreign = "".join(
+        f'specdec_probe_sequences_total{{model_name="{MODEL}",temperature_bucket="{i}.5-{i}.7"}}'
+        " 1.0\n"
+        for i in range(1501)
+    )
+    with (
+        fake_vllm(capture("t3") + probe_text() + foreign) as vllm,
+        sidecar(vllm.url) as (url, records),
+    ):
+        text = wait_for(url + "/metrics", 'specdec_invalid_series_total{reason="foreign_bucket"} ')
+        assert not samples(text, 'specdec_invalid_series_total{reason="foreign_bucket"} 0.0')
+        buckets = {
+            line.split('temperature_bucket="', 1)[1].split('"', 1)[0]
+            for line in samples(text, "specdec_request")
+        }
+        assert buckets == {"0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+"}
+        wait_for(url + "/metrics", 'specdec_invalid_series_total{reason="foreign_bucket"} 3')
+        assert httpx.get(url + "/metrics", timeout=10).status_code == 200
+    said = [r for r in records if "not among --temperature-buckets" in str(r.get("msg"))]
+    assert len(said) == 1, said  # logged once, however many polls show them
