@@ -249,3 +249,31 @@ async def test_the_report_carries_the_probe_as_the_last_poll_saw_it() -> None:
     assert probe is not None
     assert (probe["temperature_split"], probe["batch_split"]) == ("off", "on")
     assert probe_json(None) is None
+
+
+async def test_a_flapping_probe_info_series_adds_no_phantom_requests() -> None:
+    """The probe's info flaps on, on, off, off, ... while its counts stand still, a tap on: the
+    exported specdec_requests_total used to go 3, 3, 0, 0, 3, ... (increase() = 12 here, 40 in
+    the issue's attack); it stays at 3 and the split stays with the probe."""
+    on = capture("t3") + probe_text()
+    off = on.replace('temperature_split="on"', 'temperature_split="off"')
+    assert off != on
+    sidecar = Sidecar([on, on, off, off] * 5, tap=FakeTap())
+    seen = []
+    for _ in range(20):
+        await sidecar.poll()
+        seen.append(
+            sum(
+                sidecar.value(
+                    "specdec_requests_total",
+                    model_name=MODEL,
+                    temperature_bucket=bucket,
+                    attributed=attributed,
+                )
+                or 0.0
+                for bucket in ("0", "0.7-1.0")
+                for attributed in ("true", "false")
+            )
+        )
+        assert sidecar.source() == "probe"
+    assert seen == [3.0] * 20

@@ -25,7 +25,7 @@ from typing import Literal
 
 from prometheus_client.core import Metric
 
-from specdec_exporter.core.acceptance import Totals, counter_delta
+from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.batch_report import BatchKey
 from specdec_exporter.core.probe_parse import ProbeSnapshot
 from specdec_exporter.core.report import BucketKey
@@ -108,9 +108,18 @@ class SplitCounters:
         counted = current.get(source)
         if counted is not None:
             before = self._previous.get(source, {})
+            # A restart zeroes every counter of a model together (vLLM's, or the tap's series of
+            # a model it forgot): one that went down says so for all of them. Not a histogram's
+            # float sum, which may wobble by a rounding when vLLM sums its processes' files.
+            restarted = {
+                _model(key)
+                for key, value in counted.items()
+                if not key[1].endswith("_sum") and value < before.get(key, value)
+            }
             for key, value in counted.items():
                 previous = before.get(key)
-                step = value if previous is None else counter_delta(previous, value)
+                whole = previous is None or _model(key) in restarted
+                step = value if whole else max(0.0, value - previous)  # type: ignore[operator]
                 self._exported[key] = self._exported.get(key, 0.0) + step
         self._previous = current
         models = {_model(key) for samples in current.values() for key in samples}
