@@ -149,7 +149,7 @@ def parse_probe(text: str, temperature_labels: Collection[str] | None = None) ->
     problems: dict[tuple[tuple[str, str], InvalidReason], InvalidSeries] = {}
     valid: list[Sample] = []
     for name, labels, value in samples:
-        problem = _value_problem(value) or _label_problem(labels, temperature_labels)
+        problem = _value_problem(value) or _label_problem(name, labels, temperature_labels)
         if problem is None:
             valid.append((name, labels, value))
         else:
@@ -178,9 +178,11 @@ _LABEL_CHARS = 64
 
 
 def _label_problem(
-    labels: dict[str, str], temperature_labels: Collection[str] | None
+    name: str, labels: dict[str, str], temperature_labels: Collection[str] | None
 ) -> InvalidReason | None:
     """Explicit ASCII rules for every label the sidecar reads as more than text."""
+    if name.removesuffix("_total") in _BATCH_COUNTERS and names.BATCH_BUCKET not in labels:
+        return "bad_label"
     bucket = labels.get(names.TEMPERATURE_BUCKET)
     if bucket is not None:
         if not _fits(_TEMPERATURE_BUCKET, bucket):
@@ -208,8 +210,34 @@ def _fits(pattern: re.Pattern[str], text: str) -> bool:
 
 
 def _strip_exemplar(line: str) -> str:
+    """The sample without its OpenMetrics exemplar (`` # {...}`` after the value); a label value
+    that holds `` # {`` is text, not an exemplar."""
     cut = line.find(_EXEMPLAR)
+    if cut < 0:
+        return line
+    after = _labels_end(line)
+    if after > cut:
+        cut = line.find(_EXEMPLAR, after)
     return line if cut < 0 else line[:cut]
+
+
+def _labels_end(line: str) -> int:
+    """Index after the label set's closing brace (quoted values skipped); 0 without labels."""
+    start = line.find("{")
+    if start < 0 or " " in line[:start] or "\t" in line[:start]:
+        return 0  # no label set: a brace after the name's end is an exemplar's
+    quoted = escaped = False
+    for index in range(start + 1, len(line)):
+        char = line[index]
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = quoted
+        elif char == '"':
+            quoted = not quoted
+        elif char == "}" and not quoted:
+            return index + 1
+    return len(line)
 
 
 def _parse(lines: list[str]) -> list[Sample]:
