@@ -313,7 +313,10 @@ def _speculative_tokens(speculative: Any) -> int | str:
     """vLLM's configured k (``speculative_config.num_speculative_tokens``), read defensively: a
     whole number from 1 to ``names.MAX_POSITIONS``, else what is wrong (str; the temperature
     split needs k to bound its per-position series)."""
-    k = getattr(speculative, "num_speculative_tokens", None)
+    try:
+        k = getattr(speculative, "num_speculative_tokens", None)
+    except Exception as exc:  # a property of a vLLM the probe does not know
+        k = f"<{type(exc).__name__}>"
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= names.MAX_POSITIONS:
         shown = repr(k)[:40]
         return (
