@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from prometheus_client.core import Metric
+from prometheus_client.samples import Sample
 
 from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.batch_report import BatchKey
@@ -54,120 +55,153 @@ counter of its own, so ``false`` = all - true never goes down while the source's
 are caught between two increments."""
 
 SampleKey = tuple[str, str, tuple[tuple[str, str], ...]]
-"""(family, sample name, labels sorted)."""
+"""(model, sample name, labels): one sample of a family. The labels in the order the source gives
+them: both sources label ``model_name``, ``temperature_bucket``, then ``attributed`` or ``le``
+(``split_families.SPLIT_LABELS``, ``tap.stats.BUCKET_LABELS``; prometheus_client adds ``le``
+last), so a sample has one key whichever source counted it (``tests/sidecar/test_split.py``)."""
+Samples = dict[str, dict[SampleKey, float]]
+"""Per family name, its samples' cumulative values."""
 
 
-def _samples(families: Iterable[Metric]) -> tuple[dict[SampleKey, float], dict[str, Metric]]:
+def _samples(families: Iterable[Metric]) -> tuple[Samples, dict[str, Metric]]:
     """A source's split families as flat cumulative samples (``_created`` left out), with
     ``specdec_requests``' true/false turned into true/all; and each family (for its help/type)."""
-    samples: dict[SampleKey, float] = {}
+    samples: Samples = {}
     kinds: dict[str, Metric] = {}
     for family in families:
         if family.type not in ("counter", "histogram"):
             continue
         kinds[family.name] = family
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
+        own = samples.setdefault(family.name, {})
+        requests = family.name == REQUESTS
+        for name, labels, value, *_ in family.samples:
+            if name.endswith("_created"):
                 continue
-            labels = dict(sample.labels)
-            if family.name == REQUESTS:
-                attributed = labels.pop(ATTRIBUTED, "")
-                every = (
-                    family.name,
-                    sample.name,
-                    tuple(sorted({**labels, ATTRIBUTED: _ALL}.items())),
-                )
-                samples[every] = samples.get(every, 0.0) + sample.value
-                if attributed != "true":
-                    continue
-                labels[ATTRIBUTED] = "true"
-            samples[(family.name, sample.name, tuple(sorted(labels.items())))] = sample.value
+            model = labels.get("model_name", "")
+            if requests:
+                attributed = labels.get(ATTRIBUTED, "")
+                rest = {**labels, ATTRIBUTED: "true"}
+                if attributed == "true":
+                    own[(model, name, tuple(rest.items()))] = value
+                rest[ATTRIBUTED] = _ALL
+                every = (model, name, tuple(rest.items()))
+                own[every] = own.get(every, 0.0) + value
+            else:
+                own[(model, name, tuple(labels.items()))] = value
     return samples, kinds
 
 
-def _model(key: SampleKey) -> str:
-    return dict(key[2]).get("model_name", "")
-
-
 class SplitCounters:
-    """The split's exported counters, continuous across sources (see the module's docstring)."""
+    """The split's exported counters, continuous across sources (see the module's docstring).
+
+    Only the source in charge is read sample by sample; another source's families are kept as
+    they were at the last poll and read only if it takes over at the next one (the interval
+    between is then its). Rendering is redone only when a value moved."""
 
     def __init__(self) -> None:
-        self._previous: dict[SplitSource, dict[SampleKey, float]] = {}
-        self._exported: dict[SampleKey, float] = {}
+        self._raw: dict[SplitSource, list[Metric]] = {}
+        self._flat: tuple[SplitSource, Samples] = ("none", {})
+        self._exported: Samples = {}
         self._false_floor: dict[SampleKey, float] = {}
         self._kinds: dict[str, Metric] = {}
+        self._rendered: list[Metric] | None = None
 
     def observe(self, source: SplitSource, views: Mapping[SplitSource, Iterable[Metric]]) -> None:
         """One successful poll: every source's cumulative families; ``source`` is in charge."""
-        current: dict[SplitSource, dict[SampleKey, float]] = {}
-        for name, families in views.items():
-            current[name], kinds = _samples(families)
+        raw = {name: list(families) for name, families in views.items()}
+        for name, families in raw.items():
             if name == source or not self._kinds:
-                self._kinds.update(kinds)
-        counted = current.get(source)
-        if counted is not None:
-            before = self._previous.get(source, {})
-            # A restart zeroes every counter of a model together (vLLM's, or the tap's series of
-            # a model it forgot): one that went down says so for all of them. Not a histogram's
-            # float sum, which may wobble by a rounding when vLLM sums its processes' files.
-            restarted = {
-                _model(key)
-                for key, value in counted.items()
-                if not key[1].endswith("_sum") and value < before.get(key, value)
-            }
-            for key, value in counted.items():
-                previous = before.get(key)
-                whole = previous is None or _model(key) in restarted
-                step = value if whole else max(0.0, value - previous)  # type: ignore[operator]
-                self._exported[key] = self._exported.get(key, 0.0) + step
-        self._previous = current
-        models = {_model(key) for samples in current.values() for key in samples}
+                self._kinds.update((family.name, family) for family in families)
+        last_source, last_flat = self._flat
+        if source != last_source:
+            self._rendered = None  # the help texts are the source's
+        if source == "tap" and last_source == source and _same_requests(raw, self._raw, source):
+            pass  # no request through the tap since: nothing moved (read again once one is)
+        elif source in raw:
+            counted, _ = _samples(raw[source])
+            before = last_flat if last_source == source else _samples(self._raw.get(source, []))[0]
+            self._count(counted, before)
+            self._flat = (source, counted)
+        else:
+            self._flat = (source, {})
+        self._raw = raw
+        models = {_model_of(sample) for families in raw.values() for sample in _first(families)}
         if models:  # series of models no source shows any more leave (bounded labels)
-            for key in [key for key in self._exported if _model(key) not in models]:
-                del self._exported[key]
-                self._false_floor.pop(key, None)
+            for exported in self._exported.values():
+                for key in [key for key in exported if key[0] not in models]:
+                    del exported[key]
+                    self._false_floor.pop(key, None)
+                    self._rendered = None
+
+    def _count(self, counted: Samples, before: Samples) -> None:
+        # A restart zeroes every counter of a model together (vLLM's, or the tap's series of
+        # a model it forgot): one that went down says so for all of them. Not a histogram's
+        # float sum, which may wobble by a rounding when vLLM sums its processes' files.
+        restarted = {
+            key[0]
+            for family, samples in counted.items()
+            for key, value in samples.items()
+            if value < before.get(family, {}).get(key, value) and not key[1].endswith("_sum")
+        }
+        for family, samples in counted.items():
+            previous = before.get(family, {})
+            exported = self._exported.setdefault(family, {})
+            for key, value in samples.items():
+                last = previous.get(key)
+                whole = last is None or key[0] in restarted
+                step = value if whole else max(0.0, value - last)  # type: ignore[operator]
+                if step or key not in exported:
+                    exported[key] = exported.get(key, 0.0) + step
+                    self._rendered = None
 
     def families(self) -> list[Metric]:
-        """The exported families: each family's help and type from the source in charge."""
-        out: dict[str, Metric] = {}
-        rank = {name: index for index, name in enumerate(self._kinds)}
-        for key in sorted(self._exported, key=lambda key: (rank.get(key[0], 0), _order(key))):
-            family_name, sample_name, labels = key
+        """The exported families (help and type from the source in charge), each label set's
+        samples together in the order its source gave them."""
+        if self._rendered is not None:
+            return self._rendered
+        out: list[Metric] = []
+        for family_name, samples in self._exported.items():
             kind = self._kinds.get(family_name)
-            if kind is None:
+            if kind is None or not samples:
                 continue
-            family = out.get(family_name)
-            if family is None:
-                family = out[family_name] = Metric(family_name, kind.documentation, kind.type)
-            value = self._exported[key]
-            named = dict(labels)
-            if family_name == REQUESTS and named.get(ATTRIBUTED) == _ALL:
-                true_key = (
-                    family_name,
-                    sample_name,
-                    tuple(sorted({**named, ATTRIBUTED: "true"}.items())),
-                )
-                unattributed = max(
-                    self._false_floor.get(key, 0.0), value - self._exported.get(true_key, 0.0)
-                )
-                self._false_floor[key] = unattributed
-                named[ATTRIBUTED], value = "false", unattributed
-            family.add_sample(sample_name, named, value)
-        return list(out.values())
+            family = Metric(family_name, kind.documentation, kind.type)
+            requests = family_name == REQUESTS
+            for key, counted in samples.items():
+                model, sample_name, labels = key
+                named, value = dict(labels), counted
+                if requests and named.get(ATTRIBUTED) == _ALL:
+                    true_key = (model, sample_name, tuple({**named, ATTRIBUTED: "true"}.items()))
+                    unattributed = max(
+                        self._false_floor.get(key, 0.0), value - samples.get(true_key, 0.0)
+                    )
+                    self._false_floor[key] = unattributed
+                    named[ATTRIBUTED], value = "false", unattributed
+                family.add_sample(sample_name, named, value)
+            out.append(family)
+        self._rendered = out
+        return out
 
 
-def _order(key: SampleKey) -> tuple[object, ...]:
-    """Samples of one label set together (buckets by bound, then count, sum), as an exposition
-    needs them."""
-    family, sample, labels = key
-    named = dict(labels)
-    le = named.pop("le", None)
-    attributed = named.pop(ATTRIBUTED, "")
-    suffix = sample.removeprefix(family)
-    rank = {"_bucket": 0, "_count": 1, "_sum": 2}.get(suffix, 0)
-    bound = float(le) if le is not None else 0.0
-    return (family, tuple(sorted(named.items())), attributed != "true", rank, bound)
+def _same_requests(
+    raw: Mapping[SplitSource, list[Metric]],
+    before: Mapping[SplitSource, list[Metric]],
+    source: SplitSource,
+) -> bool:
+    """The tap's requests family is as at the previous poll: every request it records moves it,
+    every other sample moves only with one, and its series of a model go and come back only with
+    that family's (the tap never restarts otherwise; the probe, one model, is always read)."""
+    now, then = raw.get(source, []), before.get(source, [])
+    return bool(now and then) and now[0].name == REQUESTS and now[0].samples == then[0].samples
+
+
+def _first(families: list[Metric]) -> list[Sample]:
+    """The samples of a source's first family: one per model at least (every family of a source
+    carries every model's series)."""
+    return families[0].samples if families else []
+
+
+def _model_of(sample: Sample) -> str:
+    return str(sample.labels.get("model_name", ""))
 
 
 class SplitWindows:
