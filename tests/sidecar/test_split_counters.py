@@ -183,3 +183,37 @@ def test_a_flapping_info_series_counts_nothing_that_did_not_happen() -> None:
         seen.append(exported(windows)[KEYS[1]])
     assert seen == [10.0] * 20
     assert windows.source == "probe"  # two polls off in a row do not move the split
+
+
+def test_the_tap_is_read_model_by_model_and_a_forgotten_model_counts_from_zero() -> None:
+    from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
+    from specdec_exporter.core.request_metrics import SpecDecodeSummary  # noqa: PLC0415
+    from specdec_exporter.tap.stats import RequestRecord, RequestStats  # noqa: PLC0415
+
+    stats = RequestStats(TemperatureBuckets(), lambda model: 4)
+    for model in ("a", "b"):
+        stats.add_model(model)
+    windows = SplitWindows(3600, lambda: {}, stats.collect)
+
+    def drafts(model: str) -> float | None:
+        values = {
+            dict(sample.labels)["model_name"]: sample.value
+            for family in windows.exported
+            if family.name == "specdec_request_drafts"
+            for sample in family.samples
+            if dict(sample.labels)["temperature_bucket"] == "0"
+        }
+        return values.get(model)
+
+    def request(model: str) -> None:
+        stats.record(RequestRecord(model, "0", SpecDecodeSummary(2, 8, 4, 4)))
+
+    for at, action in enumerate(["a", "b", "a", "", "drop b", "b", "b"]):
+        if action == "drop b":
+            stats.retain_models({"a"})
+        elif action:
+            request(action)
+        windows.observe(float(at), NO_PROBE)
+        if action == "drop b":
+            stats.add_model("b")
+    assert (drafts("a"), drafts("b")) == (4.0, 4.0)  # b forgotten, then 2 requests of 2 drafts

@@ -20,7 +20,7 @@ inside vLLM, the tap only what passes through it. Both keep counting; only one f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Literal
 
 from prometheus_client.core import Metric
@@ -63,9 +63,12 @@ Samples = dict[str, dict[SampleKey, float]]
 """Per family name, its samples' cumulative values."""
 
 
-def _samples(families: Iterable[Metric]) -> tuple[Samples, dict[str, Metric]]:
+def _samples(
+    families: Iterable[Metric], only: Collection[str] | None = None
+) -> tuple[Samples, dict[str, Metric]]:
     """A source's split families as flat cumulative samples (``_created`` left out), with
-    ``specdec_requests``' true/false turned into true/all; and each family (for its help/type)."""
+    ``specdec_requests``' true/false turned into true/all; and each family (for its help/type).
+    ``only``: just these models' samples."""
     samples: Samples = {}
     kinds: dict[str, Metric] = {}
     for family in families:
@@ -78,6 +81,8 @@ def _samples(families: Iterable[Metric]) -> tuple[Samples, dict[str, Metric]]:
             if name.endswith("_created"):
                 continue
             model = labels.get("model_name", "")
+            if only is not None and model not in only:
+                continue
             if requests:
                 attributed = labels.get(ATTRIBUTED, "")
                 rest = {**labels, ATTRIBUTED: "true"}
@@ -115,8 +120,21 @@ class SplitCounters:
         last_source, last_flat = self._flat
         if source != last_source:
             self._rendered = None  # the help texts are the source's
-        if source == "tap" and last_source == source and _same_requests(raw, self._raw, source):
-            pass  # no request through the tap since: nothing moved (read again once one is)
+        if source == "tap" and last_source == source:
+            # Only the models whose requests moved: every request the tap records moves that
+            # family, every other sample moves only with one, and a model's series go and come
+            # back only with its requests' (the tap never restarts otherwise; the probe, one
+            # model, is always read whole).
+            changed = _changed_models(raw.get(source, []), self._raw.get(source, []))
+            if changed:
+                counted, _ = _samples(raw.get(source, []), changed)
+                self._count(counted, last_flat)
+                for family, samples in counted.items():
+                    last_flat.setdefault(family, {}).update(samples)
+                present = {_model_of(sample) for sample in _first(raw.get(source, []))}
+                for samples in last_flat.values():
+                    for key in [key for key in samples if key[0] not in present]:
+                        del samples[key]
         elif source in raw:
             counted, _ = _samples(raw[source])
             before = last_flat if last_source == source else _samples(self._raw.get(source, []))[0]
@@ -182,16 +200,23 @@ class SplitCounters:
         return out
 
 
-def _same_requests(
-    raw: Mapping[SplitSource, list[Metric]],
-    before: Mapping[SplitSource, list[Metric]],
-    source: SplitSource,
-) -> bool:
-    """The tap's requests family is as at the previous poll: every request it records moves it,
-    every other sample moves only with one, and its series of a model go and come back only with
-    that family's (the tap never restarts otherwise; the probe, one model, is always read)."""
-    now, then = raw.get(source, []), before.get(source, [])
-    return bool(now and then) and now[0].name == REQUESTS and now[0].samples == then[0].samples
+def _changed_models(now: list[Metric], then: list[Metric]) -> set[str]:
+    """The models whose samples in the first (requests) family differ from the previous poll's."""
+
+    def by_model(families: list[Metric]) -> dict[str, list[tuple[object, float]]]:
+        rows: dict[str, list[tuple[object, float]]] = {}
+        for sample in _first(families):
+            rows.setdefault(_model_of(sample), []).append((sample.labels, sample.value))
+        return rows
+
+    current, previous = by_model(now), by_model(then)
+    if not now or now[0].name != REQUESTS:
+        return set(current) | set(previous)
+    return {
+        model
+        for model in current.keys() | previous.keys()
+        if current.get(model) != previous.get(model)
+    }
 
 
 def _first(families: list[Metric]) -> list[Sample]:
