@@ -5,6 +5,8 @@ internal error."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from fakevllm import fake_vllm
@@ -63,3 +65,32 @@ def test_probe_buckets_not_among_the_sidecars_edges_are_not_mirrored() -> None:
         assert httpx.get(url + "/metrics", timeout=10).status_code == 200
     said = [r for r in records if "not among --temperature-buckets" in str(r.get("msg"))]
     assert len(said) == 1, said  # logged once, however many polls show them
+
+
+def requests_total(text: str) -> float | None:
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in samples(text, "specdec_requests_total{")
+        if f'model_name="{MODEL}"' in line
+    ]
+    return sum(values) if values else None
+
+
+def test_a_flapping_info_series_never_moves_the_split_counters_through_run() -> None:
+    """The probe's info flaps on, on, off, off, ... with its counts still and a tap on: the
+    exported specdec_requests_total used to flip between the probe's 3 and the tap's 0 (each flip
+    back an increase() of 3 that never happened); it stays at 3."""
+    on = capture("t3") + probe_text()
+    off = on.replace('temperature_split="on"', 'temperature_split="off"')
+    with (
+        fake_vllm(on) as vllm,
+        sidecar(vllm.url, "--proxy-listen", "127.0.0.1:0") as (url, _),
+    ):
+        wait_for(url + "/metrics", "specdec_requests_total{")
+        vllm.serve_in_turn(*([on, on, off, off] * 6), on)
+        seen = set()
+        deadline = time.monotonic() + 60
+        while vllm.requests < 26:  # the sidecar polls every 0.2 s
+            assert time.monotonic() < deadline, "the sidecar stopped polling"
+            seen.add(requests_total(httpx.get(url + "/metrics", timeout=10).text))
+        assert seen == {3.0}, seen
