@@ -5,13 +5,16 @@ internal error."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
-from fakevllm import fake_vllm
+from fakevllm import fake_vllm, serving
 from probe_text import probe_text
-from sidecar_process import sidecar, wait_for
+from sidecar_process import address_of, sidecar, wait_for
 from variants import MODEL, capture
 
 ACCEPTANCE_LINE = f'specdec_probe_acceptance_rate_bucket{{le="0.05",model_name="{MODEL}",'
@@ -94,3 +97,98 @@ def test_a_flapping_info_series_never_moves_the_split_counters_through_run() -> 
             assert time.monotonic() < deadline, "the sidecar stopped polling"
             seen.add(requests_total(httpx.get(url + "/metrics", timeout=10).text))
         assert seen == {3.0}, seen
+
+
+SPEC_ANSWER = json.dumps(
+    {
+        "id": "c",
+        "object": "chat.completion",
+        "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12},
+        "metrics": {
+            "speculative_decoding": {
+                "num_spec_steps": 2,
+                "num_draft_tokens": 8,
+                "num_accepted_draft_tokens": 4,
+                "num_spec_tokens": 4,
+            }
+        },
+    }
+).encode()
+
+
+class Vllm:
+    """/metrics as the test sets it, and chat completions that carry speculative figures."""
+
+    def __init__(self) -> None:
+        self.body = b""
+        self.polls = 0
+        self.polled = threading.Event()
+        vllm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                vllm.polls += 1
+                self._answer(vllm.body, "text/plain; version=0.0.4")
+                vllm.polled.set()
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                self._answer(SPEC_ANSWER, "application/json")
+
+            def _answer(self, body: bytes, kind: str) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def greedy_drafts(text: str) -> float | None:
+    found = samples(
+        text, f'specdec_request_drafts_total{{model_name="{MODEL}",temperature_bucket="0"}}'
+    )
+    return float(found[0].rsplit(" ", 1)[1]) if found else None
+
+
+def test_requests_through_the_tap_after_vllm_restarts_without_the_probe_are_counted() -> None:
+    """vLLM restarts without the probe; 3 requests pass the tap before the sidecar's next poll.
+    They used to be erased by the tap's reset at that poll (the greedy bucket read 0)."""
+    vllm = Vllm()
+    vllm.body = (capture("t3") + probe_text()).encode()
+    with (
+        serving(vllm.server),
+        sidecar(vllm.url, "--proxy-listen", "127.0.0.1:0", "--interval", "2") as (url, records),
+    ):
+        text = wait_for(url + "/metrics", 'specdec_temperature_split_info{source="probe"}')
+        from_probe = greedy_drafts(text)
+        assert from_probe == 20.0
+        vllm.polled.clear()
+        assert vllm.polled.wait(30)  # right after a poll: the next is 2 s away
+        polled = vllm.polls
+        vllm.body = capture("t3").encode()  # vLLM restarted without the probe
+        tap = address_of(records, "tap")
+        for _ in range(3):
+            answer = httpx.post(
+                f"http://{tap}/v1/chat/completions",
+                json={
+                    "model": MODEL,
+                    "temperature": 0,
+                    "messages": [{"role": "user", "content": "hi"}],
+                },
+                timeout=10,
+            )
+            assert answer.status_code == 200
+        assert vllm.polls == polled, "a poll came between: the test needs a slower interval"
+        text = wait_for(url + "/metrics", 'specdec_temperature_split_info{source="tap"}')
+        assert greedy_drafts(text) == from_probe + 3 * 2
