@@ -458,7 +458,7 @@ def every_sample_list(probe: Probe) -> list[Any]:
         ("SPECDEC_TEMPERATURE_BUCKETS", "nan", "temperature_split"),
         (
             "SPECDEC_TEMPERATURE_BUCKETS",
-            ",".join(f"0.{i:03d}1" for i in range(2000)),
+            ",".join(str(i + 1) for i in range(2000)),
             "temperature_split",
         ),
         ("SPECDEC_BATCH_BUCKETS", ",".join(str(i) for i in range(1, 18)), "batch_split"),
