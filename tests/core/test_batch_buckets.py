@@ -34,5 +34,18 @@ def test_bad_batch_edges_are_refused(edges: tuple[float, ...]) -> None:
 def test_parse_edges_skips_blanks_and_names_a_bad_part() -> None:
     assert parse_edges(" 0.5, 0.7,,1 ") == (0.5, 0.7, 1.0)
     assert parse_edges("1,4,8") == (1.0, 4.0, 8.0)
-    with pytest.raises(ValueError, match="'x' is not a number"):
+    with pytest.raises(ValueError, match="'x' is not a finite number"):
         parse_edges("0.5,x")
+    assert parse_edges("") == parse_edges("  ") == (0.5, 0.7, 1.0)  # empty: the default
+    assert parse_edges("", (1, 4)) == (1.0, 4.0)
+    for bad in (
+        "inf",
+        "nan",
+        "1e309",
+        "1_0",
+        "٣",
+        "0x1",
+        "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
+    ):
+        with pytest.raises(ValueError, match="bucket edges"):
+            parse_edges(bad)

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
+from specdec_exporter.core import probe_names as names
+from specdec_exporter.core.buckets import MAX_EDGES, BatchBuckets, TemperatureBuckets
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
+from specdec_exporter.options import DEFAULT_MAX_BODY_BYTES
 from specdec_exporter.probe.families import HELP, Families
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "probe.md"
@@ -40,3 +42,37 @@ def test_the_documented_series_count() -> None:
     text = DOC.read_text()
     assert f"**{len([line for line in lines if '_created' not in line])} series**" in text
     assert f"({len(lines)} sample lines" in text
+
+
+WORST_ENGINES = 16
+WORST_MODEL = "m" * 200
+
+
+def test_the_documented_worst_case_stays_far_below_the_sidecars_body_cap() -> None:
+    """The most edges either variable takes, the most positions the probe accepts (k = 65), 16
+    data-parallel engines and a 200-character model name: the series count docs/probe.md states,
+    and a body under a quarter of the sidecar's cap (2,000 edges used to make it 25 MiB)."""
+    temperature = TemperatureBuckets([round(0.1 * (i + 1), 1) for i in range(MAX_EDGES)])
+    batch = BatchBuckets([2**i for i in range(MAX_EDGES)])
+    registry = CollectorRegistry()
+    families = Families(registry)
+    for label in temperature.labels:
+        families.temperature_series(WORST_MODEL, label, names.MAX_POSITIONS)
+    for engine in range(WORST_ENGINES):
+        for label in batch.labels:
+            families.batch_series(WORST_MODEL, str(engine), label)
+    families.info.labels("v", "v", "on", "on", "r" * names.REASON_LIMIT).set(1)
+    longest = "x" * names.REASON_LIMIT
+    families.set_speculative_config(EngineSpeculativeConfig(True, *[longest] * 6))
+    body = generate_latest(registry)
+    series = [
+        line
+        for line in body.decode().splitlines()
+        if not line.startswith("#") and "_created" not in line
+    ]
+    text = DOC.read_text()
+    assert f"**{len(series):,} series**" in text
+    assert f"{MAX_EDGES} edges" in text and f"k = {names.MAX_POSITIONS}" in text
+    megabytes = len(body) / 2**20
+    assert f"{megabytes:.1f} MiB" in text
+    assert len(body) < DEFAULT_MAX_BODY_BYTES / 4

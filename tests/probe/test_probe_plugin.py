@@ -181,7 +181,7 @@ def test_series_are_made_up_front_and_the_info_says_both_splits_are_on(probe: Pr
 def test_the_hook_is_installed_once_per_process(probe: Probe) -> None:
     for engine in range(3):
         probe.logger(engine)
-    probe.processor()._update_stats_from_finished(state(0.2, [0, 1]), 1, None)
+    probe.processor()._update_stats_from_finished(state(0.2, [0, 1], 1), 1, None)
     assert probe.temperature("specdec_probe_sequences_total", "0-0.5") == 1
 
 
@@ -369,3 +369,129 @@ def test_the_probe_never_reads_prompts_or_completions(
         probe.processor()._update_stats_from_finished(watched, 1, None)
     assert set(watched.read) == {"temperature", "spec_decode_metrics", "stats"}
     assert "secret" not in caplog.text
+
+
+def every_sample(
+    registry: CollectorRegistry,
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for metric in registry.collect()
+        for sample in metric.samples
+        if not sample.name.endswith("_created") and metric.name != names.ERRORS
+    }
+
+
+@pytest.mark.parametrize(
+    ("histogram", "draft_tokens", "timing"),
+    [
+        ([1, 2, -1, 0, 0], 8, None),  # a negative count: used to raise after three counters moved
+        ([0, 0, 0, 0, 3], 4, None),  # 12 accepted of 4 drafted: the sidecar would drop the bucket
+        ([1] * 99, 400, None),  # positions beyond k = 4: used to make series up to position 97
+        ([0, 1, 0, 0, 0], -3, None),
+        ([0, 1, 0, 0, 0], 4, fake.RequestStateStats(first_token_latency=float("nan"))),
+        (
+            [0, 1, 0, 0, 0],
+            4,
+            fake.RequestStateStats(num_generation_tokens=3, first_token_ts=5.0, last_token_ts=1.0),
+        ),
+        ([True, 1, 0, 0, 0], 4, None),
+    ],
+)
+def test_a_rejected_sequence_moves_nothing_and_is_an_error_of_its_hook(
+    probe: Probe, histogram: list[int], draft_tokens: int, timing: fake.RequestStateStats | None
+) -> None:
+    probe.logger()
+    processor = probe.processor()
+    processor._update_stats_from_finished(state(0.6, [0, 1, 0, 0, 0], 4), 1, None)
+    before = every_sample(probe.registry)
+
+    result = processor._update_stats_from_finished(
+        state(0.6, histogram, draft_tokens, timing), 1, None
+    )
+
+    assert result == "vllm's own result"
+    assert every_sample(probe.registry) == before  # no counter moved, no series was made
+    assert probe.value("specdec_probe_errors_total", hook="finished") == 1
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        fake.SchedulerStats(3, spec_decoding_stats=fake.SpecDecodingStats(4, 1, 4, 5)),
+        fake.SchedulerStats(3, spec_decoding_stats=fake.SpecDecodingStats(4, 2, -4, 0)),
+        fake.SchedulerStats(3, spec_decoding_stats=fake.SpecDecodingStats(4, -1, 4, 1)),
+        fake.SchedulerStats(-3, spec_decoding_stats=fake.SpecDecodingStats(4, 1, 4, 1)),
+    ],
+)
+def test_a_rejected_step_moves_nothing(probe: Probe, step: fake.SchedulerStats) -> None:
+    logger = probe.logger()
+    before = every_sample(probe.registry)
+    logger.record(step, None)
+    assert every_sample(probe.registry) == before
+    assert probe.value("specdec_probe_errors_total", hook="record") == 1
+
+
+@pytest.mark.parametrize("k", [0, -1, 66, 10**6, "4", 4.0, True])
+def test_a_k_the_probe_cannot_use_turns_off_the_temperature_split_only(
+    probe: Probe, k: Any
+) -> None:
+    probe.logger(k=k)
+    info = probe.info()
+    assert (info["temperature_split"], info["batch_split"]) == ("off", "on")
+    assert "cannot read k" in info["reason"]
+    assert not any(
+        sample.name.startswith(names.ACCEPTED_PER_POSITION) for sample in every_sample_list(probe)
+    )
+
+
+def every_sample_list(probe: Probe) -> list[Any]:
+    return [sample for metric in probe.registry.collect() for sample in metric.samples]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "off"),
+    [
+        ("SPECDEC_BATCH_BUCKETS", "inf", "batch_split"),  # used to end the whole probe
+        ("SPECDEC_BATCH_BUCKETS", "1,4,1e309", "batch_split"),
+        ("SPECDEC_TEMPERATURE_BUCKETS", "0.5,inf", "temperature_split"),
+        ("SPECDEC_TEMPERATURE_BUCKETS", "nan", "temperature_split"),
+        (
+            "SPECDEC_TEMPERATURE_BUCKETS",
+            ",".join(str(i + 1) for i in range(2000)),
+            "temperature_split",
+        ),
+        ("SPECDEC_BATCH_BUCKETS", ",".join(str(i) for i in range(1, 18)), "batch_split"),
+        ("SPECDEC_TEMPERATURE_BUCKETS", "0.5,٣", "temperature_split"),
+    ],
+)
+def test_any_edge_failure_switches_off_that_split_only(
+    probe: Probe,
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    variable: str,
+    value: str,
+    off: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with caplog.at_level(logging.INFO, logger="vllm.specdec_probe"):
+        logger = probe.logger()
+    assert logger.state is not None
+    assert len(caplog.records) == 1
+    assert f"invalid {variable}=" in caplog.records[0].getMessage()
+    info = probe.info()  # the info series exists: the split-off alert can fire
+    assert info[off] == "off" and variable in info["reason"]
+    assert len(info["reason"]) <= names.REASON_LIMIT
+    other = "batch_split" if off == "temperature_split" else "temperature_split"
+    assert info[other] == "on"
+
+
+@pytest.mark.parametrize("variable", ["SPECDEC_TEMPERATURE_BUCKETS", "SPECDEC_BATCH_BUCKETS"])
+def test_an_empty_variable_means_the_defaults_as_for_the_sidecar(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "  ")
+    probe.logger()
+    assert probe.info()["reason"] == ""
+    assert probe.temperature("specdec_probe_sequences_total", "0.7-1.0") == 0

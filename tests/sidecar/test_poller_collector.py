@@ -403,7 +403,7 @@ def test_the_splits_help_is_the_same_whichever_source_feeds_it() -> None:
     carry the same HELP, or Prometheus and Thanos see conflicting metadata across targets."""
     from specdec_exporter.core.buckets import TemperatureBuckets  # noqa: PLC0415
     from specdec_exporter.core.probe_parse import parse_probe  # noqa: PLC0415
-    from specdec_exporter.sidecar.split_collector import temperature_families  # noqa: PLC0415
+    from specdec_exporter.sidecar.split_families import temperature_families  # noqa: PLC0415
     from specdec_exporter.tap.stats import RequestStats  # noqa: PLC0415
 
     tap = {

@@ -19,7 +19,7 @@ from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.split import SPLIT_SOURCES, SplitSource
-from specdec_exporter.sidecar.split_collector import SplitCollector, TapSplitGate
+from specdec_exporter.sidecar.split_collector import SplitCollector
 from variants import MODEL, capture
 
 pytestmark = pytest.mark.anyio
@@ -30,16 +30,13 @@ class FakeTap(Collector):
 
     def __init__(self) -> None:
         self.counts: dict[BucketKey, Totals] = {(MODEL, "0"): Totals(5, 20, 10)}
-        self.resets = 0
-
-    def reset(self) -> None:
-        self.resets += 1
-        self.counts = {}
 
     def collect(self) -> list[Metric]:
-        family = CounterMetricFamily("specdec_request_drafts", "tap", labels=["model_name"])
-        for (model, _), totals in self.counts.items():
-            family.add_metric([model], totals.drafts)
+        family = CounterMetricFamily(
+            "specdec_request_drafts", "tap", labels=["model_name", "temperature_bucket"]
+        )
+        for (model, bucket), totals in self.counts.items():
+            family.add_metric([model, bucket], totals.drafts)
         return [family]
 
 
@@ -54,7 +51,7 @@ class Sidecar:
             log_interval=60,
             clock=self.clock,
             tap_counts=(lambda _state: dict(tap.counts)) if tap else None,
-            tap_reset=tap.reset if tap else None,
+            tap_families=tap.collect if tap else None,
         )
         self.registry = CollectorRegistry(auto_describe=False)
         state = self.poller.state
@@ -62,8 +59,6 @@ class Sidecar:
             SpecDecodeCollector(state, cost=COST, method=None, interval=5, window=3600)
         )
         self.registry.register(SplitCollector(state))
-        if tap is not None:
-            self.registry.register(TapSplitGate(tap, state))
 
     async def poll(self, times: int = 1) -> None:
         for _ in range(times):
@@ -106,30 +101,41 @@ async def test_with_probe_and_tap_the_probe_feeds_the_split_and_the_tap_is_withh
     # coverage: the probe's 240 draft tokens over two rounds / vLLM's t0 -> t1 delta
     vllm_tokens = 9448.0
     assert sidecar.value("specdec_request_coverage_ratio", model_name=MODEL) == 240 / vllm_tokens
-    assert tap.resets == 0
 
 
-async def test_when_the_probe_goes_the_tap_restarts_at_zero() -> None:
+def greedy_drafts(sidecar: Sidecar) -> float | None:
+    return sidecar.value("specdec_request_drafts_total", model_name=MODEL, temperature_bucket="0")
+
+
+async def test_when_the_probe_goes_the_tap_counts_on_from_the_last_poll_that_saw_it() -> None:
+    """Requests that pass the tap between a vLLM restart without the probe and the next poll are
+    counted once: the tap is never reset (it used to be, which erased them)."""
     tap = FakeTap()
     bodies = [capture("t0") + probe_text(), capture("t1"), capture("t2")]
     sidecar = Sidecar(bodies, tap=tap)
     await sidecar.poll()
     assert sidecar.source() == "probe"
-    await sidecar.poll()  # vLLM restarted without the probe
-    assert sidecar.source() == "tap" and tap.resets == 1
+    probe_drafts = greedy_drafts(sidecar)
+    assert probe_drafts == 20.0
+    tap.counts = {(MODEL, "0"): Totals(7, 28, 14)}  # 2 drafts through the tap since that poll
+    await sidecar.poll()  # vLLM restarted without the probe: at once, no hysteresis
+    assert sidecar.source() == "tap"
     assert sidecar.value("specdec_temperature_split_info", source="tap") == 1.0
-    assert drafts_samples(sidecar) == []  # the tap counted nothing since
-    tap.counts = {(MODEL, "0"): Totals(2, 8, 4)}
+    assert greedy_drafts(sidecar) == probe_drafts + 2  # continuous, the 2 not lost
+    assert sidecar.poller.state.buckets[(MODEL, "0")].drafts == 2
+    tap.counts = {(MODEL, "0"): Totals(9, 36, 18)}
     await sidecar.poll()
-    assert drafts_samples(sidecar) == [f'specdec_request_drafts_total{{model_name="{MODEL}"}} 2.0']
-    assert sidecar.poller.state.buckets[(MODEL, "0")].drafts == 2  # counted whole, from zero
+    assert greedy_drafts(sidecar) == probe_drafts + 4
+    assert sidecar.poller.state.buckets[(MODEL, "0")].drafts == 4
 
 
 async def test_a_probe_with_its_split_off_leaves_the_split_to_the_tap() -> None:
     tap = FakeTap()
     sidecar = Sidecar([capture("t1") + probe_text(temperature_split=False)], tap=tap)
     await sidecar.poll()
-    assert sidecar.source() == "tap" and len(drafts_samples(sidecar)) == 1
+    assert sidecar.source() == "tap" and drafts_samples(sidecar) == [
+        f'specdec_request_drafts_total{{model_name="{MODEL}",temperature_bucket="0"}} 5.0'
+    ]
     assert (
         sidecar.value(
             "specdec_batch_drafts_total", model_name=MODEL, engine="0", batch_bucket="2-4"
@@ -243,3 +249,31 @@ async def test_the_report_carries_the_probe_as_the_last_poll_saw_it() -> None:
     assert probe is not None
     assert (probe["temperature_split"], probe["batch_split"]) == ("off", "on")
     assert probe_json(None) is None
+
+
+async def test_a_flapping_probe_info_series_adds_no_phantom_requests() -> None:
+    """The probe's info flaps on, on, off, off, ... while its counts stand still, a tap on: the
+    exported specdec_requests_total used to go 3, 3, 0, 0, 3, ... (increase() = 12 here, 40 in
+    the issue's attack); it stays at 3 and the split stays with the probe."""
+    on = capture("t3") + probe_text()
+    off = on.replace('temperature_split="on"', 'temperature_split="off"')
+    assert off != on
+    sidecar = Sidecar([on, on, off, off] * 5, tap=FakeTap())
+    seen = []
+    for _ in range(20):
+        await sidecar.poll()
+        seen.append(
+            sum(
+                sidecar.value(
+                    "specdec_requests_total",
+                    model_name=MODEL,
+                    temperature_bucket=bucket,
+                    attributed=attributed,
+                )
+                or 0.0
+                for bucket in ("0", "0.7-1.0")
+                for attributed in ("true", "false")
+            )
+        )
+        assert sidecar.source() == "probe"
+    assert seen == [3.0] * 20

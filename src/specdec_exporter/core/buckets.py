@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_left
 from collections.abc import Sequence
 from decimal import Decimal
@@ -29,19 +30,46 @@ UNKNOWN_LABEL = "unknown"
 """Body not inspected (larger than the inspection cap), so the temperature was never read."""
 
 
-def parse_edges(text: str) -> tuple[float, ...]:
-    """``"0.5, 0.7,1"`` -> ``(0.5, 0.7, 1.0)``; a part that is not a number is named."""
+MAX_EDGES = 16
+"""At most this many edges per variable (17 or 18 buckets): bounds the probe's series on vLLM's
+/metrics (docs/probe.md, "Cardinality": the worst case stays far below the sidecar's body cap)."""
+
+EDGE_DIGITS = 20
+"""An edge written as a decimal has at most this many characters (bounded label values)."""
+
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+"""An edge as written: ASCII digits, a point, an exponent (no ``inf``, ``nan``, ``1_0``, ``٣``)."""
+
+
+def parse_edges(text: str, default: Sequence[float] = DEFAULT_EDGES) -> tuple[float, ...]:
+    """``"0.5, 0.7,1"`` -> ``(0.5, 0.7, 1.0)``; empty (or blank): ``default``.
+
+    The one parser of ``SPECDEC_TEMPERATURE_BUCKETS`` and ``SPECDEC_BATCH_BUCKETS``, for the
+    sidecar and the probe alike. Raises ValueError (one line, naming the part) for a part that is
+    not a finite decimal number, or more than ``MAX_EDGES`` edges; nothing else escapes."""
+    if not text.strip():
+        return tuple(float(edge) for edge in default)
+    parts = [piece.strip() for piece in text.split(",")]
+    parts = [part for part in parts if part]
+    if len(parts) > MAX_EDGES:
+        raise ValueError(f"bucket edges: {len(parts)} edges, at most {MAX_EDGES}")
     edges = []
-    for part in (piece.strip() for piece in text.split(",")):
-        if not part:
-            continue
-        try:
-            edges.append(float(part))
-        except ValueError:
+    for part in parts:
+        edge = float(part) if _NUMBER.fullmatch(part) else math.nan
+        if not math.isfinite(edge):
+            shown = part if len(part) <= 20 else f"{part[:20]}..."
             raise ValueError(
-                f"bucket edges: {part!r} is not a number (expected e.g. 0.5,0.7,1.0)"
-            ) from None
+                f"bucket edges: {shown!r} is not a finite number (expected e.g. 0.5,0.7,1.0)"
+            )
+        edges.append(edge)
     return tuple(edges)
+
+
+def _check_count(edges: Sequence[float], what: str) -> None:
+    if not edges:
+        raise ValueError(f"{what} bucket edges: at least one edge is needed")
+    if len(edges) > MAX_EDGES:
+        raise ValueError(f"{what} bucket edges: {len(edges)} edges, at most {MAX_EDGES}")
 
 
 def format_edge(edge: float) -> str:
@@ -74,13 +102,17 @@ class TemperatureBuckets:
     """Bins a temperature: greedy below 1e-5, then ranges (lower edge exclusive, upper included)."""
 
     def __init__(self, edges: Sequence[float] = DEFAULT_EDGES) -> None:
+        _check_count(edges, "temperature")
         checked = tuple(float(edge) for edge in edges)
-        if not checked:
-            raise ValueError("temperature bucket edges: at least one edge is needed")
         if any(not math.isfinite(edge) or edge <= 0 for edge in checked):
             raise ValueError(f"temperature bucket edges must be finite and positive: {checked}")
         if any(low >= high for low, high in pairwise(checked)):
             raise ValueError(f"temperature bucket edges must be strictly increasing: {checked}")
+        if any(len(format_edge(edge)) > EDGE_DIGITS for edge in checked):
+            raise ValueError(
+                f"temperature bucket edges need at most {EDGE_DIGITS} characters as decimals "
+                f"(a bucket label): {checked}"
+            )
         self.edges = checked
         self.labels: tuple[str, ...] = bucket_labels(checked)
 
@@ -102,13 +134,16 @@ class BatchBuckets:
     """
 
     def __init__(self, edges: Sequence[float] = DEFAULT_BATCH_EDGES) -> None:
+        _check_count(edges, "batch")
+        if any(not math.isfinite(float(edge)) for edge in edges):
+            raise ValueError(f"batch bucket edges must be finite: {tuple(edges)}")
         checked = tuple(int(edge) for edge in edges)
-        if not checked:
-            raise ValueError("batch bucket edges: at least one edge is needed")
         if any(edge != float(given) for edge, given in zip(checked, edges, strict=True)):
             raise ValueError(f"batch bucket edges must be whole numbers: {tuple(edges)}")
         if checked[0] < 1 or any(low >= high for low, high in pairwise(checked)):
             raise ValueError(f"batch bucket edges must be >= 1 and strictly increasing: {checked}")
+        if checked[-1] >= 10**EDGE_DIGITS:
+            raise ValueError(f"batch bucket edges must be below 1e{EDGE_DIGITS}: {checked}")
         self.edges = checked
         lowers = [1, *(edge + 1 for edge in checked[:-1])]
         ranges = [

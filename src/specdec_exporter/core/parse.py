@@ -51,13 +51,20 @@ class LegacyV0:
 SeriesKey = tuple[str, str]
 """(model_name, engine)."""
 
-InvalidReason = Literal["nan", "infinite", "negative", "accepted_over_drafted"]
+InvalidReason = Literal[
+    "nan", "infinite", "negative", "accepted_over_drafted", "bad_label", "foreign_bucket"
+]
 INVALID_REASONS: tuple[InvalidReason, ...] = (
     "nan",
     "infinite",
     "negative",
     "accepted_over_drafted",
+    "bad_label",
+    "foreign_bucket",
 )
+"""``bad_label``: a probe series whose label the sidecar cannot read (an ``le``, ``position``,
+``engine`` or bucket that is not ASCII of the probe's shape); ``foreign_bucket``: a probe
+temperature bucket not among the sidecar's ``--temperature-buckets`` (not mirrored)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,9 @@ OFF: Final = "off"
 REASON_LIMIT: Final = 300
 """Characters an info label keeps (the probe writes at most this much reason; the sidecar reads
 at most this much of any label: a label value is bounded)."""
+MAX_POSITIONS: Final = 65
+"""Positions ``0..64`` are what the sidecar reads of a ``position`` label (``core.parse``): the
+probe counts per position up to vLLM's k and refuses a k above this (its temperature split off)."""
 
 # Per (model_name, temperature_bucket), one sample per finished sequence (a request with n = 2 is
 # two). Counter names as prometheus_client takes them: the exposition adds ``_total``.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -141,23 +141,31 @@ NO_PROBE = ProbeSnapshot()
 Sample = tuple[str, dict[str, str], float]
 
 
-def parse_probe(text: str) -> ProbeSnapshot:
+def parse_probe(text: str, temperature_labels: Collection[str] | None = None) -> ProbeSnapshot:
     """The probe's families in a /metrics body (``NO_PROBE`` when it shows none).
 
-    Raises ExpositionError when a probe line does not parse (a cut or mangled body)."""
+    A series that no count can be (a value NaN, infinite or negative; a label that is not ASCII of
+    the probe's shape: ``le``, ``position``, ``engine``, a bucket) is left out with its (model,
+    bucket) and listed in ``invalid``; so is a temperature bucket not in ``temperature_labels``
+    (the sidecar's own buckets; None: any well-formed bucket). Raises ExpositionError when a probe
+    line does not parse at all (a cut or mangled body); nothing else escapes."""
     lines = [_strip_exemplar(line) for line in _WANTED_LINE.findall("\n" + text)]
     if not lines:
         return NO_PROBE
     samples = _parse(lines)
-    invalid = [
-        InvalidSeries(name, _series_key(labels), problem)
-        for name, labels, value in samples
-        if (problem := _value_problem(value)) is not None
-    ]
-    bad_names = {(item.name, item.key) for item in invalid}
-    valid = [s for s in samples if (s[0], _series_key(s[1])) not in bad_names]
-    temperature, over = _temperature(valid, {item.key for item in invalid})
-    batch, batch_over = _batch(valid, {item.key for item in invalid})
+    problems: dict[tuple[tuple[str, str], InvalidReason], InvalidSeries] = {}
+    valid: list[Sample] = []
+    for name, labels, value in samples:
+        problem = _value_problem(value) or _label_problem(name, labels, temperature_labels)
+        if problem is None:
+            valid.append((name, labels, value))
+        else:
+            key = _series_key(labels)
+            problems.setdefault((key, problem), InvalidSeries(name, key, problem))
+    invalid = list(problems.values())
+    bad = {item.key for item in invalid}
+    temperature, over = _temperature(valid, bad)
+    batch, batch_over = _batch(valid, bad)
     return ProbeSnapshot(
         _info(valid),
         temperature,
@@ -168,16 +176,87 @@ def parse_probe(text: str) -> ProbeSnapshot:
     )
 
 
+_DECIMAL = r"[0-9]+(?:\.[0-9]+)?"
+_TEMPERATURE_BUCKET = re.compile(rf"0|{_DECIMAL}-{_DECIMAL}|{_DECIMAL}\+", re.ASCII)
+"""The probe's temperature bucket labels (``core.buckets.bucket_labels``): ``0``, ``0-0.5``,
+``1.0+``."""
+_BATCH_BUCKET = re.compile(r"[0-9]+(?:-[0-9]+|\+)?", re.ASCII)
+"""The probe's running-batch bucket labels (``core.buckets.BatchBuckets``): ``1``, ``2-4``,
+``65+``."""
+_ENGINE = re.compile(r"[0-9]{1,6}", re.ASCII)
+_LE = re.compile(r"\+Inf|[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_LABEL_CHARS = 64
+"""Longest bucket or ``le`` label the sidecar reads (the probe's are at most 41 characters)."""
+
+
+def _label_problem(
+    name: str, labels: dict[str, str], temperature_labels: Collection[str] | None
+) -> InvalidReason | None:
+    """Explicit ASCII rules for every label the sidecar reads as more than text."""
+    if name.removesuffix("_total") in _BATCH_COUNTERS and names.BATCH_BUCKET not in labels:
+        return "bad_label"
+    bucket = labels.get(names.TEMPERATURE_BUCKET)
+    if bucket is not None:
+        if not _fits(_TEMPERATURE_BUCKET, bucket):
+            return "bad_label"
+        if temperature_labels is not None and bucket not in temperature_labels:
+            return "foreign_bucket"
+    batch = labels.get(names.BATCH_BUCKET)
+    if batch is not None and not (
+        _fits(_BATCH_BUCKET, batch) and _fits(_ENGINE, labels.get(names.ENGINE, "0"))
+    ):
+        return "bad_label"
+    le = labels.get("le")
+    if le is not None and not _fits(_LE, le):
+        return "bad_label"
+    if names.POSITION in labels:
+        try:
+            position_of(labels)
+        except ExpositionError:
+            return "bad_label"
+    return None
+
+
+def _fits(pattern: re.Pattern[str], text: str) -> bool:
+    return len(text) <= _LABEL_CHARS and pattern.fullmatch(text) is not None
+
+
 def _strip_exemplar(line: str) -> str:
+    """The sample without its OpenMetrics exemplar (`` # {...}`` after the value); a label value
+    that holds `` # {`` is text, not an exemplar."""
     cut = line.find(_EXEMPLAR)
+    if cut < 0:
+        return line
+    after = _labels_end(line)
+    if after > cut:
+        cut = line.find(_EXEMPLAR, after)
     return line if cut < 0 else line[:cut]
+
+
+def _labels_end(line: str) -> int:
+    """Index after the label set's closing brace (quoted values skipped); 0 without labels."""
+    start = line.find("{")
+    if start < 0 or " " in line[:start] or "\t" in line[:start]:
+        return 0  # no label set: a brace after the name's end is an exemplar's
+    quoted = escaped = False
+    for index in range(start + 1, len(line)):
+        char = line[index]
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = quoted
+        elif char == '"':
+            quoted = not quoted
+        elif char == "}" and not quoted:
+            return index + 1
+    return len(line)
 
 
 def _parse(lines: list[str]) -> list[Sample]:
     try:
         families = list(text_string_to_metric_families("\n".join(lines) + "\n"))
-    except (ValueError, IndexError, KeyError) as exc:
-        raise ExpositionError(f"unparsable probe line: {exc}") from None
+    except Exception as exc:  # the parser's own: ValueError, IndexError, KeyError, ...
+        raise ExpositionError(f"unparsable probe line: {str(exc)[:200]}") from None
     return [
         (sample.name, sample.labels, float(sample.value))
         for family in families

@@ -11,10 +11,17 @@ already taken out). So, per sequence:
 - accepted tokens = sum(j * histogram[j]);
 - accepted at position i = steps that accepted more than i drafts = sum(histogram[i + 1:])
   (``observe_draft`` adds one to positions 0..a-1).
+
+Everything here validates a whole sequence (or step) before the caller increments anything, so a
+rejected one moves no counter: a count that is not a whole number >= 0, more accepted than drafted
+tokens, or more positions than vLLM's configured k raise ``ValueError`` (counted by the caller as an
+error of its hook), never a new series.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -32,20 +39,72 @@ class SequenceFigures(NamedTuple):
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
 
 
-def sequence_figures(histogram: Sequence[int], num_draft_tokens: int) -> SequenceFigures:
-    """``histogram[j]`` = verify steps that accepted exactly j drafts."""
-    counts = [int(count) for count in histogram]
+def count(value: object) -> int:
+    """A count vLLM gives: a whole number >= 0 (an ``int`` or anything ``operator.index`` takes,
+    not a bool), else ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("a count is a bool")
+    try:
+        whole = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError("a count is not a whole number") from None
+    if whole < 0:
+        raise ValueError("a negative count")
+    return whole
+
+
+def sequence_figures(
+    histogram: Sequence[int], num_draft_tokens: int, k: int | None = None
+) -> SequenceFigures:
+    """``histogram[j]`` = verify steps that accepted exactly j drafts; ``k`` (vLLM's configured
+    number of speculative tokens) bounds the positions: a histogram longer than k + 1 is refused."""
+    counts = [count(value) for value in histogram]
+    if k is not None and len(counts) > k + 1:
+        raise ValueError("more positions than the configured speculative tokens")
     per_position = []
     remaining = sum(counts)
-    for count in counts[:-1]:
-        remaining -= count
+    for steps in counts[:-1]:
+        remaining -= steps
         per_position.append(remaining)
-    return SequenceFigures(
+    figures = SequenceFigures(
         drafts=sum(counts),
-        draft_tokens=int(num_draft_tokens),
-        accepted_tokens=sum(j * count for j, count in enumerate(counts)),
+        draft_tokens=count(num_draft_tokens),
+        accepted_tokens=sum(j * steps for j, steps in enumerate(counts)),
         accepted_per_position=tuple(per_position),
     )
+    if figures.accepted_tokens > figures.draft_tokens:
+        raise ValueError("more accepted than drafted tokens")
+    return figures
+
+
+class StepFigures(NamedTuple):
+    """One engine step's ``SpecDecodingStats`` and its running batch, validated."""
+
+    running: int
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+
+
+def step_figures(
+    running: object, drafts: object, draft_tokens: object, accepted_tokens: object
+) -> StepFigures:
+    figures = StepFigures(
+        count(running), count(drafts), count(draft_tokens), count(accepted_tokens)
+    )
+    if figures.accepted_tokens > figures.draft_tokens:
+        raise ValueError("more accepted than drafted tokens")
+    return figures
+
+
+def seconds(value: object) -> float:
+    """A duration vLLM measured: a finite number >= 0, else ValueError (a NaN or negative sum
+    would poison the histogram for as long as vLLM runs)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("a duration is not a number")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("a duration is not finite and >= 0")
+    return float(value)
 
 
 def time_per_output_token(

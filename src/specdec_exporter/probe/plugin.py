@@ -45,7 +45,13 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe import hooks
-from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
+from specdec_exporter.probe.counting import (
+    count,
+    seconds,
+    sequence_figures,
+    step_figures,
+    time_per_output_token,
+)
 from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, Families
 
 LOG = logging.getLogger("vllm.specdec_probe")
@@ -70,7 +76,8 @@ class ProbeState:
     """When each hook's last error was logged (``time.monotonic``)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """One finished sequence (the wrapped method's arguments). Never raises."""
+        """One finished sequence (the wrapped method's arguments), counted whole or not at all:
+        every figure is read and checked before the first counter moves. Never raises."""
         try:
             buckets = self.temperature_buckets
             if buckets is None:
@@ -83,29 +90,37 @@ class ProbeState:
                 raise ValueError("temperature is not a finite non-negative number")
             metrics = req_state.spec_decode_metrics
             figures = None
-            positions = self.positions
             if metrics is not None:
-                figures = sequence_figures(metrics.histogram, metrics.num_draft_tokens)
-                positions = max(positions, len(figures.accepted_per_position))
+                figures = sequence_figures(
+                    metrics.histogram, metrics.num_draft_tokens, self.positions
+                )
+            stats = req_state.stats
+            timing = None
+            if stats is not None:
+                timing = (
+                    seconds(stats.first_token_latency),
+                    seconds(
+                        time_per_output_token(
+                            stats.first_token_ts,
+                            stats.last_token_ts,
+                            count(stats.num_generation_tokens),
+                        )
+                    ),
+                )
             series = self.families.temperature_series(
-                self.model_name, buckets.label_for(float(temperature)), positions
+                self.model_name, buckets.label_for(float(temperature)), self.positions
             )
             series.sequences.inc()
             if figures is not None:
                 series.count_speculative(figures)
-            stats = req_state.stats
-            if stats is not None:
-                series.ttft.observe(stats.first_token_latency)
-                series.tpot.observe(
-                    time_per_output_token(
-                        stats.first_token_ts, stats.last_token_ts, stats.num_generation_tokens
-                    )
-                )
+            if timing is not None:
+                series.ttft.observe(timing[0])
+                series.tpot.observe(timing[1])
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
     def observe_step(self, scheduler_stats: Any, engine_idx: int) -> None:
-        """One engine step's scheduler stats. Never raises."""
+        """One engine step's scheduler stats, counted whole or not at all. Never raises."""
         try:
             buckets = self.batch_buckets
             if buckets is None or scheduler_stats is None:
@@ -113,15 +128,19 @@ class ProbeState:
             spec = scheduler_stats.spec_decoding_stats
             if spec is None:
                 return  # no draft tokens in this step: vLLM's counters do not move either
+            step = step_figures(
+                scheduler_stats.num_running_reqs,
+                spec.num_drafts,
+                spec.num_draft_tokens,
+                spec.num_accepted_tokens,
+            )
             series = self.families.batch_series(
-                self.model_name,
-                str(engine_idx),
-                buckets.label_for(int(scheduler_stats.num_running_reqs)),
+                self.model_name, str(count(engine_idx)), buckets.label_for(step.running)
             )
             series.steps.inc()
-            series.drafts.inc(spec.num_drafts)
-            series.draft_tokens.inc(spec.num_draft_tokens)
-            series.accepted_tokens.inc(spec.num_accepted_tokens)
+            series.drafts.inc(step.drafts)
+            series.draft_tokens.inc(step.draft_tokens)
+            series.accepted_tokens.inc(step.accepted_tokens)
         except Exception as exc:
             self._hook_failed(names.HOOK_RECORD, exc)
 
@@ -223,10 +242,16 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
         if isinstance(edges, str):
             off[split].append(edges)
     speculative = getattr(vllm_config, "speculative_config", None)
-    positions = int(getattr(speculative, "num_speculative_tokens", 0) or 0)
+    positions = 0
     if speculative is None:
         for split in hooks.SPLITS:
             off[split].append("vLLM runs without --speculative-config")
+    else:
+        k = _speculative_tokens(speculative)
+        if isinstance(k, str):
+            off[hooks.TEMPERATURE_SPLIT].append(k)
+        else:
+            positions = k
     observability = getattr(vllm_config, "observability_config", None)
     if getattr(observability, "per_request_spec_decode_metrics", None) == "none":
         off[hooks.TEMPERATURE_SPLIT].append(
@@ -292,12 +317,31 @@ def _edges(
     default: tuple[float, ...] | tuple[int, ...],
     make: Callable[[tuple[float, ...]], Any],
 ) -> Any:
-    """The buckets made from ``variable`` (unset or empty: ``default``), or what is wrong (str)."""
-    text = environ.get(variable, "").strip()
+    """The buckets made from ``variable`` (unset or empty: ``default``, as for the sidecar), or
+    what is wrong (str): any failure switches off that split only."""
+    text = environ.get(variable, "")
     try:
-        return make(parse_edges(text) if text else tuple(float(edge) for edge in default))
-    except ValueError as exc:
-        return f"invalid {variable}={text!r} ({exc})"
+        return make(parse_edges(text, default))
+    except Exception as exc:  # ValueError, OverflowError, ...: this split off, never the probe
+        shown = text if len(text) <= 60 else f"{text[:60]}..."
+        return f"invalid {variable}={shown!r} ({type(exc).__name__}: {exc})"[:200]
+
+
+def _speculative_tokens(speculative: Any) -> int | str:
+    """vLLM's configured k (``speculative_config.num_speculative_tokens``), read defensively: a
+    whole number from 1 to ``names.MAX_POSITIONS``, else what is wrong (str; the temperature
+    split needs k to bound its per-position series)."""
+    try:
+        k = getattr(speculative, "num_speculative_tokens", None)
+    except Exception as exc:  # a property of a vLLM the probe does not know
+        k = f"<{type(exc).__name__}>"
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= names.MAX_POSITIONS:
+        shown = repr(k)[:40]
+        return (
+            f"cannot read k from vLLM's speculative config (num_speculative_tokens={shown}; "
+            f"expected 1 to {names.MAX_POSITIONS})"
+        )
+    return k
 
 
 def _precreate_batch(state: ProbeState, engine_index: int) -> None:

@@ -113,8 +113,9 @@ class SpecDecodeCollector(Collector):
         invalid = CounterMetricFamily(
             "specdec_invalid_series",
             "vLLM series left out because no count can be them (NaN, infinite, negative, or more "
-            "accepted than drafted since start), by reason, counted on each poll that shows them; "
-            "nothing derived from them is exported.",
+            "accepted than drafted since start; of the engine probe's: a label the sidecar cannot "
+            "read, or a temperature bucket not among --temperature-buckets), by reason, counted "
+            "on each poll that shows them; nothing derived from them is exported.",
             labels=["reason"],
         )
         for invalid_reason, count in state.invalid_series.items():

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from prometheus_client.core import Metric
+
 from specdec_exporter.core.acceptance import Totals, ratio
 from specdec_exporter.core.batch_report import BatchEntry, batch_entries
 from specdec_exporter.core.calibration import Calibration
@@ -44,7 +46,7 @@ from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EX
 from specdec_exporter.sidecar.engine_config import EngineConfigWatch
 from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
 from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
-from specdec_exporter.sidecar.split import SplitSource, SplitWindows
+from specdec_exporter.sidecar.split import SplitSource, SplitWindows, TapFamilies
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
 
@@ -90,6 +92,8 @@ class PollState:
     """The split's figures per (model, temperature bucket) over the same window (engine "all"),
     from the source in ``temperature_split_source``."""
     temperature_split_source: SplitSource = "none"
+    split_families: list[Metric] = field(default_factory=list)
+    """The split's exported counters after the last successful poll (``split.SplitCounters``)."""
     probe: ProbeSnapshot = NO_PROBE
     """The engine probe's families on this poll (``NO_PROBE``: none there, or the poll failed)."""
     probe_seen: ProbeSnapshot = NO_PROBE
@@ -126,6 +130,8 @@ class _SplitFigures:
     buckets: dict[BucketKey, Entry]
     batch_buckets: list[BatchEntry]
     coverage: dict[str, float]
+    families: list[Metric]
+    """The split's exported families (the sidecar's own counters, continuous across sources)."""
 
 
 def _raised_at(error: BaseException) -> str:
@@ -191,7 +197,7 @@ class Poller:
         log_interval: float,
         criteria: Criteria = DEFAULT_CRITERIA,
         tap_counts: TapCounts | None = None,
-        tap_reset: Callable[[], None] | None = None,
+        tap_families: TapFamilies | None = None,
         calibration: Calibration | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -217,7 +223,7 @@ class Poller:
         self._split = SplitWindows(
             window,
             None if tap_counts is None else functools.partial(tap_counts, self.state),
-            tap_reset,
+            tap_families,
         )
         self._limiter = RateLimiter(log_interval)
         self.first_poll_done = asyncio.Event()
@@ -285,6 +291,7 @@ class Poller:
         state.temperature_split_source = split.source
         state.buckets, state.batch_buckets = split.buckets, split.batch_buckets
         state.coverage = split.coverage
+        state.split_families = split.families
         state.history.record(now, history)
 
     def _fold_split(
@@ -315,7 +322,7 @@ class Poller:
         )
         source = self._split.source
         if source == "none":
-            return _SplitFigures(source, buckets, batch_buckets, {})
+            return _SplitFigures(source, buckets, batch_buckets, {}, self._split.exported)
         attributed: dict[str, float] = {}
         for (model, _), counts in window.deltas.items():
             attributed[model] = attributed.get(model, 0.0) + counts.draft_tokens
@@ -327,7 +334,7 @@ class Poller:
             for model, tokens in counted.items()
             if (share := ratio(attributed.get(model, 0.0), tokens)) is not None
         }
-        return _SplitFigures(source, buckets, batch_buckets, coverage)
+        return _SplitFigures(source, buckets, batch_buckets, coverage, self._split.exported)
 
     def _count_invalid(self, invalid: tuple[InvalidSeries, ...]) -> None:
         for series in invalid:
@@ -361,6 +368,7 @@ class Poller:
         state = self.state
         state.up, state.snapshot, state.report, state.coverage = False, None, [], {}
         state.buckets, state.batch_buckets, state.probe = {}, [], NO_PROBE
+        state.split_families = []
         state.history.record(self._clock(), {})
         state.failures[failure.reason] += 1
         state.failed_in_a_row += 1

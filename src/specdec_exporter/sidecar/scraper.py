@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,8 +56,17 @@ class Scraper:
     """One GET of `<vllm_url>/metrics`, parsed into a Snapshot."""
 
     def __init__(
-        self, client: httpx.AsyncClient, vllm_url: str, *, timeout: float, max_body_bytes: int
+        self,
+        client: httpx.AsyncClient,
+        vllm_url: str,
+        *,
+        timeout: float,
+        max_body_bytes: int,
+        temperature_labels: Collection[str] | None = None,
     ) -> None:
+        """``temperature_labels``: the only probe temperature buckets read (the sidecar's own);
+        others are invalid series (``foreign_bucket``), never mirrored. None: any."""
+        self._temperature_labels = temperature_labels
         self._client = client
         self._url = vllm_url.rstrip("/") + "/metrics"
         self._timeout = timeout
@@ -76,7 +86,7 @@ class Scraper:
             text = body.decode("utf-8")
             del body  # the text is all parse needs
             snapshot = parse(text)
-            probe = parse_probe(text)
+            probe = parse_probe(text, self._temperature_labels)
         except (UnicodeDecodeError, ExpositionError) as exc:
             raise ScrapeError("parse", str(exc)) from None
         return Scrape(snapshot, time.perf_counter() - started, probe)

@@ -13,6 +13,7 @@ import httpx
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
+from specdec_exporter.core.buckets import TemperatureBuckets
 from specdec_exporter.options import ConfigError, redact_url
 from specdec_exporter.sidecar.app import create_app
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
@@ -27,7 +28,7 @@ from specdec_exporter.sidecar.listeners import (
 from specdec_exporter.sidecar.metrics_server import MetricsServer
 from specdec_exporter.sidecar.poller import Poller
 from specdec_exporter.sidecar.scraper import Scraper
-from specdec_exporter.sidecar.split_collector import SplitCollector, TapSplitGate
+from specdec_exporter.sidecar.split_collector import SplitCollector
 from specdec_exporter.sidecar.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ async def serve(settings: Settings) -> int:
             settings.vllm_url,
             timeout=settings.scrape_timeout,
             max_body_bytes=settings.max_body_bytes,
+            temperature_labels=TemperatureBuckets(settings.temperature_buckets).labels,
         )
         poller = Poller(
             scraper,
@@ -67,7 +69,7 @@ async def serve(settings: Settings) -> int:
             criteria=settings.criteria,
             log_interval=settings.log_interval,
             tap_counts=tap.attributed if tap else None,
-            tap_reset=tap.stats.reset if tap else None,
+            tap_families=tap.stats.collect if tap else None,
             calibration=settings.loaded_calibration,
             max_models=settings.max_models,
             model_expiry=settings.model_expiry,
@@ -85,9 +87,7 @@ async def serve(settings: Settings) -> int:
                 coverage_enabled=tap is not None,
             )
         )
-        registry.register(SplitCollector(poller.state))
-        if tap is not None:  # the tap's split is exported while it is the split's source
-            registry.register(TapSplitGate(tap.stats, poller.state))
+        registry.register(SplitCollector(poller.state))  # the tap's split too, through it
         readiness = _Readiness(supervisor, poller, tap_enabled=tap is not None)
         app = create_app(
             registry,

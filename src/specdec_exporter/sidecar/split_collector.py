@@ -1,36 +1,33 @@
-"""The temperature split and the load-level split as metric families: from the engine probe's
-counts on vLLM's /metrics, or the request tap's own (only one of them at a time), built fresh on
-every collect()."""
+"""The temperature split and the load-level split as metric families: the split's counters from
+the engine probe's counts on vLLM's /metrics or the request tap's own (one of them at a time,
+continuous across a switch: ``split.SplitCounters``), the load level from the probe."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.batch_report import batch_key_order
-from specdec_exporter.core.probe_parse import HistogramCounts, ProbeInfo, ProbeSnapshot
+from specdec_exporter.core.probe_parse import ProbeInfo, ProbeSnapshot
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.sidecar.poller import PollState
 from specdec_exporter.sidecar.split import SPLIT_SOURCES
-from specdec_exporter.tap.stats import SPLIT_HELP, TPOT_FAMILY, TTFT_FAMILY
 
-SPLIT_LABELS = [names.MODEL, names.TEMPERATURE_BUCKET]
 BATCH_LABELS = [names.MODEL, names.ENGINE, names.BATCH_BUCKET]
-"""The probe's label names, which the sidecar's split and load-level families keep."""
+"""The probe's label names, which the sidecar's load-level families keep."""
 
 
 class SplitCollector(Collector):
     """``specdec_temperature_split_info`` always; the probe's health as the last successful poll
-    saw it; the probe's split and batch families while the last poll of vLLM succeeded and showed
-    them."""
+    saw it; the split's counters (from the probe or the tap) and the probe's batch families while
+    the last poll of vLLM succeeded."""
 
     def __init__(self, state: PollState) -> None:
         self._state = state
@@ -54,8 +51,7 @@ class SplitCollector(Collector):
             yield speculative_config_family(seen.speculative_config)
         if state.snapshot is None:
             return
-        if state.temperature_split_source == "probe":
-            yield from temperature_families(state.probe)
+        yield from state.split_families
         if state.probe.batch:
             yield from batch_families(state.probe)
 
@@ -98,44 +94,6 @@ def speculative_config_family(config: EngineSpeculativeConfig) -> Metric:
     return family
 
 
-def temperature_families(probe: ProbeSnapshot) -> Iterator[Metric]:
-    """The tap's family names and labels, with the probe's counts (mirrored as vLLM shows them)."""
-    requests = CounterMetricFamily(
-        "specdec_requests",
-        SPLIT_HELP["specdec_requests"],
-        labels=[*SPLIT_LABELS, "attributed"],
-    )
-    counters = {
-        attribute: CounterMetricFamily(name, SPLIT_HELP[name], labels=SPLIT_LABELS)
-        for attribute, name in (
-            ("drafts", "specdec_request_drafts"),
-            ("draft_tokens", "specdec_request_draft_tokens"),
-            ("accepted_tokens", "specdec_request_accepted_tokens"),
-        )
-    }
-    histograms = {
-        attribute: HistogramMetricFamily(name, SPLIT_HELP[name], labels=SPLIT_LABELS)
-        for attribute, name in (
-            ("acceptance_rate", "specdec_request_acceptance_rate"),
-            ("ttft", TTFT_FAMILY),
-            ("tpot", TPOT_FAMILY),
-        )
-    }
-    for (model, bucket), counts in sorted(probe.temperature.items()):
-        labels = [model, bucket]
-        requests.add_metric([*labels, "true"], counts.spec_sequences)
-        requests.add_metric([*labels, "false"], max(0.0, counts.sequences - counts.spec_sequences))
-        for attribute, family in counters.items():
-            family.add_metric(labels, getattr(counts.totals, attribute))
-        for attribute, histogram_family in histograms.items():
-            histogram: HistogramCounts | None = getattr(counts, attribute)
-            if histogram is not None:
-                histogram_family.add_metric(labels, list(histogram.buckets), histogram.sum)
-    yield requests
-    yield from counters.values()
-    yield from histograms.values()
-
-
 def batch_families(probe: ProbeSnapshot) -> Iterator[Metric]:
     """Per (model, engine, running-batch bucket), as the probe counts them per engine step."""
     families = {
@@ -168,17 +126,3 @@ def batch_families(probe: ProbeSnapshot) -> Iterator[Metric]:
         for attribute, family in families.items():
             family.add_metric(list(key), getattr(totals, attribute))
     yield from families.values()
-
-
-class TapSplitGate(Collector):
-    """The request tap's own families, only while the tap is the split's source: with the probe
-    on, exporting both would count every request twice under the same names."""
-
-    def __init__(self, tap: Collector, state: PollState) -> None:
-        self._tap = tap
-        self._state = state
-
-    def collect(self) -> Iterable[Metric]:
-        if self._state.temperature_split_source != "tap":
-            return iter(())
-        return self._tap.collect()

@@ -46,8 +46,9 @@ class TapParts:
     """
 
     def __init__(self, settings: Settings) -> None:
-        """Its stats are registered through ``TapSplitGate`` (exported while the tap is the
-        temperature split's source)."""
+        """Its stats are not registered: the poller reads them at each poll and the split's
+        counters (``split.SplitCounters``) export what the tap counted while it was the
+        temperature split's source."""
         self.config = tap_config(settings)
         self._state: PollState | None = None
         self.stats = RequestStats(
