@@ -213,24 +213,9 @@ def test_not_finite(
     refused([command, f"{flag}={value}"], flag, capsys)
 
 
-BOUNDED_ELSEWHERE = {
-    ("run", "--temperature-buckets"): "the edges' bound is issue 26 section 3 (core/buckets.py, "
-    "helper probe-whole); passes once it is merged",
-}
-
-
-def _pending(pairs: list[tuple[str, str]]) -> list[Any]:
-    return [
-        pytest.param(*pair, marks=pytest.mark.xfail(reason=BOUNDED_ELSEWHERE[pair], strict=False))
-        if pair in BOUNDED_ELSEWHERE
-        else pair
-        for pair in pairs
-    ]
-
-
 @pytest.mark.usefixtures("refuse_to_run")
 @pytest.mark.parametrize("value", ["1e300", "-1e300", "10" + "0" * 30])
-@pytest.mark.parametrize(("command", "flag"), _pending(NUMERIC))
+@pytest.mark.parametrize(("command", "flag"), NUMERIC)
 def test_out_of_range(
     command: str, flag: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
