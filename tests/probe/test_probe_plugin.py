@@ -369,3 +369,51 @@ def test_the_probe_never_reads_prompts_or_completions(
         probe.processor()._update_stats_from_finished(watched, 1, None)
     assert set(watched.read) == {"temperature", "spec_decode_metrics", "stats"}
     assert "secret" not in caplog.text
+
+
+def test_a_step_with_a_negative_count_is_an_error_never_a_decrement(probe: Probe) -> None:
+    """The step path adds through the counter values' own ``inc`` (families.increment), which
+    skips ``Counter.inc``'s check for negative amounts: the probe checks instead."""
+    logger = probe.logger()
+    good = fake.SpecDecodingStats(4, num_drafts=2, num_draft_tokens=8, num_accepted_tokens=5)
+    bad = fake.SpecDecodingStats(4, num_drafts=2, num_draft_tokens=8, num_accepted_tokens=-5)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=good), None)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=bad), None)
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
+    assert probe.value("specdec_probe_batch_accepted_tokens_total", **batch) == 5
+    assert probe.value("specdec_probe_batch_steps_total", **batch) == 1
+    assert probe.value("specdec_probe_errors_total", hook="record") == 1
+
+
+def test_the_per_step_lookup_cache_is_bounded_and_counts_the_same_past_it(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(probe.plugin, "STEP_ROWS_LIMIT", 3)
+    logger = probe.logger()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=2)
+    for running in (*range(1, 41), *range(1, 41)):
+        logger.record(fake.SchedulerStats(num_running_reqs=running, spec_decoding_stats=step), None)
+    assert len(logger.state.step_rows) == 3
+
+    def steps(bucket: str) -> float | None:
+        return probe.value(
+            "specdec_probe_batch_steps_total", model_name=MODEL, engine="0", batch_bucket=bucket
+        )
+
+    assert [steps(b) for b in ("1", "2-4", "5-8", "9-16", "17-32", "33-64")] == [
+        2,
+        6,
+        8,
+        16,
+        32,
+        16,
+    ]
+    assert (
+        probe.value(
+            "specdec_probe_batch_accepted_tokens_total",
+            model_name=MODEL,
+            engine="0",
+            batch_bucket="33-64",
+        )
+        == 32
+    )

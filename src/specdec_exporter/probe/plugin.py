@@ -51,6 +51,9 @@ LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
 WRAPPED_MARK = "__specdec_probe_wrapped__"
 """The info series' ``reason`` label is cut to this many characters."""
+STEP_ROWS_LIMIT = 4096
+"""Bound of ``ProbeState.step_rows``: engine indexes x running-batch sizes seen (vLLM's
+``max_num_seqs`` bounds the sizes); past it a step looks its series up again."""
 
 
 @dataclass(slots=True)
@@ -67,6 +70,11 @@ class ProbeState:
     """k, the configured number of speculative tokens (0 without speculation)."""
     errors_logged_at: dict[str, float] = field(default_factory=dict)
     """When each hook's last error was logged (``time.monotonic``)."""
+    step_rows: dict[tuple[Any, Any], tuple[Callable[[int], None], ...]] = field(
+        default_factory=dict
+    )
+    """(engine index, running requests) -> the bound increments of its batch series, so that a
+    step costs one dict lookup, no label work (at most ``STEP_ROWS_LIMIT`` entries)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments). Never raises."""
@@ -112,17 +120,35 @@ class ProbeState:
             spec = scheduler_stats.spec_decoding_stats
             if spec is None:
                 return  # no draft tokens in this step: vLLM's counters do not move either
-            series = self.families.batch_series(
-                self.model_name,
-                str(engine_idx),
-                buckets.label_for(int(scheduler_stats.num_running_reqs)),
+            running = scheduler_stats.num_running_reqs
+            row = self.step_rows.get((engine_idx, running))
+            if row is None:
+                row = self._step_row(buckets, engine_idx, running)
+            drafts, draft_tokens, accepted = (
+                spec.num_drafts,
+                spec.num_draft_tokens,
+                spec.num_accepted_tokens,
             )
-            series.steps.inc()
-            series.drafts.inc(spec.num_drafts)
-            series.draft_tokens.inc(spec.num_draft_tokens)
-            series.accepted_tokens.inc(spec.num_accepted_tokens)
+            if drafts < 0 or draft_tokens < 0 or accepted < 0:
+                raise ValueError("a negative count in the step's spec-decoding stats")
+            steps_inc, drafts_inc, draft_tokens_inc, accepted_inc = row
+            steps_inc(1)
+            drafts_inc(drafts)
+            draft_tokens_inc(draft_tokens)
+            accepted_inc(accepted)
         except Exception as exc:
             self._hook_failed(names.HOOK_RECORD, exc)
+
+    def _step_row(
+        self, buckets: BatchBuckets, engine_idx: Any, running: Any
+    ) -> tuple[Callable[[int], None], ...]:
+        series = self.families.batch_series(
+            self.model_name, str(engine_idx), buckets.label_for(int(running))
+        )
+        row = series.increments()
+        if len(self.step_rows) < STEP_ROWS_LIMIT:
+            self.step_rows[(engine_idx, running)] = row
+        return row
 
     def _hook_failed(self, hook: str, exc: Exception) -> None:
         """Count the error; log one line per hook at most every ``ERROR_LOG_INTERVAL`` seconds:
