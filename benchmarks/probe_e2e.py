@@ -18,6 +18,8 @@ Measured over the `--requests`, per run:
   loses its share; `/proc/PID/stat`'s utime + stime, in clock ticks, is recorded too as a
   cross-check);
 - requests/s and output tokens/s;
+- before the load, the API server's CPU at rest (ms per second over `--idle-seconds`): it burns
+  CPU while it waits, so a run the shared machine slows down costs more CPU per request;
 - the load average at the start of the run (the machine may be shared: compare within a round);
 - with `--gc-stats`, the API server's garbage collections per generation, their time and the objects
   the collector tracks outside the frozen start-up heap (a `sitecustomize` on PYTHONPATH in every
@@ -136,6 +138,7 @@ if _DIR:
         path = os.path.join(_DIR, f"{os.getpid()}.json")
         pending = list(_TARGETS)
         tick = 0
+        frozen = 0
         while True:
             time.sleep(0.05)
             for target in list(pending):
@@ -147,10 +150,12 @@ if _DIR:
             tick += 1
             if tick % 20:
                 continue
-            tracked = [len(gc.get_objects(g)) for g in range(3)] if gc.get_freeze_count() else None
-            data = dict(
-                _stats, timed=_timed, frozen=gc.get_freeze_count(), tracked=tracked, at=time.time()
-            )
+            # gc.get_freeze_count() walks the whole frozen heap (~700,000 objects in the API
+            # server): read it until vLLM has frozen its start-up heap, then never again.
+            if not frozen:
+                frozen = gc.get_freeze_count()
+            tracked = [len(gc.get_objects(g)) for g in range(3)] if frozen else None
+            data = dict(_stats, timed=_timed, frozen=frozen, tracked=tracked, at=time.time())
             with open(path + ".tmp", "w") as out:
                 json.dump(data, out)
             os.replace(path + ".tmp", path)
@@ -331,6 +336,9 @@ def start_py_spy(
     return spies
 
 
+PROBE_HOOKS = ("ProbeState.observe_finished", "ProbeState.observe_step")
+"""The probe's own work, timed inside the server by the --gc-stats sitecustomize."""
+
 PROFILE_FRAMES = {
     "output_handler": "output_handler (",
     "process_outputs": "process_outputs (",
@@ -384,6 +392,10 @@ def one_run(
         if gc_dir is not None:
             time.sleep(1.5)  # the sitecustomize writes once a second
             gc_before = read_gc(gc_dir, pids)
+        idle_before = cpu_snapshot(pids)[0]
+        idle_started = time.perf_counter()
+        time.sleep(args.idle_seconds)
+        idle_ns_per_s = (cpu_snapshot(pids)[0] - idle_before) / (time.perf_counter() - idle_started)
         spies = start_py_spy(args, variant, pids)
         ns_before, ticks_before = cpu_snapshot(pids)
         wall, tokens = probe_overhead.send_load(
@@ -408,6 +420,8 @@ def one_run(
         "load_avg_1m": round(load, 2),
         "api_server_pids": len(pids),
         "cpu_ms_per_request": (ns_after - ns_before) / args.requests / 1e6,
+        "idle_cpu_ms_per_s": idle_ns_per_s / 1e6,
+        "wall_s": wall,
         "stat_cpu_ms_per_request": (ticks_after - ticks_before) / args.requests * 1e3,
         "req_per_s": args.requests / wall,
         "tokens_per_s": tokens / wall,
@@ -493,9 +507,9 @@ def report(rows: Sequence[dict[str, Any]]) -> None:
         )
         print(
             "| variant | runs | API-server CPU ms/request | ratio to without (per round) "
-            "| output tok/s | tok/s ratio |"
+            "| output tok/s | tok/s ratio | at rest, ms CPU/s |"
         )
-        print("|---|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for variant in VARIANTS:
             mine = [r for r in at if r["variant"] == variant]
             if not mine:
@@ -514,9 +528,10 @@ def report(rows: Sequence[dict[str, Any]]) -> None:
                     f"{_span(ratio)}, higher in {more}/{len(ratio)}",
                     _span(tratio),
                 )
+            idle = [r["idle_cpu_ms_per_s"] for r in mine if "idle_cpu_ms_per_s" in r]
             print(
                 f"| {variant} | {len(mine)} | {_span(cpu, 3)} | {cells[0]} | {_span(tps, 1)} "
-                f"| {cells[1]} |"
+                f"| {cells[1]} | {_span(idle, 1) if idle else '-'} |"
             )
         gc_rows = [r for r in at if r.get("gc")]
         if gc_rows:
@@ -542,6 +557,18 @@ def report(rows: Sequence[dict[str, Any]]) -> None:
                 }
                 for key, (calls, us) in timed.items():
                     print(f"  {variant}: {key}: {calls:.2f} calls and {us:.1f} us CPU per request")
+                own = [
+                    sum(ns for key, (_, ns) in r["gc"]["timed"].items() if key in PROBE_HOOKS)
+                    / (r["cpu_ms_per_request"] * 1e6 * r["requests"])
+                    * 100
+                    for r in gc_rows
+                    if r["variant"] == variant
+                ]
+                if any(own):
+                    print(
+                        f"  {variant}: the probe's hooks, share of the API server's CPU in the "
+                        f"same run: {_span(own, 2)}%"
+                    )
                 print(
                     f"  {variant}: collections gen0/1/2 {collections}, "
                     f"ms {[round(m, 1) for m in ms]}, "
@@ -565,6 +592,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     measure.add_argument("--warmup", type=int, default=40)
     measure.add_argument("--requests", type=int, default=240)
     measure.add_argument("--gc-stats", action="store_true", help="count the API server's GC")
+    measure.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=3.0,
+        help="before the load, the API server's CPU at rest over this many seconds",
+    )
     measure.add_argument("--out", help="append each run's JSON line to this file")
     measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")
     measure.add_argument("--py-spy", help="profile each run's API server(s) into this folder")
