@@ -52,31 +52,3 @@ def test_two_api_servers_give_one_info_series_and_summed_counters(tmp_path: Path
     batch = {"model_name": "m", "engine": "0", "batch_bucket": "1"}
     assert registry.get_sample_value("specdec_probe_batch_steps_total", batch) == 2
     assert registry.get_sample_value("specdec_probe_errors_total", {"hook": "record"}) == 0
-
-
-def test_the_step_path_increments_write_each_process_file(tmp_path: Path) -> None:
-    """The probe's per-step updates (families.increment, the counter values' own ``inc``) are
-    file writes under PROMETHEUS_MULTIPROC_DIR too: two processes' steps are summed."""
-    script = textwrap.dedent(
-        """
-        from specdec_exporter.probe.families import Families
-        steps, drafts, draft_tokens, accepted = Families().batch_series("m", "0", "1").increments()
-        steps(1)
-        drafts(2)
-        draft_tokens(8)
-        accepted(5)
-        """
-    )
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    for _ in range(2):
-        subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(tmp_path))
-    batch = {"model_name": "m", "engine": "0", "batch_bucket": "1"}
-    for name, value in (
-        ("specdec_probe_batch_steps_total", 2),
-        ("specdec_probe_batch_drafts_total", 4),
-        ("specdec_probe_batch_draft_tokens_total", 16),
-        ("specdec_probe_batch_accepted_tokens_total", 10),
-    ):
-        assert registry.get_sample_value(name, batch) == value, name

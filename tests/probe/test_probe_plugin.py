@@ -372,8 +372,8 @@ def test_the_probe_never_reads_prompts_or_completions(
 
 
 def test_a_step_with_a_negative_count_is_an_error_never_a_decrement(probe: Probe) -> None:
-    """The step path adds through the counter values' own ``inc`` (families.increment), which
-    skips ``Counter.inc``'s check for negative amounts: the probe checks instead."""
+    """A step's amounts wait as plain ints before they go into the counters: a negative one
+    (which ``Counter.inc`` would refuse later, in another step's flush) is refused at once."""
     logger = probe.logger()
     good = fake.SpecDecodingStats(4, num_drafts=2, num_draft_tokens=8, num_accepted_tokens=5)
     bad = fake.SpecDecodingStats(4, num_drafts=2, num_draft_tokens=8, num_accepted_tokens=-5)
@@ -417,3 +417,43 @@ def test_the_per_step_lookup_cache_is_bounded_and_counts_the_same_past_it(
         )
         == 32
     )
+
+
+def test_steps_reach_the_counters_by_the_step_that_finishes_a_request(probe: Probe) -> None:
+    """A step adds to plain ints; they go into the counters at the first step that finishes a
+    request (this logger records before vLLM's Prometheus logger counts it finished), at
+    vLLM's periodic log() and at least every STEP_FLUSH_EVERY steps."""
+    logger = probe.logger()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    running = SimpleNamespace(finished_requests=[])
+    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "2-4"}
+
+    def steps() -> float | None:
+        return probe.value("specdec_probe_batch_steps_total", **batch)
+
+    for _ in range(5):
+        logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
+    assert steps() == 0  # pending
+    logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), finishing)
+    assert steps() == 6
+    assert probe.value("specdec_probe_batch_accepted_tokens_total", **batch) == 18
+
+    logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
+    logger.log()
+    assert steps() == 7
+
+    for _ in range(probe.plugin.STEP_FLUSH_EVERY):
+        logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
+    assert steps() == 7 + probe.plugin.STEP_FLUSH_EVERY
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
+def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe) -> None:
+    """A vLLM whose IterationStats lost ``finished_requests``: the probe cannot tell when a
+    request finishes, so every step goes into the counters at once (exact, as before)."""
+    logger = probe.logger()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), object())
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
+    assert probe.value("specdec_probe_batch_steps_total", **batch) == 1

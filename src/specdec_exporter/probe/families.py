@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -108,29 +108,6 @@ class BatchSeries:
     drafts: Counter
     draft_tokens: Counter
     accepted_tokens: Counter
-
-    def increments(self) -> tuple[Callable[[int], None], ...]:
-        """(steps, drafts, draft tokens, accepted tokens): each child's ``increment``."""
-        return tuple(
-            increment(child)
-            for child in (self.steps, self.drafts, self.draft_tokens, self.accepted_tokens)
-        )
-
-
-def increment(child: Counter) -> Callable[[int], None]:
-    """The cheapest exact way to add a non-negative amount to a labelled counter child.
-
-    ``Counter.inc`` checks that the child is labelled and the amount non-negative, then calls its
-    value's ``inc`` (a lock, or under ``PROMETHEUS_MULTIPROC_DIR`` a write to the process's file).
-    The engine probe adds four amounts per engine step, in vLLM's output loop: binding the value's
-    ``inc`` once skips two Python calls per update (benchmarks/probe_e2e.py). The caller checks
-    that the amount is not negative. Falls back to the public ``inc`` when prometheus_client's
-    internals are not the ones this was written against.
-    """
-    value_inc = getattr(getattr(child, "_value", None), "inc", None)
-    if type(child) is Counter and callable(value_inc):
-        return value_inc  # type: ignore[no-any-return]
-    return child.inc
 
 
 class Families:

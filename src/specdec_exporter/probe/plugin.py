@@ -45,7 +45,7 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
-from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, Families
+from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, BatchSeries, Families
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
@@ -53,7 +53,29 @@ WRAPPED_MARK = "__specdec_probe_wrapped__"
 """The info series' ``reason`` label is cut to this many characters."""
 STEP_ROWS_LIMIT = 4096
 """Bound of ``ProbeState.step_rows``: engine indexes x running-batch sizes seen (vLLM's
-``max_num_seqs`` bounds the sizes); past it a step looks its series up again."""
+``max_num_seqs`` bounds the sizes); past it a step looks its row up again."""
+STEP_FLUSH_EVERY = 64
+"""Steps at most between two flushes of the batch rows into their counters."""
+
+
+class StepRow:
+    """One batch series' amounts not yet in its counters (steps, drafts, draft tokens,
+    accepted tokens): a step adds four ints here instead of four counter updates."""
+
+    __slots__ = ("pending", "series")
+
+    def __init__(self, series: BatchSeries) -> None:
+        self.series = series
+        self.pending = [0, 0, 0, 0]
+
+    def flush(self) -> None:
+        steps, drafts, draft_tokens, accepted = self.pending
+        if steps:
+            self.pending = [0, 0, 0, 0]
+            self.series.steps.inc(steps)
+            self.series.drafts.inc(drafts)
+            self.series.draft_tokens.inc(draft_tokens)
+            self.series.accepted_tokens.inc(accepted)
 
 
 @dataclass(slots=True)
@@ -70,11 +92,12 @@ class ProbeState:
     """k, the configured number of speculative tokens (0 without speculation)."""
     errors_logged_at: dict[str, float] = field(default_factory=dict)
     """When each hook's last error was logged (``time.monotonic``)."""
-    step_rows: dict[tuple[Any, Any], tuple[Callable[[int], None], ...]] = field(
-        default_factory=dict
-    )
-    """(engine index, running requests) -> the bound increments of its batch series, so that a
-    step costs one dict lookup, no label work (at most ``STEP_ROWS_LIMIT`` entries)."""
+    step_rows: dict[tuple[Any, Any], StepRow] = field(default_factory=dict)
+    """(engine index, running requests) -> its row, so that a step costs one dict lookup and no
+    label work (at most ``STEP_ROWS_LIMIT`` entries; many keys share a row)."""
+    batch_rows: dict[tuple[str, str], StepRow] = field(default_factory=dict)
+    """(engine, batch bucket) -> its row: what ``flush_steps`` walks (engines x buckets)."""
+    unflushed_steps: int = 0
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments). Never raises."""
@@ -111,41 +134,59 @@ class ProbeState:
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
-    def observe_step(self, scheduler_stats: Any, engine_idx: int) -> None:
-        """One engine step's scheduler stats. Never raises."""
+    def observe_step(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int) -> None:
+        """One engine step's scheduler stats. Never raises.
+
+        A step adds to its row's pending amounts (plain ints); the rows go into the counters at
+        the first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps and at
+        vLLM's periodic ``log()``. So the batch counters have every step of a request by the
+        time vLLM counts the request finished (this logger records before vLLM's Prometheus
+        logger, in the same call), at a fraction of four counter updates per step."""
         try:
             buckets = self.batch_buckets
             if buckets is None or scheduler_stats is None:
                 return
             spec = scheduler_stats.spec_decoding_stats
-            if spec is None:
-                return  # no draft tokens in this step: vLLM's counters do not move either
-            running = scheduler_stats.num_running_reqs
-            row = self.step_rows.get((engine_idx, running))
-            if row is None:
-                row = self._step_row(buckets, engine_idx, running)
-            drafts, draft_tokens, accepted = (
-                spec.num_drafts,
-                spec.num_draft_tokens,
-                spec.num_accepted_tokens,
-            )
-            if drafts < 0 or draft_tokens < 0 or accepted < 0:
-                raise ValueError("a negative count in the step's spec-decoding stats")
-            steps_inc, drafts_inc, draft_tokens_inc, accepted_inc = row
-            steps_inc(1)
-            drafts_inc(drafts)
-            draft_tokens_inc(draft_tokens)
-            accepted_inc(accepted)
+            if spec is not None:
+                running = scheduler_stats.num_running_reqs
+                row = self.step_rows.get((engine_idx, running))
+                if row is None:
+                    row = self._step_row(buckets, engine_idx, running)
+                drafts, draft_tokens, accepted = (
+                    spec.num_drafts,
+                    spec.num_draft_tokens,
+                    spec.num_accepted_tokens,
+                )
+                if drafts < 0 or draft_tokens < 0 or accepted < 0:
+                    raise ValueError("a negative count in the step's spec-decoding stats")
+                pending = row.pending
+                pending[0] += 1
+                pending[1] += drafts
+                pending[2] += draft_tokens
+                pending[3] += accepted
+                self.unflushed_steps += 1
+            # else: no draft tokens in this step, vLLM's counters do not move either
+            if self.unflushed_steps and (
+                iteration_stats is None
+                or self.unflushed_steps >= STEP_FLUSH_EVERY
+                or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM: flush
+            ):
+                self.flush_steps()
         except Exception as exc:
             self._hook_failed(names.HOOK_RECORD, exc)
 
-    def _step_row(
-        self, buckets: BatchBuckets, engine_idx: Any, running: Any
-    ) -> tuple[Callable[[int], None], ...]:
-        series = self.families.batch_series(
-            self.model_name, str(engine_idx), buckets.label_for(int(running))
-        )
-        row = series.increments()
+    def flush_steps(self) -> None:
+        """Add every row's pending amounts to its counters. Raises (the callers count it)."""
+        self.unflushed_steps = 0
+        for row in self.batch_rows.values():
+            row.flush()
+
+    def _step_row(self, buckets: BatchBuckets, engine_idx: Any, running: Any) -> StepRow:
+        engine, label = str(engine_idx), buckets.label_for(int(running))
+        row = self.batch_rows.get((engine, label))
+        if row is None:
+            row = StepRow(self.families.batch_series(self.model_name, engine, label))
+            self.batch_rows[(engine, label)] = row
         if len(self.step_rows) < STEP_ROWS_LIMIT:
             self.step_rows[(engine_idx, running)] = row
         return row
@@ -201,13 +242,20 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
     ) -> None:
         state = self.state
         if state is not None:
-            state.observe_step(scheduler_stats, engine_idx)
+            state.observe_step(scheduler_stats, iteration_stats, engine_idx)
 
     def log_engine_initialized(self) -> None:
         return None
 
     def log(self) -> None:
-        return None
+        """vLLM's periodic call (``VLLM_LOG_STATS_INTERVAL``): the steps not yet in the counters
+        go in, so they lag by at most that long when no request finishes. Never raises."""
+        state = self.state
+        if state is not None and state.unflushed_steps:
+            try:
+                state.flush_steps()
+            except Exception as exc:
+                state._hook_failed(names.HOOK_RECORD, exc)
 
 
 def start(
