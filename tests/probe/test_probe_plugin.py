@@ -457,3 +457,48 @@ def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe
     logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), object())
     batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
     assert probe.value("specdec_probe_batch_steps_total", **batch) == 1
+
+
+def test_the_bound_observe_gives_what_prometheus_clients_observe_gives(probe: Probe) -> None:
+    """plugin.observer skips Histogram.observe's loop over the bounds (bisect instead): at each
+    bound, between, below, above, negative, infinite and NaN, the samples are the same."""
+    from prometheus_client import Histogram  # noqa: PLC0415
+
+    registry = CollectorRegistry()
+    family = Histogram("h", "h", ["way"], buckets=(0.1, 0.5, 1.0, 5.0), registry=registry)
+    public, bound = family.labels("public"), family.labels("bound")
+    fast = probe.plugin.observer(bound)
+    assert fast != bound.observe  # the bound path, not the fallback
+    for amount in (0.0, 0.1, 0.10000001, 0.5, 0.7, 1.0, 5.0, 5.1, -3.0, float("inf"), 1e9):
+        public.observe(amount)
+        fast(amount)
+
+    def samples(way: str) -> list[tuple[str, str | None, float]]:
+        return [
+            (sample.name, sample.labels.get("le"), sample.value)
+            for metric in registry.collect()
+            for sample in metric.samples
+            if sample.labels.get("way") == way and not sample.name.endswith("_created")
+        ]
+
+    assert samples("bound") == samples("public")
+    fast(float("nan"))
+    public.observe(float("nan"))
+    assert [s[:2] for s in samples("bound")] == [s[:2] for s in samples("public")]
+
+
+def test_the_bound_updates_fall_back_to_the_public_ones_when_internals_differ(
+    probe: Probe,
+) -> None:
+    odd = SimpleNamespace(inc=lambda amount: None, observe=lambda amount: None)
+    assert probe.plugin.adder(odd) == odd.inc
+    assert probe.plugin.observer(odd) == odd.observe
+
+
+def test_a_sequence_with_a_negative_count_is_an_error_and_adds_nothing(probe: Probe) -> None:
+    probe.logger()
+    processor = probe.processor()
+    processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 0], -4), 1, None)
+    assert probe.value("specdec_probe_errors_total", hook="finished") == 1
+    assert probe.temperature("specdec_probe_sequences_total", "0") == 0
+    assert probe.temperature("specdec_probe_drafts_total", "0") == 0

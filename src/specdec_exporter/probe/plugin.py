@@ -20,15 +20,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import sys
 import threading
 import time
 import traceback
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter, Histogram
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
 
 from specdec_exporter import __version__
@@ -45,7 +48,12 @@ from specdec_exporter.core.buckets import (
 from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
-from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, BatchSeries, Families
+from specdec_exporter.probe.families import (
+    ERROR_LOG_INTERVAL,
+    BatchSeries,
+    Families,
+    TemperatureSeries,
+)
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
@@ -56,6 +64,81 @@ STEP_ROWS_LIMIT = 4096
 ``max_num_seqs`` bounds the sizes); past it a step looks its row up again."""
 STEP_FLUSH_EVERY = 64
 """Steps at most between two flushes of the batch rows into their counters."""
+
+
+def adder(child: Counter) -> Callable[[float], None]:
+    """The cheapest exact way to add a non-negative amount to a labelled counter child.
+
+    ``Counter.inc`` checks that the child is labelled and the amount non-negative, then calls
+    its value's ``inc`` (a lock; under ``PROMETHEUS_MULTIPROC_DIR`` a write to the process's
+    file). Bound once, the value's ``inc`` skips two Python calls per update; the probe checks
+    the amounts itself. The public ``inc`` when prometheus_client's internals differ.
+    """
+    value_inc = getattr(getattr(child, "_value", None), "inc", None)
+    if type(child) is Counter and callable(value_inc):
+        return value_inc  # type: ignore[no-any-return]
+    return child.inc
+
+
+def observer(child: Histogram) -> Callable[[float], None]:
+    """``child.observe`` without its per-bound loop: prometheus_client adds the amount to the
+    sum and 1 to the first bucket whose bound is >= the amount (``bisect_left`` finds the same
+    one). The public ``observe`` for NaN and when prometheus_client's internals differ."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    sum_inc = getattr(getattr(child, "_sum", None), "inc", None)
+    if not (
+        type(child) is Histogram
+        and isinstance(bounds, list)
+        and isinstance(buckets, list)
+        and bounds
+        and len(bounds) == len(buckets)
+        and bounds[-1] == math.inf
+        and callable(sum_inc)
+        and all(callable(getattr(bucket, "inc", None)) for bucket in buckets)
+    ):
+        return child.observe
+    bucket_incs = tuple(bucket.inc for bucket in buckets)
+    public = child.observe
+
+    def observe(amount: float) -> None:
+        if amount <= math.inf:  # False for NaN
+            sum_inc(amount)
+            bucket_incs[bisect_left(bounds, amount)](1)
+        else:
+            public(amount)
+
+    return observe
+
+
+class SequenceRow:
+    """One temperature series' updates, bound once (``adder``, ``observer``): a finished
+    sequence costs a dozen direct value updates in vLLM's output loop."""
+
+    __slots__ = (
+        "acceptance_rate",
+        "accepted_per_position",
+        "accepted_tokens",
+        "draft_tokens",
+        "drafts",
+        "sequences",
+        "series",
+        "spec_sequences",
+        "tpot",
+        "ttft",
+    )
+
+    def __init__(self, series: TemperatureSeries) -> None:
+        self.series = series
+        self.sequences = adder(series.sequences)
+        self.spec_sequences = adder(series.spec_sequences)
+        self.drafts = adder(series.drafts)
+        self.draft_tokens = adder(series.draft_tokens)
+        self.accepted_tokens = adder(series.accepted_tokens)
+        self.accepted_per_position = tuple(adder(c) for c in series.accepted_per_position)
+        self.acceptance_rate = observer(series.acceptance_rate)
+        self.ttft = observer(series.ttft)
+        self.tpot = observer(series.tpot)
 
 
 class StepRow:
@@ -98,6 +181,8 @@ class ProbeState:
     batch_rows: dict[tuple[str, str], StepRow] = field(default_factory=dict)
     """(engine, batch bucket) -> its row: what ``flush_steps`` walks (engines x buckets)."""
     unflushed_steps: int = 0
+    sequence_rows: dict[str, SequenceRow] = field(default_factory=dict)
+    """Temperature bucket -> the bound updates of its series (one per bucket of this model)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments). Never raises."""
@@ -117,16 +202,35 @@ class ProbeState:
             if metrics is not None:
                 figures = sequence_figures(metrics.histogram, metrics.num_draft_tokens)
                 positions = max(positions, len(figures.accepted_per_position))
-            series = self.families.temperature_series(
-                self.model_name, buckets.label_for(float(temperature)), positions
-            )
-            series.sequences.inc()
+            label = buckets.label_for(float(temperature))
+            series = self.families.temperature_series(self.model_name, label, positions)
+            row = self.sequence_rows.get(label)
+            if row is None or row.series is not series:
+                row = self.sequence_rows[label] = SequenceRow(series)
+            if figures is not None and (
+                figures.drafts < 0
+                or figures.draft_tokens < 0
+                or figures.accepted_tokens < 0
+                or min(figures.accepted_per_position, default=0) < 0
+            ):
+                raise ValueError("a negative count in the sequence's spec-decode metrics")
+            row.sequences(1)
             if figures is not None:
-                series.count_speculative(figures)
+                row.spec_sequences(1)
+                row.drafts(figures.drafts)
+                row.draft_tokens(figures.draft_tokens)
+                row.accepted_tokens(figures.accepted_tokens)
+                per_position = row.accepted_per_position
+                for position, accepted in enumerate(figures.accepted_per_position):
+                    if accepted:
+                        per_position[position](accepted)
+                rate = figures.acceptance_rate
+                if rate is not None:
+                    row.acceptance_rate(rate)
             stats = req_state.stats
             if stats is not None:
-                series.ttft.observe(stats.first_token_latency)
-                series.tpot.observe(
+                row.ttft(stats.first_token_latency)
+                row.tpot(
                     time_per_output_token(
                         stats.first_token_ts, stats.last_token_ts, stats.num_generation_tokens
                     )
