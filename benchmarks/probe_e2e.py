@@ -21,9 +21,13 @@ Measured over the `--requests`, per run:
 - before the load, the API server's CPU at rest (ms per second over `--idle-seconds`): it burns
   CPU while it waits, so a run the shared machine slows down costs more CPU per request;
 - the load average at the start of the run (the machine may be shared: compare within a round);
-- with `--gc-stats`, the API server's garbage collections per generation, their time and the objects
-  the collector tracks outside the frozen start-up heap (a `sitecustomize` on PYTHONPATH in every
-  variant; off by default, as its thread wakes once a second).
+- with `--gc-stats`, the API server's garbage collections per generation, their time and the
+  objects the collector tracks outside the frozen start-up heap, and the thread CPU time and calls
+  of vLLM's `OutputProcessor.process_outputs` and `StatLoggerManager.record` and of the probe's two
+  hooks (`ProbeState.observe_finished`, `observe_step`), from which the report gives the hooks'
+  share of the same run's API-server CPU: a `sitecustomize` on PYTHONPATH in every variant (off
+  by default: its thread wakes 20 times a second, and each timed call reads the thread clock
+  twice, a system call, counted in the hooks' figures).
 
 Variants (`--variants`, comma-separated; the ratios need `without` among them):
 - `without`: vLLM alone;
