@@ -3806,7 +3806,7 @@
           "type": "timeseries",
           "id": 37,
           "title": "Failed polls of vLLM per minute, by reason",
-          "description": "The sidecar's failed polls of vLLM's /metrics: connect, timeout, http_status, parse, too_large (per minute; one poll every --interval seconds).",
+          "description": "The sidecar's failed polls of vLLM's /metrics: connect, timeout, http_status, parse, too_large, internal (a bug of the sidecar's: its log says where) (per minute; one poll every --interval seconds).",
           "datasource": {
             "type": "prometheus",
             "uid": "${datasource}"

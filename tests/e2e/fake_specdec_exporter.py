@@ -115,7 +115,7 @@ class FakeSpecdecExporter:
         yield from _gauge("specdec_draft_cost_ratio", f'source="{source}"', ratio)
         yield from _gauge("specdec_tap_enabled", "", 1)
         yield from _gauge("specdec_scrape_duration_seconds", "", 0.004)
-        for reason in ("connect", "timeout", "http_status", "parse", "too_large"):
+        for reason in ("connect", "timeout", "http_status", "parse", "too_large", "internal"):
             yield from _counter("specdec_scrape_failures_total", f'reason="{reason}"', 0)
         yield from _gauge("specdec_build_info", 'version="0.1.0"', 1)
         yield from _gauge("specdec_spec_decode_enabled", model, 1)

@@ -174,7 +174,7 @@ async def test_an_exception_in_the_fold_is_an_internal_error_poll_and_the_next_p
     for _ in range(3):
         await poller.poll_once()
     state = poller.state
-    assert state.attempts == 3 and state.failures["parse"] == 3
+    assert state.attempts == 3 and state.failures["internal"] == 3
     assert not state.up and state.report == [] and state.snapshot is None
     assert state.last_error is not None and state.last_error.detail.startswith(
         "internal error: ZeroDivisionError at test_fail_small.py:"
@@ -186,7 +186,7 @@ async def test_an_exception_in_the_fold_is_an_internal_error_poll_and_the_next_p
     assert line.exc_info is not None
     broken["now"] = False
     await poller.poll_once()
-    assert state.up and state.report and state.failures["parse"] == 3
+    assert state.up and state.report and state.failures["internal"] == 3
 
 
 # The supervisor, through the real `run`: each component made to fail in turn

@@ -173,7 +173,8 @@ async def test_vllm_down_shows_the_reason_the_last_success_and_the_failure_count
         "<tr><th>last poll</th><td>2026-11-26 03:00:20 UTC (17 s ago)</td></tr>"
         "<tr><th>failed polls in a row</th><td>3</td></tr>"
         "<tr><th>failures since start, by reason</th>"
-        "<td>connect 3, timeout 0, http_status 0, parse 0, too_large 0</td></tr></table>"
+        "<td>connect 3, timeout 0, http_status 0, parse 0, too_large 0, internal 0</td></tr>"
+        "</table>"
         f"<p><a href='{RUNBOOK}#specdecodevllmunreachable'>runbook: SpecDecodeVLLMUnreachable</a>"
         " · the figures below are gone until a poll succeeds again</p>"
     )

@@ -307,7 +307,7 @@ async def test_internal_errors_are_rate_limited_and_keep_their_traceback(
     errors = [r for r in caplog.records if r.getMessage() == "unexpected error while polling vLLM"]
     assert len(errors) == 1
     assert errors[0].exc_info is not None and errors[0].exc_info[0] is RuntimeError
-    assert poller.state.failures["parse"] == 5
+    assert poller.state.failures["internal"] == 5
 
 
 def with_accepted(text: str, value: str) -> str:

@@ -829,7 +829,8 @@ def health_row(settings: Settings, scope: Scope) -> Row:
             Panel(
                 "Failed polls of vLLM per minute, by reason",
                 "The sidecar's failed polls of vLLM's /metrics: connect, timeout, http_status, "
-                "parse, too_large (per minute; one poll every --interval seconds).",
+                "parse, too_large, internal (a bug of the sidecar's: its log says where) "
+                "(per minute; one poll every --interval seconds).",
                 (
                     Query(
                         "60 * "

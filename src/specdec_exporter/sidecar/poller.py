@@ -249,7 +249,7 @@ class Poller:
             where = _raised_at(exc)
             self._log_internal_error(exc, where)
             detail = f"internal error: {type(exc).__name__} at {where}"
-            self._record_failure(ScrapeError("parse", detail), log_it=False)
+            self._record_failure(ScrapeError("internal", detail), log_it=False)
         finally:
             self.state.attempts += 1
             self.state.last_poll_at = self._wall_clock()

@@ -18,14 +18,17 @@ from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
 from specdec_exporter.core.probe_parse import NO_PROBE, ProbeSnapshot, parse_probe
 from specdec_exporter.deadline import total_deadline
 
-FailureReason = Literal["connect", "timeout", "http_status", "parse", "too_large"]
+FailureReason = Literal["connect", "timeout", "http_status", "parse", "too_large", "internal"]
 FAILURE_REASONS: tuple[FailureReason, ...] = (
     "connect",
     "timeout",
     "http_status",
     "parse",
     "too_large",
+    "internal",
 )
+"""Why a poll failed; ``internal``: a bug of the sidecar's in the poll's fold (vLLM answered),
+counted and logged with its type and file:line (sidecar/poller.py)."""
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5,*/*;q=0.1"
 ACCEPT_ENCODING = "gzip"
 """prometheus_client (vLLM's /metrics) gzips when asked: a 60 KB page travels as ~8 KB."""
