@@ -430,3 +430,11 @@ def test_histogram_figures_are_finite_or_none(
 ) -> None:
     assert_finite(histogram_figures(buckets, total))
     assert_finite([quantile(q, buckets)])
+
+
+def test_a_histogram_whose_bounds_are_nan_or_repeated_inf_has_no_quantile() -> None:
+    """Found by the property above (a random run): a NaN bound with nothing below the rank was
+    returned as the quantile."""
+    assert quantile(0.0, [(math.nan, 0.0), (0.0, 5e-324)]) is None
+    assert_finite(histogram_figures([(math.nan, 0.0), (0.0, 5e-324)], 0.0))
+    assert quantile(0.9, [(math.inf, 0.0), (math.inf, 5e-324)]) is None  # two +Inf bounds

@@ -50,9 +50,9 @@ def quantile(q: float, buckets: CumulativeBuckets) -> float | None:
     for bound, cumulative in buckets:
         if cumulative >= rank:
             if math.isinf(bound):
-                return lower_bound if lower_bound > 0 or lower_count > 0 else None
+                return finite_or_none(lower_bound) if lower_bound > 0 or lower_count > 0 else None
             if bound <= 0 or cumulative == lower_count:
-                return bound
+                return finite_or_none(bound)  # a NaN bound (le="NaN") is no figure
             return finite_or_none(
                 lower_bound
                 + (bound - lower_bound) * (rank - lower_count) / (cumulative - lower_count)
