@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from specdec_exporter.core import probe_names as names
+from specdec_exporter.probe import families
 
 MODEL = "tiny-llama"
 
@@ -586,14 +587,14 @@ def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe
 
 
 def test_the_bound_observe_gives_what_prometheus_clients_observe_gives(probe: Probe) -> None:
-    """plugin.observer skips Histogram.observe's loop over the bounds (bisect instead): at each
+    """families.observer skips Histogram.observe's loop over the bounds (bisect instead): at each
     bound, between, below, above, negative, infinite and NaN, the samples are the same."""
     from prometheus_client import Histogram  # noqa: PLC0415
 
     registry = CollectorRegistry()
     family = Histogram("h", "h", ["way"], buckets=(0.1, 0.5, 1.0, 5.0), registry=registry)
     public, bound = family.labels("public"), family.labels("bound")
-    fast = probe.plugin.observer(bound)
+    fast = families.observer(bound)
     assert fast != bound.observe  # the bound path, not the fallback
     for amount in (0.0, 0.1, 0.10000001, 0.5, 0.7, 1.0, 5.0, 5.1, -3.0, float("inf"), 1e9):
         public.observe(amount)
@@ -617,8 +618,8 @@ def test_the_bound_updates_fall_back_to_the_public_ones_when_internals_differ(
     probe: Probe,
 ) -> None:
     odd = SimpleNamespace(inc=lambda amount: None, observe=lambda amount: None)
-    assert probe.plugin.adder(odd) == odd.inc
-    assert probe.plugin.observer(odd) == odd.observe
+    assert families.adder(odd) == odd.inc
+    assert families.observer(odd) == odd.observe
 
 
 def test_a_sequence_with_a_negative_count_is_an_error_and_adds_nothing(probe: Probe) -> None:

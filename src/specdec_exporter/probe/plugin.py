@@ -20,18 +20,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import sys
 import threading
 import time
 import traceback
-from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter, Histogram
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
 
 from specdec_exporter import __version__
@@ -59,7 +56,7 @@ from specdec_exporter.probe.families import (
     ERROR_LOG_INTERVAL,
     BatchSeries,
     Families,
-    TemperatureSeries,
+    SequenceRow,
 )
 
 LOG = logging.getLogger("vllm.specdec_probe")
@@ -71,81 +68,6 @@ STEP_ROWS_LIMIT = 4096
 ``max_num_seqs`` bounds the sizes); past it a step looks its row up again."""
 STEP_FLUSH_EVERY = 64
 """Steps at most between two flushes of the batch rows into their counters."""
-
-
-def adder(child: Counter) -> Callable[[float], None]:
-    """The cheapest exact way to add a non-negative amount to a labelled counter child.
-
-    ``Counter.inc`` checks that the child is labelled and the amount non-negative, then calls
-    its value's ``inc`` (a lock; under ``PROMETHEUS_MULTIPROC_DIR`` a write to the process's
-    file). Bound once, the value's ``inc`` skips two Python calls per update; the probe checks
-    the amounts itself. The public ``inc`` when prometheus_client's internals differ.
-    """
-    value_inc = getattr(getattr(child, "_value", None), "inc", None)
-    if type(child) is Counter and callable(value_inc):
-        return value_inc  # type: ignore[no-any-return]
-    return child.inc
-
-
-def observer(child: Histogram) -> Callable[[float], None]:
-    """``child.observe`` without its per-bound loop: prometheus_client adds the amount to the
-    sum and 1 to the first bucket whose bound is >= the amount (``bisect_left`` finds the same
-    one). The public ``observe`` for NaN and when prometheus_client's internals differ."""
-    bounds = getattr(child, "_upper_bounds", None)
-    buckets = getattr(child, "_buckets", None)
-    sum_inc = getattr(getattr(child, "_sum", None), "inc", None)
-    if not (
-        type(child) is Histogram
-        and isinstance(bounds, list)
-        and isinstance(buckets, list)
-        and bounds
-        and len(bounds) == len(buckets)
-        and bounds[-1] == math.inf
-        and callable(sum_inc)
-        and all(callable(getattr(bucket, "inc", None)) for bucket in buckets)
-    ):
-        return child.observe
-    bucket_incs = tuple(bucket.inc for bucket in buckets)
-    public = child.observe
-
-    def observe(amount: float) -> None:
-        if amount <= math.inf:  # False for NaN
-            sum_inc(amount)
-            bucket_incs[bisect_left(bounds, amount)](1)
-        else:
-            public(amount)
-
-    return observe
-
-
-class SequenceRow:
-    """One temperature series' updates, bound once (``adder``, ``observer``): a finished
-    sequence costs a dozen direct value updates in vLLM's output loop."""
-
-    __slots__ = (
-        "acceptance_rate",
-        "accepted_per_position",
-        "accepted_tokens",
-        "draft_tokens",
-        "drafts",
-        "sequences",
-        "series",
-        "spec_sequences",
-        "tpot",
-        "ttft",
-    )
-
-    def __init__(self, series: TemperatureSeries) -> None:
-        self.series = series
-        self.sequences = adder(series.sequences)
-        self.spec_sequences = adder(series.spec_sequences)
-        self.drafts = adder(series.drafts)
-        self.draft_tokens = adder(series.draft_tokens)
-        self.accepted_tokens = adder(series.accepted_tokens)
-        self.accepted_per_position = tuple(adder(c) for c in series.accepted_per_position)
-        self.acceptance_rate = observer(series.acceptance_rate)
-        self.ttft = observer(series.ttft)
-        self.tpot = observer(series.tpot)
 
 
 class StepRow:
@@ -229,22 +151,7 @@ class ProbeState:
             if row is None:
                 series = self.families.temperature_series(self.model_name, label, self.positions)
                 row = self.sequence_rows[label] = SequenceRow(series)
-            row.sequences(1)
-            if figures is not None:
-                row.spec_sequences(1)
-                row.drafts(figures.drafts)
-                row.draft_tokens(figures.draft_tokens)
-                row.accepted_tokens(figures.accepted_tokens)
-                per_position = row.accepted_per_position
-                for position, accepted in enumerate(figures.accepted_per_position):
-                    if accepted:
-                        per_position[position](accepted)
-                rate = figures.acceptance_rate
-                if rate is not None:
-                    row.acceptance_rate(rate)
-            if timing is not None:
-                row.ttft(timing[0])
-                row.tpot(timing[1])
+            row.count(figures, timing)
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 

@@ -21,7 +21,7 @@ from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig, schedule_text
 from specdec_exporter.devtools.sim.settings import SpeculativeConfig
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
-from specdec_exporter.probe.families import Families
+from specdec_exporter.probe.families import Families, SequenceRow
 
 NO_SPECULATION = "vLLM runs without --speculative-config"
 NO_PER_REQUEST_METRICS = "vLLM runs without --per-request-spec-decode-metrics summary"
@@ -109,10 +109,8 @@ class ProbeSeries:
         series = self.families.temperature_series(
             self.model, label, max(self.positions, len(figures.accepted_per_position))
         )
-        series.sequences.inc()
-        series.count_speculative(figures)
-        series.ttft.observe(ttft)
-        series.tpot.observe(time_per_output_token(first_token_at, last_token_at, generated))
+        timing = (ttft, time_per_output_token(first_token_at, last_token_at, generated))
+        SequenceRow(series).count(figures, timing)
 
     def record_step(
         self, engine: int, running: int, drafts: int, draft_tokens: int, accepted: int
