@@ -4,6 +4,7 @@ acceptance, latency per temperature bucket, load levels, and the charts' axis an
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from pathlib import Path
@@ -519,3 +520,21 @@ def test_reference_labels_are_drawn_over_the_lines_and_never_over_each_other() -
     assert "paint-order='stroke'" in drawn
     (t_y, _), (break_even_y, _) = labels
     assert abs(float(t_y) - float(break_even_y)) >= 14, "the two labels overlap"
+
+
+def test_a_disable_verdict_links_the_alert_that_fires_for_it() -> None:
+    """At 3 am the link next to `disable` must open the section of the alert that woke the
+    reader: AcceptanceLow pages while a < t (SpeedupBelowOne waits for a >= t), and a net loss
+    on an assumed c tickets under its own name."""
+    from specdec_exporter.core.model import DraftCost  # noqa: PLC0415
+    from specdec_exporter.sidecar.explain import runbook_section  # noqa: PLC0415
+
+    measured, assumed = DraftCost(0.9, "calibration"), DraftCost(0.1, "method")
+    section = functools.partial(runbook_section, "disable", bucket=False)
+    assert section(acceptance_rate=0.3, cost=measured) == "SpecDecodeAcceptanceLow"
+    assert section(acceptance_rate=0.3, cost=assumed) == "SpecDecodeAcceptanceLow"
+    assert section(acceptance_rate=0.6, cost=measured) == "SpecDecodeSpeedupBelowOne"
+    assert section(acceptance_rate=0.6, cost=assumed) == "SpecDecodeSpeedupBelowOneAssumedCost"
+    assert runbook_section("disable", bucket=True, acceptance_rate=0.3, cost=measured) == (
+        "SpecDecodeSpeedupBelowOne"
+    )

@@ -14,7 +14,7 @@ from typing import Any, get_args
 from specdec_artifacts.promql import guarded_ratio, rate, selector, sum_by, sum_without
 from specdec_artifacts.settings import Settings, duration_seconds
 from specdec_exporter.core import probe_names
-from specdec_exporter.core.model import DraftCostSource
+from specdec_exporter.core.model import MEASURED_OR_SET, DraftCostSource
 from specdec_exporter.core.verdict import NET_LOSS_BELOW
 from specdec_exporter.probe.families import ERROR_LOG_INTERVAL
 
@@ -46,10 +46,6 @@ DASHBOARD_PATH = "/d/"
 """dashboard_url = Grafana's base URL, this, the dashboard's uid and slug, the variables."""
 ALERT_PREFIX = "SpecDecode"
 """Every alert of ours starts with it: the Alertmanager routes match on it."""
-MEASURED_OR_SET: tuple[DraftCostSource, ...] = ("flag", "calibration")
-"""Sources of c (`specdec_draft_cost_ratio{source}`) a page may rest on: measured by `calibrate`
-or set by a person. Any other source (a method's default, the default) is an assumption: the
-speedup alert built on it tickets (SpecDecodeSpeedupBelowOneAssumedCost)."""
 assert set(MEASURED_OR_SET) < set(get_args(DraftCostSource))
 TAP_ENABLED = "specdec_tap_enabled"
 """1 while the sidecar runs its request tap (--proxy-listen): the sidecar-down text reads it."""

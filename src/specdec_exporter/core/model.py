@@ -14,6 +14,10 @@ from specdec_exporter.core.acceptance import ratio
 DraftCostSource = Literal["flag", "calibration", "method", "default"]
 """Where c came from: `--draft-cost-ratio`, a `calibrate` measurement, the method's default,
 or the default for an unknown or unset method."""
+MEASURED_OR_SET: tuple[DraftCostSource, ...] = ("flag", "calibration")
+"""Sources of c a page may rest on: measured by `calibrate` or set by a person. Any other source
+(a method's default, the default) is an assumption: the speedup alert built on it tickets
+(SpecDecodeSpeedupBelowOneAssumedCost), and the live page links that alert's section."""
 
 DEFAULT_DRAFT_COST_RATIO = 0.1
 DRAFT_COST_RATIO_BY_METHOD: dict[str, float] = {

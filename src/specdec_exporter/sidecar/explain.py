@@ -6,7 +6,7 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass, field
 
-from specdec_exporter.core.model import DEFAULT_DRAFT_COST_RATIO, DraftCost
+from specdec_exporter.core.model import DEFAULT_DRAFT_COST_RATIO, MEASURED_OR_SET, DraftCost
 from specdec_exporter.core.verdict import DEFAULT_CRITERIA, NET_LOSS_BELOW, Criteria, Verdict
 from specdec_exporter.sidecar.config import Settings
 from specdec_exporter.sidecar.runbook import RUNBOOK_LINK
@@ -24,6 +24,7 @@ BUCKET_SECTIONS = {
     Verdict.BELOW_THRESHOLD: "SpecDecodeBucketAcceptanceLow",
 }
 """The same for a temperature bucket's verdict (the bucket alert tickets instead of paging)."""
+ASSUMED_COST_SECTION = "SpecDecodeSpeedupBelowOneAssumedCost"
 VLLM_DOWN_SECTION, VLLM_NEVER_UP_SECTION = "SpecDecodeVLLMUnreachable", "SpecDecodeVLLMNeverUp"
 DECISION_TABLE = "decision table"
 GRAFANA_MODEL_VARIABLE = "var-model"
@@ -67,12 +68,26 @@ class PageContext:
         return f"{self.grafana_dashboard_url}{separator}{query}"
 
 
-def runbook_section(verdict: str, *, bucket: bool) -> str | None:
-    """The alert whose runbook section explains ``verdict``; None: the decision table."""
+def runbook_section(
+    verdict: str,
+    *,
+    bucket: bool,
+    acceptance_rate: float | None = None,
+    criteria: Criteria = DEFAULT_CRITERIA,
+    cost: DraftCost | None = None,
+) -> str | None:
+    """The alert whose runbook section explains ``verdict``; None: the decision table. A model's
+    `disable` links the alert that fires for it: AcceptanceLow while a < t (it pages then), the
+    assumed-cost ticket while c is not measured or set, else SpeedupBelowOne."""
     try:
         known = Verdict(verdict)
     except ValueError:
         return None
+    if known is Verdict.DISABLE and not bucket:
+        if acceptance_rate is not None and acceptance_rate < criteria.threshold:
+            return MODEL_SECTIONS[Verdict.BELOW_THRESHOLD]
+        if cost is not None and cost.source not in MEASURED_OR_SET:
+            return ASSUMED_COST_SECTION
     return (BUCKET_SECTIONS if bucket else MODEL_SECTIONS).get(known)
 
 

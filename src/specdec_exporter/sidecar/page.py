@@ -351,7 +351,13 @@ class _Explainer:
             break_even=break_even,
             criteria=criteria,
         )
-        section = runbook_section(verdict, bucket=BUCKET_HEADER in row)
+        section = runbook_section(
+            verdict,
+            bucket=BUCKET_HEADER in row,
+            acceptance_rate=_float(row.get("acceptance rate")),
+            criteria=criteria,
+            cost=cost,
+        )
         href = html.escape(self._context.runbook(section), quote=True)
         return (
             f"why: {html.escape(decided)} · {html.escape(basis(cost, criteria, k))}"
