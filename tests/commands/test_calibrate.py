@@ -465,3 +465,22 @@ def test_write_config_from_the_command_says_what_it_wrote(
         "draft_cost_ratio": round(cost, 4),
         "break_even_acceptance_rate": round(cost, 4),
     }
+
+
+def test_a_phase_shorter_than_the_sample_interval_still_has_a_running_sample() -> None:
+    """CI's real vLLM finished a plain phase in under the 0.25 s interval and reported no
+    running figure: the first sample comes after 50 ms whatever the interval."""
+    with (
+        running_simulator(spec_config(4, method="ngram")) as spec,
+        running_simulator(SimConfig()) as base,
+    ):
+        document = json.loads(
+            run_cli(
+                *("--spec-url", spec.url, "--base-url", base.url),
+                *("--concurrency", "1", "--temperatures", "0", "--requests", "4"),
+                *("--max-tokens", "96", "--warmup", "0", "--sample-interval", "60", "--json"),
+            )
+        )
+    (point,) = document["points"]
+    assert point["num_requests_running_spec"] is not None
+    assert point["num_requests_running_base"] is not None

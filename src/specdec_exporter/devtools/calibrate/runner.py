@@ -47,6 +47,9 @@ from specdec_exporter.trust import VllmTrust
 
 PhaseCallback = Callable[[str], None]
 DEFAULT_TEMPERATURES_TEXT = "0,0.7,1.0"
+FIRST_SAMPLE_SECONDS = 0.05
+"""The first num_requests_running sample comes this soon (or after the interval, if shorter):
+a phase shorter than --sample-interval on a fast machine still has a sample."""
 
 
 class CalibrateError(RuntimeError):
@@ -355,9 +358,13 @@ class _Calibration:
         return timing, counts
 
     async def _sample_running(self, url: str, samples: list[float]) -> None:
-        """vLLM's num_requests_running every sample_interval; failed samples are skipped."""
+        """vLLM's num_requests_running every sample_interval, the first after at most
+        FIRST_SAMPLE_SECONDS (a phase shorter than the interval still has one); failed samples
+        are skipped."""
+        delay = min(self._config.sample_interval, FIRST_SAMPLE_SECONDS)
         while True:
-            await asyncio.sleep(self._config.sample_interval)
+            await asyncio.sleep(delay)
+            delay = self._config.sample_interval
             with contextlib.suppress(CalibrateError, ExpositionError):
                 running = requests_running(await self._metrics_text(url))
                 value = running.get(self._model, sum(running.values()) if running else None)
