@@ -18,6 +18,9 @@ Measured over the `--requests`, per run:
   loses its share; `/proc/PID/stat`'s utime + stime, in clock ticks, is recorded too as a
   cross-check);
 - requests/s and output tokens/s;
+- every variant is scraped (GET /metrics) every `--scrape-interval` seconds (5, the sidecar's
+  poll) during the requests and once at their end, inside the CPU window: with one API server the
+  probe moves its amounts into its series at a scrape, so that work is in the figure;
 - before the load, the API server's CPU at rest (ms per second over `--idle-seconds`): it burns
   CPU while it waits, so a run the shared machine slows down costs more CPU per request;
 - the load average at the start of the run (the machine may be shared: compare within a round);
@@ -58,6 +61,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -136,6 +140,7 @@ if _DIR:
         ("vllm.v1.metrics.loggers", "StatLoggerManager", "record"),
         ("specdec_exporter.probe.plugin", "ProbeState", "observe_finished"),
         ("specdec_exporter.probe.plugin", "ProbeState", "observe_step"),
+        ("specdec_exporter.probe.families", "Families", "flush"),
     )
 
     def _writer():
@@ -341,6 +346,51 @@ def start_py_spy(
 
 
 PROBE_HOOKS = ("ProbeState.observe_finished", "ProbeState.observe_step")
+SCRAPE_FLUSH = "Families.flush"
+"""The probe's rows flushed by a scrape (one API server: only a scrape calls it); under
+PROMETHEUS_MULTIPROC_DIR the step hook calls it, so its time is inside observe_step's already."""
+
+
+def probe_ns(row: Mapping[str, Any]) -> int:
+    """The probe's own thread CPU in one run: its hooks, plus the scrapes' flushes with one API
+    server (with two they run inside observe_step, timed there)."""
+    keys = (*PROBE_HOOKS, SCRAPE_FLUSH) if row["api_servers"] == 1 else PROBE_HOOKS
+    return sum(ns for key, (_, ns) in row["gc"]["timed"].items() if key in keys)
+
+
+class Scraper:
+    """GET /metrics every `interval` seconds from a thread while the load runs, as the sidecar
+    polls (5 s by default); `stop` scrapes once more, so the run's CPU window holds the work a
+    scrape does for everything the load counted (the probe flushes its amounts then)."""
+
+    def __init__(self, url: str, interval: float) -> None:
+        self.url = url + "/metrics"
+        self.interval = interval
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _get(self) -> None:
+        with urllib.request.urlopen(self.url, timeout=60) as response:
+            response.read()
+        self.scrapes += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._get()
+
+    def __enter__(self) -> Scraper:
+        if self.interval > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._get()
+
+
 """The probe's own work, timed inside the server by the --gc-stats sitecustomize."""
 
 PROFILE_FRAMES = {
@@ -402,9 +452,10 @@ def one_run(
         idle_ns_per_s = (cpu_snapshot(pids)[0] - idle_before) / (time.perf_counter() - idle_started)
         spies = start_py_spy(args, variant, pids)
         ns_before, ticks_before = cpu_snapshot(pids)
-        wall, tokens = probe_overhead.send_load(
-            server.url, args.requests, args.concurrency, args.tokens, TEMPERATURES
-        )
+        with Scraper(server.url, args.scrape_interval) as scraper:
+            wall, tokens = probe_overhead.send_load(
+                server.url, args.requests, args.concurrency, args.tokens, TEMPERATURES
+            )
         ns_after, ticks_after = cpu_snapshot(pids)
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
@@ -421,6 +472,7 @@ def one_run(
         "concurrency": args.concurrency,
         "api_servers": args.api_servers,
         "requests": args.requests,
+        "scrapes": scraper.scrapes,
         "load_avg_1m": round(load, 2),
         "api_server_pids": len(pids),
         "cpu_ms_per_request": (ns_after - ns_before) / args.requests / 1e6,
@@ -562,9 +614,7 @@ def report(rows: Sequence[dict[str, Any]]) -> None:
                 for key, (calls, us) in timed.items():
                     print(f"  {variant}: {key}: {calls:.2f} calls and {us:.1f} us CPU per request")
                 own = [
-                    sum(ns for key, (_, ns) in r["gc"]["timed"].items() if key in PROBE_HOOKS)
-                    / (r["cpu_ms_per_request"] * 1e6 * r["requests"])
-                    * 100
+                    probe_ns(r) / (r["cpu_ms_per_request"] * 1e6 * r["requests"]) * 100
                     for r in gc_rows
                     if r["variant"] == variant
                 ]
@@ -601,6 +651,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=float,
         default=3.0,
         help="before the load, the API server's CPU at rest over this many seconds",
+    )
+    measure.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=5.0,
+        help="GET /metrics this often during the measured requests, and once at their end "
+        "(the sidecar's default poll; 0: only at the end)",
     )
     measure.add_argument("--out", help="append each run's JSON line to this file")
     measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")

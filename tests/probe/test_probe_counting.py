@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from specdec_exporter.probe.counting import SequenceFigures, sequence_figures, time_per_output_token
 
 
@@ -38,3 +42,44 @@ def test_time_per_output_token_as_vllm_computes_it() -> None:
     assert time_per_output_token(10.0, 12.0, 5) == 0.5
     assert time_per_output_token(10.0, 10.0, 1) == 0
     assert time_per_output_token(0.0, 0.0, 0) == 0
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 4)).map(lambda s: (max(s), min(s))),
+        max_size=40,
+    ),
+    extra=st.integers(0, 3),
+)
+def test_any_steps_give_the_step_counters_of_their_steps(
+    steps: list[tuple[int, int]], extra: int
+) -> None:
+    """vLLM's histogram and draft tokens of any (drafted, accepted) steps, k = 4: the one-loop
+    figures equal vLLM's per-step counting, whole numbers of any int-like type alike."""
+    histogram = [0] * 5
+    for _, accepted in steps:
+        histogram[accepted] += 1
+    drafted = sum(d for d, _ in steps)
+    assert sequence_figures(histogram, drafted, 4) == observe_draft_totals(steps, 4)
+    assert sequence_figures(tuple(map(Index, histogram)), Index(drafted + extra), 4) == (
+        observe_draft_totals(steps, 4)._replace(draft_tokens=drafted + extra)
+    )
+
+
+class Index:
+    """An int-like that is not an int (a numpy integer, say): operator.index takes it."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    ("histogram", "draft_tokens"),
+    [([1, -1, 0], 4), ([1, True, 0], 4), ([1, 1.0, 0], 4), ([1, 1, 0], -1), ([0, 0, 3], 5)],
+)
+def test_what_no_count_can_be_is_refused(histogram: list[object], draft_tokens: int) -> None:
+    with pytest.raises(ValueError):
+        sequence_figures(histogram, draft_tokens, 2)  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from specdec_exporter.core import probe_names as names
-from specdec_exporter.probe import families
+from specdec_exporter.probe import counting, families
 
 MODEL = "tiny-llama"
 
@@ -546,25 +546,62 @@ def test_the_per_step_lookup_cache_is_bounded_and_counts_the_same_past_it(
     )
 
 
-def test_steps_reach_the_counters_by_the_step_that_finishes_a_request(probe: Probe) -> None:
-    """A step adds to plain ints; they go into the counters at the first step that finishes a
-    request (this logger records before vLLM's Prometheus logger counts it finished), at
-    vLLM's periodic log() and at least every STEP_FLUSH_EVERY steps."""
+def stored(probe: Probe, family: str, *labels: str) -> float:
+    """A counter child's value as stored, without a scrape (a scrape flushes the rows)."""
+    metric = probe.plugin._STATE.families
+    child = getattr(metric, family).labels(*labels)
+    return float(child._value.get())
+
+
+def test_one_api_server_counts_in_plain_ints_and_a_scrape_flushes_them(probe: Probe) -> None:
+    """With one API server the hooks add to plain ints and floats (no prometheus_client call on
+    vLLM's path); a scrape of the registry moves them into the children first: exact, no lag."""
     logger = probe.logger()
+    assert logger.state.flush_in_hooks is False
+    processor = probe.processor()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
+    for _ in range(3):
+        logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), finishing)
+    processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+    logger.log()
+    assert stored(probe, "batch_steps", MODEL, "0", "2-4") == 0  # still pending
+    assert stored(probe, "drafts", MODEL, "0") == 0
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "2-4"}
+    assert probe.value("specdec_probe_batch_steps_total", **batch) == 3  # the scrape flushed
+    assert probe.value("specdec_probe_batch_accepted_tokens_total", **batch) == 9
+    assert probe.temperature("specdec_probe_drafts_total", "0") == 4
+    assert probe.temperature("specdec_probe_accepted_tokens_total", "0") == 9
+    assert stored(probe, "batch_steps", MODEL, "0", "2-4") == 3
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
+def test_under_multiprocess_the_hooks_flush_by_the_step_that_finishes_a_request(
+    probe: Probe,
+) -> None:
+    """Under PROMETHEUS_MULTIPROC_DIR vLLM's /metrics reads the files, never this process's
+    registry: the rows go into the counters at the first step that finishes a request (this
+    logger records before vLLM's Prometheus logger counts it finished), at vLLM's periodic log()
+    and at least every STEP_FLUSH_EVERY steps; the finished sequences with them."""
+    logger = probe.logger()
+    logger.state.flush_in_hooks = True
+    processor = probe.processor()
     step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
     running = SimpleNamespace(finished_requests=[])
     finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
-    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "2-4"}
 
-    def steps() -> float | None:
-        return probe.value("specdec_probe_batch_steps_total", **batch)
+    def steps() -> float:
+        return stored(probe, "batch_steps", MODEL, "0", "2-4")
 
     for _ in range(5):
         logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
+    processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
     assert steps() == 0  # pending
+    assert stored(probe, "drafts", MODEL, "0") == 0
     logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), finishing)
     assert steps() == 6
-    assert probe.value("specdec_probe_batch_accepted_tokens_total", **batch) == 18
+    assert stored(probe, "batch_accepted_tokens", MODEL, "0", "2-4") == 18
+    assert stored(probe, "drafts", MODEL, "0") == 4
 
     logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
     logger.log()
@@ -577,49 +614,121 @@ def test_steps_reach_the_counters_by_the_step_that_finishes_a_request(probe: Pro
 
 
 def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe) -> None:
-    """A vLLM whose IterationStats lost ``finished_requests``: the probe cannot tell when a
-    request finishes, so every step goes into the counters at once (exact, as before)."""
+    """Under PROMETHEUS_MULTIPROC_DIR, a vLLM whose IterationStats lost ``finished_requests``:
+    the probe cannot tell when a request finishes, so every step goes into the counters at
+    once (exact, as before)."""
     logger = probe.logger()
+    logger.state.flush_in_hooks = True
     step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
     logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), object())
-    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
-    assert probe.value("specdec_probe_batch_steps_total", **batch) == 1
+    assert stored(probe, "batch_steps", MODEL, "0", "1") == 1
 
 
-def test_the_bound_observe_gives_what_prometheus_clients_observe_gives(probe: Probe) -> None:
-    """families.observer skips Histogram.observe's loop over the bounds (bisect instead): at each
-    bound, between, below, above, negative, infinite and NaN, the samples are the same."""
-    from prometheus_client import Histogram  # noqa: PLC0415
-
+def test_a_flushed_row_gives_what_prometheus_clients_own_updates_give(probe: Probe) -> None:
+    """SequenceRow adds per bucket (bisect_left, the bucket Histogram.observe picks) and flushes
+    once: at each bound, between, below, above and infinite, every count is what inc/observe
+    one by one give, and each sum equal to within float rounding."""
     registry = CollectorRegistry()
-    family = Histogram("h", "h", ["way"], buckets=(0.1, 0.5, 1.0, 5.0), registry=registry)
-    public, bound = family.labels("public"), family.labels("bound")
-    fast = families.observer(bound)
-    assert fast != bound.observe  # the bound path, not the fallback
-    for amount in (0.0, 0.1, 0.10000001, 0.5, 0.7, 1.0, 5.0, 5.1, -3.0, float("inf"), 1e9):
-        public.observe(amount)
-        fast(amount)
+    ours, theirs = families.Families(registry), families.Families(CollectorRegistry())
+    row = ours.sequence_row("m", "b", 2)
+    series = theirs.temperature_series("m", "b", 2)
+    amounts = (0.0, 0.001, 0.1, 0.10000001, 0.5, 0.7, 1.0, 2.5, 5.0, 5.1, 60.0, 1e9, float("inf"))
+    for index, amount in enumerate(amounts):
+        histogram = [index % 3, 1, index % 2] if index else [0, 0, 0]
+        figures = counting.sequence_figures(histogram, 2 * sum(histogram) - index % 2, 2)
+        timing = (amount, amount / 7)
+        row.count(figures, timing)
+        series.sequences.inc()
+        series.spec_sequences.inc()
+        series.drafts.inc(figures.drafts)
+        series.draft_tokens.inc(figures.draft_tokens)
+        series.accepted_tokens.inc(figures.accepted_tokens)
+        for position, accepted in enumerate(figures.accepted_per_position):
+            series.accepted_per_position[position].inc(accepted)
+        if figures.acceptance_rate is not None:
+            series.acceptance_rate.observe(figures.acceptance_rate)
+        series.ttft.observe(timing[0])
+        series.tpot.observe(timing[1])
+    row.count(None, None)
+    series.sequences.inc()
+    ours.flush()
 
-    def samples(way: str) -> list[tuple[str, str | None, float]]:
-        return [
-            (sample.name, sample.labels.get("le"), sample.value)
-            for metric in registry.collect()
+    def samples(of: families.Families) -> dict[tuple[str, str | None, str | None], float]:
+        return {
+            (sample.name, sample.labels.get("le"), sample.labels.get("position")): sample.value
+            for family in (
+                of.sequences,
+                of.spec_sequences,
+                of.drafts,
+                of.draft_tokens,
+                of.accepted_tokens,
+                of.accepted_per_position,
+                of.acceptance_rate,
+                of.ttft,
+                of.tpot,
+            )
+            for metric in family.collect()
             for sample in metric.samples
-            if sample.labels.get("way") == way and not sample.name.endswith("_created")
-        ]
+            if not sample.name.endswith("_created")
+        }
 
-    assert samples("bound") == samples("public")
-    fast(float("nan"))
-    public.observe(float("nan"))
-    assert [s[:2] for s in samples("bound")] == [s[:2] for s in samples("public")]
+    mine, reference = samples(ours), samples(theirs)
+    assert mine.keys() == reference.keys()
+    for key, value in reference.items():
+        if key[0].endswith("_sum"):
+            assert mine[key] == pytest.approx(value, rel=1e-12), key
+        else:
+            assert mine[key] == value, key
+    assert row.counts == [0] * 7  # flushed
+    ours.flush()  # nothing pending: nothing moves
+    assert samples(ours) == mine
 
 
-def test_the_bound_updates_fall_back_to_the_public_ones_when_internals_differ(
-    probe: Probe,
+def test_prometheus_client_internals_that_differ_switch_the_splits_off(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    odd = SimpleNamespace(inc=lambda amount: None, observe=lambda amount: None)
-    assert families.adder(odd) == odd.inc
-    assert families.observer(odd) == odd.observe
+    """The rows reach prometheus_client's value objects (``_value``, ``_buckets``, ``_sum``);
+    a prometheus_client without them gets both splits off with the reason, vLLM unharmed."""
+    assert families.internals_problem() is None
+    monkeypatch.setattr(families, "_histogram_incs", lambda child, bounds: families._value_inc(0))
+    problem = families.internals_problem()
+    assert problem == "prometheus_client's internals differ (a Counter child without _value.inc)"
+    logger = probe.logger()
+    assert probe.info()["temperature_split"] == probe.info()["batch_split"] == "off"
+    assert problem in probe.info()["reason"]
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), None)
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
+def test_a_scrape_while_the_hooks_count_loses_nothing(probe: Probe) -> None:
+    """vLLM serves /metrics from a worker thread while its loop thread runs the hooks: the
+    rows are flushed under the lock the hooks take, so every count arrives exactly once."""
+    import threading  # noqa: PLC0415
+
+    logger = probe.logger()
+    processor = probe.processor()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.is_set():
+            list(probe.registry.collect())
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for _ in range(3000):
+            logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), None)
+            processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+    finally:
+        done.set()
+        scraper.join()
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
+    assert probe.value("specdec_probe_batch_steps_total", **batch) == 3000
+    assert probe.value("specdec_probe_batch_accepted_tokens_total", **batch) == 9000
+    assert probe.temperature("specdec_probe_sequences_total", "0") == 3000
+    assert probe.temperature("specdec_probe_accepted_tokens_total", "0") == 27000
 
 
 def test_a_sequence_with_a_negative_count_is_an_error_and_adds_nothing(probe: Probe) -> None:

@@ -57,24 +57,29 @@ def sequence_figures(
     histogram: Sequence[int], num_draft_tokens: int, k: int | None = None
 ) -> SequenceFigures:
     """``histogram[j]`` = verify steps that accepted exactly j drafts; ``k`` (vLLM's configured
-    number of speculative tokens) bounds the positions: a histogram longer than k + 1 is refused."""
-    counts = [count(value) for value in histogram]
+    number of speculative tokens) bounds the positions: a histogram longer than k + 1 is refused.
+
+    Runs once per finished sequence on vLLM's output path: plain ints >= 0 (what vLLM gives)
+    take one loop; anything else goes through ``count``, which raises for what no count is."""
+    counts = list(histogram)
+    for value in counts:
+        if type(value) is not int or value < 0:
+            counts = [count(value) for value in counts]
+            break
     if k is not None and len(counts) > k + 1:
         raise ValueError("more positions than the configured speculative tokens")
+    draft_tokens = num_draft_tokens
+    if type(draft_tokens) is not int or draft_tokens < 0:
+        draft_tokens = count(draft_tokens)
+    drafts = remaining = sum(counts)
     per_position = []
-    remaining = sum(counts)
-    for steps in counts[:-1]:
+    for steps in counts[:-1]:  # accepted at position i: the steps that accepted more than i
         remaining -= steps
         per_position.append(remaining)
-    figures = SequenceFigures(
-        drafts=sum(counts),
-        draft_tokens=count(num_draft_tokens),
-        accepted_tokens=sum(j * steps for j, steps in enumerate(counts)),
-        accepted_per_position=tuple(per_position),
-    )
-    if figures.accepted_tokens > figures.draft_tokens:
+    accepted = sum(per_position)  # = sum(j * counts[j])
+    if accepted > draft_tokens:
         raise ValueError("more accepted than drafted tokens")
-    return figures
+    return SequenceFigures(drafts, draft_tokens, accepted, tuple(per_position))
 
 
 class StepFigures(NamedTuple):

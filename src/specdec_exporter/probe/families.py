@@ -15,8 +15,9 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.registry import REGISTRY
 
 from specdec_exporter.core import probe_names as names
@@ -96,101 +97,143 @@ class TemperatureSeries:
     tpot: Histogram
 
 
-def adder(child: Counter) -> Callable[[float], None]:
-    """The cheapest exact way to add a non-negative amount to a labelled counter child.
-
-    ``Counter.inc`` checks that the child is labelled and the amount non-negative, then calls
-    its value's ``inc`` (a lock; under ``PROMETHEUS_MULTIPROC_DIR`` a write to the process's
-    file). Bound once, the value's ``inc`` skips two Python calls per update; the probe checks
-    the amounts itself. The public ``inc`` when prometheus_client's internals differ.
-    """
+def _value_inc(child: Counter) -> Callable[[float], None]:
+    """The counter child's value's ``inc`` (a lock; under ``PROMETHEUS_MULTIPROC_DIR`` a write to
+    the process's file), which ``Counter.inc`` calls after its checks; the probe's amounts are
+    checked already. TypeError when prometheus_client's internals differ (the probe's start-up
+    switches the splits off then, ``internals_problem``)."""
     value_inc = getattr(getattr(child, "_value", None), "inc", None)
-    if type(child) is Counter and callable(value_inc):
-        return value_inc  # type: ignore[no-any-return]
-    return child.inc
+    if type(child) is not Counter or not callable(value_inc):
+        raise TypeError("a Counter child without _value.inc")
+    return value_inc  # type: ignore[no-any-return]
 
 
-def observer(child: Histogram) -> Callable[[float], None]:
-    """``child.observe`` without its per-bound loop: prometheus_client adds the amount to the
-    sum and 1 to the first bucket whose bound is >= the amount (``bisect_left`` finds the same
-    one). The public ``observe`` for NaN and when prometheus_client's internals differ."""
-    bounds = getattr(child, "_upper_bounds", None)
+def _histogram_incs(
+    child: Histogram, bounds: Sequence[float]
+) -> tuple[tuple[Callable[[float], None], ...], Callable[[float], None]]:
+    """The child's bucket values' and sum's ``inc``: what ``Histogram.observe`` adds to (1 to
+    the first bucket whose bound is >= the amount, the amount to the sum). TypeError when
+    prometheus_client's internals differ."""
+    upper = getattr(child, "_upper_bounds", None)
     buckets = getattr(child, "_buckets", None)
     sum_inc = getattr(getattr(child, "_sum", None), "inc", None)
     if not (
         type(child) is Histogram
-        and isinstance(bounds, list)
+        and upper == [*bounds, math.inf]
         and isinstance(buckets, list)
-        and bounds
-        and len(bounds) == len(buckets)
-        and bounds[-1] == math.inf
+        and len(buckets) == len(upper)
         and callable(sum_inc)
         and all(callable(getattr(bucket, "inc", None)) for bucket in buckets)
     ):
-        return child.observe
-    bucket_incs = tuple(bucket.inc for bucket in buckets)
-    public = child.observe
+        raise TypeError("a Histogram child without _upper_bounds, _buckets and _sum")
+    return tuple(bucket.inc for bucket in buckets), sum_inc
 
-    def observe(amount: float) -> None:
-        if amount <= math.inf:  # False for NaN
-            sum_inc(amount)
-            bucket_incs[bisect_left(bounds, amount)](1)
-        else:
-            public(amount)
 
-    return observe
+RATE_UPPER = [*ACCEPTANCE_RATE_BOUNDS, math.inf]
+TTFT_UPPER = [*TTFT_BOUNDS, math.inf]
+TPOT_UPPER = [*TPOT_BOUNDS, math.inf]
 
 
 class SequenceRow:
-    """One temperature series' updates, bound once (``adder``, ``observer``): a finished
-    sequence costs a dozen direct value updates in vLLM's output loop."""
+    """One temperature series' amounts not yet in its children.
+
+    A finished sequence adds to plain ints and floats here (``count``): no prometheus_client
+    call and none of its locks on vLLM's output path. ``flush`` moves the amounts into the
+    children, whole; the caller holds ``Families.pending_lock`` for both. A histogram's amounts
+    are per bucket (``bisect_left`` finds the bucket ``Histogram.observe`` would) and a sum; the
+    sum goes in as one addition, so ``_sum`` may differ from one-by-one observes in the last
+    bits of a float, never in a count."""
 
     __slots__ = (
-        "acceptance_rate",
-        "accepted_per_position",
-        "accepted_tokens",
-        "draft_tokens",
-        "drafts",
-        "sequences",
-        "series",
-        "spec_sequences",
+        "_counters",
+        "_histograms",
+        "counts",
+        "rate",
+        "rate_sum",
         "tpot",
+        "tpot_sum",
         "ttft",
+        "ttft_sum",
     )
 
     def __init__(self, series: TemperatureSeries) -> None:
-        self.series = series
-        self.sequences = adder(series.sequences)
-        self.spec_sequences = adder(series.spec_sequences)
-        self.drafts = adder(series.drafts)
-        self.draft_tokens = adder(series.draft_tokens)
-        self.accepted_tokens = adder(series.accepted_tokens)
-        self.accepted_per_position = tuple(adder(c) for c in series.accepted_per_position)
-        self.acceptance_rate = observer(series.acceptance_rate)
-        self.ttft = observer(series.ttft)
-        self.tpot = observer(series.tpot)
+        self._counters = tuple(
+            _value_inc(child)
+            for child in (
+                series.sequences,
+                series.spec_sequences,
+                series.drafts,
+                series.draft_tokens,
+                series.accepted_tokens,
+                *series.accepted_per_position,
+            )
+        )
+        self._histograms = (
+            _histogram_incs(series.acceptance_rate, ACCEPTANCE_RATE_BOUNDS),
+            _histogram_incs(series.ttft, TTFT_BOUNDS),
+            _histogram_incs(series.tpot, TPOT_BOUNDS),
+        )
+        self.counts = [0] * len(self._counters)
+        self._start_again()
+
+    def _start_again(self) -> None:
+        """The histograms' amounts back to 0 (``counts`` is the caller's)."""
+        self.rate = [0] * len(RATE_UPPER)
+        self.ttft = [0] * len(TTFT_UPPER)
+        self.tpot = [0] * len(TPOT_UPPER)
+        self.rate_sum = self.ttft_sum = self.tpot_sum = 0.0
 
     def count(
         self, figures: SequenceFigures | None, timing: tuple[float, float] | None = None
     ) -> None:
-        """One finished sequence, checked by its caller: its count, its speculative figures
-        (None: vLLM gave none) and its (TTFT, TPOT) in seconds (None: no timing)."""
-        self.sequences(1)
+        """One finished sequence, checked by its caller (finite amounts): its count, its
+        speculative figures (None: vLLM gave none) and its (TTFT, TPOT) in seconds (None: no
+        timing)."""
+        counts = self.counts
+        counts[0] += 1
         if figures is not None:
-            self.spec_sequences(1)
-            self.drafts(figures.drafts)
-            self.draft_tokens(figures.draft_tokens)
-            self.accepted_tokens(figures.accepted_tokens)
-            per_position = self.accepted_per_position
-            for position, accepted in enumerate(figures.accepted_per_position):
-                if accepted:
-                    per_position[position](accepted)
-            rate = figures.acceptance_rate
-            if rate is not None:
-                self.acceptance_rate(rate)
+            counts[1] += 1
+            counts[2] += figures.drafts
+            counts[3] += figures.draft_tokens
+            counts[4] += figures.accepted_tokens
+            position = 5
+            for accepted in figures.accepted_per_position:
+                counts[position] += accepted
+                position += 1
+            if figures.draft_tokens:
+                rate = figures.accepted_tokens / figures.draft_tokens
+                self.rate[bisect_left(RATE_UPPER, rate)] += 1
+                self.rate_sum += rate
         if timing is not None:
-            self.ttft(timing[0])
-            self.tpot(timing[1])
+            ttft, tpot = timing
+            self.ttft[bisect_left(TTFT_UPPER, ttft)] += 1
+            self.ttft_sum += ttft
+            self.tpot[bisect_left(TPOT_UPPER, tpot)] += 1
+            self.tpot_sum += tpot
+
+    def flush(self) -> None:
+        """Add the amounts to the children and start again from 0."""
+        counts = self.counts
+        if not counts[0]:
+            return  # every sequence adds 1 to counts[0]: nothing pending
+        self.counts = [0] * len(counts)
+        pending = (
+            (self.rate, self.rate_sum),
+            (self.ttft, self.ttft_sum),
+            (self.tpot, self.tpot_sum),
+        )
+        self._start_again()
+        for inc, amount in zip(self._counters, counts, strict=True):
+            if amount:
+                inc(amount)
+        for (bucket_incs, sum_inc), (buckets, total) in zip(self._histograms, pending, strict=True):
+            observed = False
+            for inc, amount in zip(bucket_incs, buckets, strict=True):
+                if amount:
+                    inc(amount)
+                    observed = True
+            if observed:
+                sum_inc(total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +242,29 @@ class BatchSeries:
     drafts: Counter
     draft_tokens: Counter
     accepted_tokens: Counter
+
+
+class StepRow:
+    """One batch series' amounts not yet in its counters (steps, drafts, draft tokens,
+    accepted tokens): a step adds four ints to ``pending`` instead of four counter updates;
+    ``flush`` moves them in (the caller holds ``Families.pending_lock`` for both)."""
+
+    __slots__ = ("_incs", "pending")
+
+    def __init__(self, series: BatchSeries) -> None:
+        self._incs = tuple(
+            _value_inc(child)
+            for child in (series.steps, series.drafts, series.draft_tokens, series.accepted_tokens)
+        )
+        self.pending = [0, 0, 0, 0]
+
+    def flush(self) -> None:
+        pending = self.pending
+        if pending[0]:  # every step adds 1 to its steps
+            self.pending = [0, 0, 0, 0]
+            for inc, amount in zip(self._incs, pending, strict=True):
+                if amount:
+                    inc(amount)
 
 
 class Families:
@@ -244,6 +310,75 @@ class Families:
         self._temperature: dict[tuple[str, str], TemperatureSeries] = {}
         self._batch: dict[tuple[str, str, str], BatchSeries] = {}
         self._lock = threading.Lock()
+        self.pending_lock = threading.Lock()
+        """Held by whoever adds to a row or flushes the rows: vLLM's loop thread in the hooks,
+        the scrape's thread (vLLM serves /metrics from a worker thread) in ``flush``."""
+        self._sequence_rows: dict[tuple[str, str], SequenceRow] = {}
+        self._step_rows: dict[tuple[str, str, str], StepRow] = {}
+        self.flush_at_scrape = values.ValueClass is values.MutexValue
+        """True with one API server: a scrape of this process's registry flushes the rows first
+        (every family's ``collect`` does), so /metrics is exact and the hooks never flush.
+        False under ``PROMETHEUS_MULTIPROC_DIR``: vLLM's /metrics reads the processes' files,
+        never this process's ``collect``; the hooks flush instead (``plugin.py``)."""
+        for family in (
+            self.sequences,
+            self.spec_sequences,
+            self.drafts,
+            self.draft_tokens,
+            self.accepted_tokens,
+            self.accepted_per_position,
+            self.acceptance_rate,
+            self.ttft,
+            self.tpot,
+            self.batch_steps,
+            self.batch_drafts,
+            self.batch_draft_tokens,
+            self.batch_accepted_tokens,
+        ):
+            family.collect = self._flushing(family.collect)  # type: ignore[method-assign]
+
+    def _flushing(self, collect: Callable[[], Any]) -> Callable[[], Any]:
+        def flushed_then_collected() -> Any:
+            self.flush()
+            return collect()
+
+        return flushed_then_collected
+
+    def sequence_row(self, model: str, bucket: str, positions: int) -> SequenceRow:
+        """The pending amounts of (model, bucket)'s series, made with them."""
+        row = self._sequence_rows.get((model, bucket))
+        if row is None or len(row.counts) < 5 + positions:
+            series = self.temperature_series(model, bucket, positions)
+            with self.pending_lock:
+                row = self._sequence_rows.get((model, bucket))
+                if row is None or len(row.counts) < 5 + positions:
+                    if row is not None:
+                        row.flush()
+                    row = self._sequence_rows[(model, bucket)] = SequenceRow(series)
+        return row
+
+    def step_row(self, model: str, engine: str, bucket: str) -> StepRow:
+        """The pending amounts of (model, engine, bucket)'s batch series, made with them."""
+        row = self._step_rows.get((model, engine, bucket))
+        if row is None:
+            series = self.batch_series(model, engine, bucket)
+            with self.pending_lock:
+                row = self._step_rows.setdefault((model, engine, bucket), StepRow(series))
+        return row
+
+    def flush(self) -> None:
+        """Every row's amounts into its children. Never raises: a failed flush is counted as an
+        error of the hook whose amounts it carried (they stay lost, never counted twice)."""
+        with self.pending_lock:
+            for hook, rows in (
+                (names.HOOK_FINISHED, tuple(self._sequence_rows.values())),
+                (names.HOOK_RECORD, tuple(self._step_rows.values())),
+            ):
+                try:
+                    for row in rows:
+                        row.flush()
+                except Exception:
+                    self.count_error(hook)
 
     def set_info(self, version: str, vllm_version: str, off: Mapping[str, Sequence[str]]) -> str:
         """Set the info series: a split (``hooks.SPLITS``) is on unless ``off`` lists why it is
@@ -325,3 +460,17 @@ def _speculative_config_gauge(registry: CollectorRegistry) -> Gauge:
         registry=registry,
         multiprocess_mode="max",
     )
+
+
+def internals_problem() -> str | None:
+    """None when the rows can reach prometheus_client's values (``_value_inc``,
+    ``_histogram_incs``), else what differs: the probe's splits go off then."""
+    try:
+        families = Families(CollectorRegistry())
+        families.sequence_row("m", "b", 1)
+        families.step_row("m", "0", "b")
+    except TypeError as exc:
+        return f"prometheus_client's internals differ ({exc})"
+    except Exception as exc:
+        return f"prometheus_client's internals differ ({type(exc).__name__})"
+    return None

@@ -54,9 +54,10 @@ from specdec_exporter.probe.counting import (
 )
 from specdec_exporter.probe.families import (
     ERROR_LOG_INTERVAL,
-    BatchSeries,
     Families,
     SequenceRow,
+    StepRow,
+    internals_problem,
 )
 
 LOG = logging.getLogger("vllm.specdec_probe")
@@ -67,27 +68,7 @@ STEP_ROWS_LIMIT = 4096
 """Bound of ``ProbeState.step_rows``: engine indexes x running-batch sizes seen (vLLM's
 ``max_num_seqs`` bounds the sizes); past it a step looks its row up again."""
 STEP_FLUSH_EVERY = 64
-"""Steps at most between two flushes of the batch rows into their counters."""
-
-
-class StepRow:
-    """One batch series' amounts not yet in its counters (steps, drafts, draft tokens,
-    accepted tokens): a step adds four ints here instead of four counter updates."""
-
-    __slots__ = ("pending", "series")
-
-    def __init__(self, series: BatchSeries) -> None:
-        self.series = series
-        self.pending = [0, 0, 0, 0]
-
-    def flush(self) -> None:
-        steps, drafts, draft_tokens, accepted = self.pending
-        if steps:
-            self.pending = [0, 0, 0, 0]
-            self.series.steps.inc(steps)
-            self.series.drafts.inc(drafts)
-            self.series.draft_tokens.inc(draft_tokens)
-            self.series.accepted_tokens.inc(accepted)
+"""Under ``PROMETHEUS_MULTIPROC_DIR``: steps at most between two flushes of the rows."""
 
 
 @dataclass(slots=True)
@@ -107,11 +88,11 @@ class ProbeState:
     step_rows: dict[tuple[Any, Any], StepRow] = field(default_factory=dict)
     """(engine index, running requests) -> its row, so that a step costs one dict lookup and no
     label work (at most ``STEP_ROWS_LIMIT`` entries; many keys share a row)."""
-    batch_rows: dict[tuple[str, str], StepRow] = field(default_factory=dict)
-    """(engine, batch bucket) -> its row: what ``flush_steps`` walks (engines x buckets)."""
+    flush_in_hooks: bool = False
+    """Set when a scrape does not flush (``not Families.flush_at_scrape``)."""
     unflushed_steps: int = 0
     sequence_rows: dict[str, SequenceRow] = field(default_factory=dict)
-    """Temperature bucket -> the bound updates of its series (one per bucket of this model)."""
+    """Temperature bucket -> the pending amounts of its series (one per bucket of this model)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments), counted whole or not at all:
@@ -149,20 +130,23 @@ class ProbeState:
             label = buckets.label_for(float(temperature))
             row = self.sequence_rows.get(label)
             if row is None:
-                series = self.families.temperature_series(self.model_name, label, self.positions)
-                row = self.sequence_rows[label] = SequenceRow(series)
-            row.count(figures, timing)
+                row = self.families.sequence_row(self.model_name, label, self.positions)
+                self.sequence_rows[label] = row
+            with self.families.pending_lock:
+                row.count(figures, timing)
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
     def observe_step(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int) -> None:
         """One engine step's scheduler stats, counted whole or not at all. Never raises.
 
-        A step adds to its row's pending amounts (plain ints); the rows go into the counters at
-        the first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps and at
-        vLLM's periodic ``log()``. So the batch counters have every step of a request by the
-        time vLLM counts the request finished (this logger records before vLLM's Prometheus
-        logger, in the same call), at a fraction of four counter updates per step."""
+        A step adds to its row's pending amounts (plain ints), as a finished sequence does to
+        its own. With one API server a scrape flushes them (``Families.flush_at_scrape``).
+        Under ``PROMETHEUS_MULTIPROC_DIR`` the rows go into the counters here, at the first
+        step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and at vLLM's
+        periodic ``log()``: the batch and temperature counters have every step and sequence of
+        a request by the time vLLM counts it finished (this logger records before vLLM's
+        Prometheus logger, in the same call)."""
         try:
             buckets = self.batch_buckets
             if buckets is None or scheduler_stats is None:
@@ -190,34 +174,31 @@ class ProbeState:
                 row = self.step_rows.get((engine_idx, running))
                 if row is None:
                     row = self._step_row(buckets, engine_idx, running)
-                pending = row.pending
-                pending[0] += 1
-                pending[1] += drafts
-                pending[2] += draft_tokens
-                pending[3] += accepted
+                with self.families.pending_lock:
+                    pending = row.pending
+                    pending[0] += 1
+                    pending[1] += drafts
+                    pending[2] += draft_tokens
+                    pending[3] += accepted
                 self.unflushed_steps += 1
             # else: no draft tokens in this step, vLLM's counters do not move either
-            if self.unflushed_steps and (
+            if self.flush_in_hooks and (
                 iteration_stats is None
                 or self.unflushed_steps >= STEP_FLUSH_EVERY
                 or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM: flush
             ):
-                self.flush_steps()
+                self.flush()
         except Exception as exc:
             self._hook_failed(names.HOOK_RECORD, exc)
 
-    def flush_steps(self) -> None:
-        """Add every row's pending amounts to its counters. Raises (the callers count it)."""
+    def flush(self) -> None:
+        """Every row's pending amounts into its counters (``Families.flush``: never raises)."""
         self.unflushed_steps = 0
-        for row in self.batch_rows.values():
-            row.flush()
+        self.families.flush()
 
     def _step_row(self, buckets: BatchBuckets, engine_idx: Any, running: Any) -> StepRow:
         engine, label = str(count(engine_idx)), buckets.label_for(count(running))
-        row = self.batch_rows.get((engine, label))
-        if row is None:
-            row = StepRow(self.families.batch_series(self.model_name, engine, label))
-            self.batch_rows[(engine, label)] = row
+        row = self.families.step_row(self.model_name, engine, label)
         if len(self.step_rows) < STEP_ROWS_LIMIT:
             self.step_rows[(engine_idx, running)] = row
         return row
@@ -279,14 +260,12 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
         return None
 
     def log(self) -> None:
-        """vLLM's periodic call (``VLLM_LOG_STATS_INTERVAL``): the steps not yet in the counters
-        go in, so they lag by at most that long when no request finishes. Never raises."""
+        """vLLM's periodic call (``VLLM_LOG_STATS_INTERVAL``): under
+        ``PROMETHEUS_MULTIPROC_DIR`` the amounts not yet in the counters go in, so they lag by
+        at most that long when no request finishes. Never raises."""
         state = self.state
-        if state is not None and state.unflushed_steps:
-            try:
-                state.flush_steps()
-            except Exception as exc:
-                state._hook_failed(names.HOOK_RECORD, exc)
+        if state is not None and state.flush_in_hooks:
+            state.flush()
 
 
 def start(
@@ -337,6 +316,10 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
             off[hooks.TEMPERATURE_SPLIT].append(k)
         else:
             positions = k
+    internals = internals_problem()
+    if internals is not None:
+        for split in hooks.SPLITS:
+            off[split].append(internals)
     observability = getattr(vllm_config, "observability_config", None)
     if getattr(observability, "per_request_spec_decode_metrics", None) == "none":
         off[hooks.TEMPERATURE_SPLIT].append(
@@ -354,6 +337,7 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
         temperature_buckets=temperature_buckets,
         batch_buckets=batch_buckets,
         positions=positions,
+        flush_in_hooks=not families.flush_at_scrape,
     )
     if temperature_buckets is not None:
         try:
@@ -363,7 +347,7 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
             state.temperature_buckets = temperature_buckets = None
     if temperature_buckets is not None:
         for label in temperature_buckets.labels:
-            families.temperature_series(state.model_name, label, positions)
+            state.sequence_rows[label] = families.sequence_row(state.model_name, label, positions)
 
     reason = families.set_info(__version__, _vllm_version(), off)
     config = _export_speculative_config(families, vllm_config)
@@ -432,7 +416,7 @@ def _speculative_tokens(speculative: Any) -> int | str:
 def _precreate_batch(state: ProbeState, engine_index: int) -> None:
     if state.batch_buckets is not None:
         for label in state.batch_buckets.labels:
-            state.families.batch_series(state.model_name, str(engine_index), label)
+            state.families.step_row(state.model_name, str(engine_index), label)
 
 
 def _wrap_finished() -> None:

@@ -21,7 +21,7 @@ from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig, schedule_text
 from specdec_exporter.devtools.sim.settings import SpeculativeConfig
 from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
-from specdec_exporter.probe.families import Families, SequenceRow
+from specdec_exporter.probe.families import Families
 
 NO_SPECULATION = "vLLM runs without --speculative-config"
 NO_PER_REQUEST_METRICS = "vLLM runs without --per-request-spec-decode-metrics summary"
@@ -106,11 +106,12 @@ class ProbeSeries:
             return
         label = self.temperatures.label_for(temperature)
         figures = sequence_figures(histogram, draft_tokens)
-        series = self.families.temperature_series(
+        row = self.families.sequence_row(
             self.model, label, max(self.positions, len(figures.accepted_per_position))
         )
         timing = (ttft, time_per_output_token(first_token_at, last_token_at, generated))
-        SequenceRow(series).count(figures, timing)
+        with self.families.pending_lock:
+            row.count(figures, timing)
 
     def record_step(
         self, engine: int, running: int, drafts: int, draft_tokens: int, accepted: int
