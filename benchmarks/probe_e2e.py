@@ -121,15 +121,26 @@ if _DIR:
 
     gc.callbacks.append(_callback)
 
+    # per thread, the probe's timed calls running now: a nested one (a hook's drain) is timed
+    # as part of its caller
+    _inside = threading.local()
+
     def _time(cls, method, key):
         original = getattr(cls, method)
         slot = _timed.setdefault(key, [0, 0])
+        probe = key.startswith("ProbeState.")
 
         def timed(*args, **kwargs):
+            if probe and getattr(_inside, "depth", 0):
+                return original(*args, **kwargs)
             start = _clock()
+            if probe:
+                _inside.depth = 1
             try:
                 return original(*args, **kwargs)
             finally:
+                if probe:
+                    _inside.depth = 0
                 slot[0] += 1
                 slot[1] += _clock() - start
 
@@ -140,7 +151,7 @@ if _DIR:
         ("vllm.v1.metrics.loggers", "StatLoggerManager", "record"),
         ("specdec_exporter.probe.plugin", "ProbeState", "observe_finished"),
         ("specdec_exporter.probe.plugin", "ProbeState", "observe_step"),
-        ("specdec_exporter.probe.families", "Families", "flush"),
+        ("specdec_exporter.probe.plugin", "ProbeState", "drain"),
     )
 
     def _writer():
@@ -345,17 +356,14 @@ def start_py_spy(
     return spies
 
 
-PROBE_HOOKS = ("ProbeState.observe_finished", "ProbeState.observe_step")
-SCRAPE_FLUSH = "Families.flush"
-"""The probe's rows flushed by a scrape (one API server: only a scrape calls it); under
-PROMETHEUS_MULTIPROC_DIR the step hook calls it, so its time is inside observe_step's already."""
+PROBE_HOOKS = ("ProbeState.observe_finished", "ProbeState.observe_step", "ProbeState.drain")
+"""The probe's timed calls: its two hooks and its drain (at a scrape with one API server, inside
+a hook with two, where it counts once, in the hook's time: the timer skips nested calls)."""
 
 
 def probe_ns(row: Mapping[str, Any]) -> int:
-    """The probe's own thread CPU in one run: its hooks, plus the scrapes' flushes with one API
-    server (with two they run inside observe_step, timed there)."""
-    keys = (*PROBE_HOOKS, SCRAPE_FLUSH) if row["api_servers"] == 1 else PROBE_HOOKS
-    return sum(ns for key, (_, ns) in row["gc"]["timed"].items() if key in keys)
+    """The probe's own thread CPU in one run."""
+    return sum(ns for key, (_, ns) in row["gc"]["timed"].items() if key in PROBE_HOOKS)
 
 
 class Scraper:

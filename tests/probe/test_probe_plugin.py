@@ -262,15 +262,17 @@ def test_a_hooks_errors_log_one_line_with_the_type_and_place_never_the_message(
         for _ in range(3):
             processor._update_stats_from_finished(secret, 1, None)
             logger.record(SimpleNamespace(spec_decoding_stats=SimpleNamespace()), None)
-    lines = [record.getMessage() for record in caplog.records]
+            list(probe.registry.collect())  # a scrape counts the sequences the hook left
+    lines = sorted(record.getMessage() for record in caplog.records)
     assert len(lines) == 2, lines  # one per hook, not one per error
-    assert "ValueError in its finished hook at counting.py:" in lines[0]
-    assert "AttributeError in its record hook at plugin.py:" in lines[1]
+    assert "AttributeError in its record hook at plugin.py:" in lines[0]
+    assert "ValueError in its finished hook at counting.py:" in lines[1]
     assert not any("private" in line or "num_drafts" in line for line in lines)
     assert probe.value("specdec_probe_errors_total", hook="finished") == 3
     monkeypatch.setattr(plugin, "ERROR_LOG_INTERVAL", 0)
     with caplog.at_level("WARNING", logger="vllm.specdec_probe"):
         processor._update_stats_from_finished(secret, 1, None)
+        list(probe.registry.collect())
     assert len(caplog.records) == 3  # the interval over: the next error is logged again
 
 
@@ -520,6 +522,7 @@ def test_the_per_step_lookup_cache_is_bounded_and_counts_the_same_past_it(
     step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=2)
     for running in (*range(1, 41), *range(1, 41)):
         logger.record(fake.SchedulerStats(num_running_reqs=running, spec_decoding_stats=step), None)
+    logger.state.drain()
     assert len(logger.state.step_rows) == 3
 
     def steps(bucket: str) -> float | None:
@@ -738,3 +741,62 @@ def test_a_sequence_with_a_negative_count_is_an_error_and_adds_nothing(probe: Pr
     assert probe.value("specdec_probe_errors_total", hook="finished") == 1
     assert probe.temperature("specdec_probe_sequences_total", "0") == 0
     assert probe.temperature("specdec_probe_drafts_total", "0") == 0
+
+
+def test_with_nobody_scraping_a_hook_drains_at_the_inbox_limit(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hooks keep references to vLLM's figure objects until a scrape counts them; with
+    nobody scraping, the inboxes stay bounded: a hook drains at INBOX_LIMIT items."""
+    monkeypatch.setattr(probe.plugin, "INBOX_LIMIT", 8)
+    logger = probe.logger()
+    processor = probe.processor()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    for _ in range(20):
+        logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), None)
+        processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+        assert len(logger.state.steps) < 8 and len(logger.state.finished) < 8
+    counted = stored(probe, "batch_steps", MODEL, "0", "1")  # drained by hooks, no scrape
+    assert counted >= 8 and counted + len(logger.state.steps) == 20
+    counted = stored(probe, "sequences", MODEL, "0")
+    assert counted >= 8 and counted + len(logger.state.finished) == 20
+    item = logger.state.finished[0]
+    assert [type(part) for part in item] == [float, fake.RequestSpecDecodeMetrics, type(None)]
+
+
+def test_a_hook_never_waits_for_a_scrape_that_is_draining(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the inbox limit a hook drains only if nobody else is: it never blocks vLLM's loop on
+    the lock a scrape holds (the scrape counts the items)."""
+    import threading  # noqa: PLC0415
+
+    monkeypatch.setattr(probe.plugin, "INBOX_LIMIT", 2)
+    logger = probe.logger()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    stats = fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step)
+    with logger.state.families.pending_lock:  # a scrape draining now
+        hook = threading.Thread(target=lambda: [logger.record(stats, None) for _ in range(5)])
+        hook.start()
+        hook.join(timeout=10)
+        assert not hook.is_alive()
+    assert len(logger.state.steps) == 5
+    assert (
+        probe.value(
+            "specdec_probe_batch_steps_total", model_name=MODEL, engine="0", batch_bucket="1"
+        )
+        == 5
+    )
+
+
+def test_under_multiprocess_sequences_are_flushed_with_the_batch_split_off(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPECDEC_BATCH_BUCKETS", "not-a-list")
+    logger = probe.logger()
+    logger.state.flush_in_hooks = True
+    assert logger.state.batch_buckets is None
+    probe.processor()._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+    assert stored(probe, "drafts", MODEL, "0") == 0
+    logger.record(fake.SchedulerStats(num_running_reqs=1), SimpleNamespace(finished_requests=[1]))
+    assert stored(probe, "drafts", MODEL, "0") == 4

@@ -315,6 +315,9 @@ class Families:
         the scrape's thread (vLLM serves /metrics from a worker thread) in ``flush``."""
         self._sequence_rows: dict[tuple[str, str], SequenceRow] = {}
         self._step_rows: dict[tuple[str, str, str], StepRow] = {}
+        self.on_collect: Callable[[], None] = self.flush
+        """What a scrape of a probe family does first: flush the rows (the plugin's state sets
+        its ``drain``, which counts what its hooks left and then flushes)."""
         self.flush_at_scrape = values.ValueClass is values.MutexValue
         """True with one API server: a scrape of this process's registry flushes the rows first
         (every family's ``collect`` does), so /metrics is exact and the hooks never flush.
@@ -334,51 +337,66 @@ class Families:
             self.batch_drafts,
             self.batch_draft_tokens,
             self.batch_accepted_tokens,
+            self.errors,
         ):
             family.collect = self._flushing(family.collect)  # type: ignore[method-assign]
 
     def _flushing(self, collect: Callable[[], Any]) -> Callable[[], Any]:
         def flushed_then_collected() -> Any:
-            self.flush()
+            try:
+                self.on_collect()
+            except Exception:  # the scrape goes on with what the series hold
+                self.count_error(names.HOOK_RECORD)
             return collect()
 
         return flushed_then_collected
 
     def sequence_row(self, model: str, bucket: str, positions: int) -> SequenceRow:
         """The pending amounts of (model, bucket)'s series, made with them."""
+        with self.pending_lock:
+            return self.sequence_row_locked(model, bucket, positions)
+
+    def sequence_row_locked(self, model: str, bucket: str, positions: int) -> SequenceRow:
+        """``sequence_row`` for a caller that holds ``pending_lock``."""
         row = self._sequence_rows.get((model, bucket))
         if row is None or len(row.counts) < 5 + positions:
+            if row is not None:
+                row.flush()
             series = self.temperature_series(model, bucket, positions)
-            with self.pending_lock:
-                row = self._sequence_rows.get((model, bucket))
-                if row is None or len(row.counts) < 5 + positions:
-                    if row is not None:
-                        row.flush()
-                    row = self._sequence_rows[(model, bucket)] = SequenceRow(series)
+            row = self._sequence_rows[(model, bucket)] = SequenceRow(series)
         return row
 
     def step_row(self, model: str, engine: str, bucket: str) -> StepRow:
         """The pending amounts of (model, engine, bucket)'s batch series, made with them."""
+        with self.pending_lock:
+            return self.step_row_locked(model, engine, bucket)
+
+    def step_row_locked(self, model: str, engine: str, bucket: str) -> StepRow:
+        """``step_row`` for a caller that holds ``pending_lock``."""
         row = self._step_rows.get((model, engine, bucket))
         if row is None:
-            series = self.batch_series(model, engine, bucket)
-            with self.pending_lock:
-                row = self._step_rows.setdefault((model, engine, bucket), StepRow(series))
+            row = StepRow(self.batch_series(model, engine, bucket))
+            self._step_rows[(model, engine, bucket)] = row
         return row
 
     def flush(self) -> None:
-        """Every row's amounts into its children. Never raises: a failed flush is counted as an
-        error of the hook whose amounts it carried (they stay lost, never counted twice)."""
+        """Every row's amounts into its children (``flush_locked`` under ``pending_lock``)."""
         with self.pending_lock:
-            for hook, rows in (
-                (names.HOOK_FINISHED, tuple(self._sequence_rows.values())),
-                (names.HOOK_RECORD, tuple(self._step_rows.values())),
-            ):
-                try:
-                    for row in rows:
-                        row.flush()
-                except Exception:
-                    self.count_error(hook)
+            self.flush_locked()
+
+    def flush_locked(self) -> None:
+        """Every row's amounts into its children, for a caller that holds ``pending_lock``.
+        Never raises: a failed flush is counted as an error of the hook whose amounts it
+        carried (they stay lost, never counted twice)."""
+        for hook, rows in (
+            (names.HOOK_FINISHED, tuple(self._sequence_rows.values())),
+            (names.HOOK_RECORD, tuple(self._step_rows.values())),
+        ):
+            try:
+                for row in rows:
+                    row.flush()
+            except Exception:
+                self.count_error(hook)
 
     def set_info(self, version: str, vllm_version: str, off: Mapping[str, Sequence[str]]) -> str:
         """Set the info series: a split (``hooks.SPLITS``) is on unless ``off`` lists why it is

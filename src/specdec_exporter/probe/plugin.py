@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,11 @@ STEP_ROWS_LIMIT = 4096
 """Bound of ``ProbeState.step_rows``: engine indexes x running-batch sizes seen (vLLM's
 ``max_num_seqs`` bounds the sizes); past it a step looks its row up again."""
 STEP_FLUSH_EVERY = 64
-"""Under ``PROMETHEUS_MULTIPROC_DIR``: steps at most between two flushes of the rows."""
+"""Under ``PROMETHEUS_MULTIPROC_DIR``: steps at most between two drains."""
+INBOX_LIMIT = 1024
+"""Items at most in each of ``ProbeState.steps`` and ``finished`` when nobody scrapes: a hook
+drains them then (about 1 ms of vLLM's loop; each item holds vLLM's small figure objects, a few
+hundred bytes)."""
 
 
 @dataclass(slots=True)
@@ -89,31 +94,95 @@ class ProbeState:
     """(engine index, running requests) -> its row, so that a step costs one dict lookup and no
     label work (at most ``STEP_ROWS_LIMIT`` entries; many keys share a row)."""
     flush_in_hooks: bool = False
-    """Set when a scrape does not flush (``not Families.flush_at_scrape``)."""
-    unflushed_steps: int = 0
+    """Set when a scrape does not drain (``not Families.flush_at_scrape``)."""
+    steps: deque[tuple[Any, Any, Any]] = field(default_factory=deque)
+    """Steps not counted yet: (engine index, running requests, vLLM's ``SpecDecodingStats``).
+    ``deque.append`` and ``popleft`` are atomic: the hooks append in vLLM's loop thread while a
+    scrape drains in its own, with no lock on vLLM's path."""
+    finished: deque[tuple[Any, Any, Any]] = field(default_factory=deque)
+    """Finished sequences not counted yet: (temperature, vLLM's ``RequestSpecDecodeMetrics``,
+    its ``RequestStateStats``); never the request state (its prompt and outputs)."""
     sequence_rows: dict[str, SequenceRow] = field(default_factory=dict)
     """Temperature bucket -> the pending amounts of its series (one per bucket of this model)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """One finished sequence (the wrapped method's arguments), counted whole or not at all:
-        every figure is read and checked before the first counter moves. Never raises."""
+        """One finished sequence (the wrapped method's arguments): its temperature and the
+        references to its two figure objects go into ``finished``, counted at the next ``drain``.
+        Never raises."""
         try:
-            buckets = self.temperature_buckets
-            if buckets is None:
+            if self.temperature_buckets is None:
                 return
             req_state = args[0] if args else kwargs["req_state"]
-            temperature = req_state.temperature
-            if temperature is None:
-                return  # a pooling request: no sampled sequence
+            finished = self.finished
+            finished.append((req_state.temperature, req_state.spec_decode_metrics, req_state.stats))
+            if len(finished) >= INBOX_LIMIT:
+                self.drain(blocking=False)
+        except Exception as exc:
+            self._hook_failed(names.HOOK_FINISHED, exc)
+
+    def observe_step(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int) -> None:
+        """One engine step: its engine, running requests and ``SpecDecodingStats`` go into
+        ``steps``, counted at the next ``drain``. Never raises.
+
+        With one API server a scrape drains (``Families.on_collect``), and a hook only when an
+        inbox reaches ``INBOX_LIMIT``. Under ``PROMETHEUS_MULTIPROC_DIR`` the hook drains at the
+        first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and at
+        vLLM's periodic ``log()``: the probe's counters have every step and sequence of a
+        request by the time vLLM counts it finished (this logger records before vLLM's
+        Prometheus logger, in the same call)."""
+        try:
+            steps = self.steps
+            if self.batch_buckets is not None and scheduler_stats is not None:
+                spec = scheduler_stats.spec_decoding_stats
+                if spec is not None:  # else no draft tokens: vLLM's counters do not move either
+                    steps.append((engine_idx, scheduler_stats.num_running_reqs, spec))
+            if self.flush_in_hooks:
+                if (
+                    iteration_stats is None
+                    or len(steps) >= STEP_FLUSH_EVERY
+                    or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
+                ) and (steps or self.finished):
+                    self.drain()
+            elif len(steps) >= INBOX_LIMIT:
+                self.drain(blocking=False)
+        except Exception as exc:
+            self._hook_failed(names.HOOK_RECORD, exc)
+
+    def drain(self, *, blocking: bool = True) -> None:
+        """Count what the hooks left in ``steps`` and ``finished``, each item whole or not at
+        all (an item that fails its checks is an error of its hook, and moves no counter), then
+        flush the rows into the series. A hook calls it non-blocking (a scrape draining now
+        does the work). Never raises."""
+        lock = self.families.pending_lock
+        if not lock.acquire(blocking=blocking):
+            return
+        try:
+            steps = self.steps
+            for _ in range(len(steps)):  # the hooks may append meanwhile: the next drain's
+                self._count_step(*steps.popleft())
+            finished = self.finished
+            for _ in range(len(finished)):
+                self._count_finished(*finished.popleft())
+            self.families.flush_locked()
+        except Exception as exc:  # popleft of an emptied deque: a bug of ours, counted
+            self._hook_failed(names.HOOK_RECORD, exc)
+        finally:
+            lock.release()
+
+    def _count_finished(self, temperature: Any, metrics: Any, stats: Any) -> None:
+        """One finished sequence, counted whole or not at all: every figure is read and checked
+        before its row moves."""
+        try:
+            buckets = self.temperature_buckets
+            if buckets is None or temperature is None:
+                return  # None: a pooling request, no sampled sequence
             if not _is_valid_temperature(temperature):
                 raise ValueError("temperature is not a finite non-negative number")
-            metrics = req_state.spec_decode_metrics
             figures = None
             if metrics is not None:
                 figures = sequence_figures(
                     metrics.histogram, metrics.num_draft_tokens, self.positions
                 )
-            stats = req_state.stats
             timing = None
             if stats is not None:
                 timing = (
@@ -126,79 +195,53 @@ class ProbeState:
                         )
                     ),
                 )
-            # Every figure is read and checked above: from here on only counters move.
+            # Every figure is read and checked above: from here on only the row moves.
             label = buckets.label_for(float(temperature))
             row = self.sequence_rows.get(label)
             if row is None:
-                row = self.families.sequence_row(self.model_name, label, self.positions)
+                row = self.families.sequence_row_locked(self.model_name, label, self.positions)
                 self.sequence_rows[label] = row
-            with self.families.pending_lock:
-                row.count(figures, timing)
+            row.count(figures, timing)
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
-    def observe_step(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int) -> None:
-        """One engine step's scheduler stats, counted whole or not at all. Never raises.
-
-        A step adds to its row's pending amounts (plain ints), as a finished sequence does to
-        its own. With one API server a scrape flushes them (``Families.flush_at_scrape``).
-        Under ``PROMETHEUS_MULTIPROC_DIR`` the rows go into the counters here, at the first
-        step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and at vLLM's
-        periodic ``log()``: the batch and temperature counters have every step and sequence of
-        a request by the time vLLM counts it finished (this logger records before vLLM's
-        Prometheus logger, in the same call)."""
+    def _count_step(self, engine_idx: Any, running: Any, spec: Any) -> None:
+        """One engine step that drafted, counted whole or not at all."""
         try:
             buckets = self.batch_buckets
-            if buckets is None or scheduler_stats is None:
+            if buckets is None:
                 return
-            spec = scheduler_stats.spec_decoding_stats
-            if spec is not None:
-                running = scheduler_stats.num_running_reqs
-                drafts, draft_tokens, accepted = (
-                    spec.num_drafts,
-                    spec.num_draft_tokens,
-                    spec.num_accepted_tokens,
+            drafts, draft_tokens, accepted = (
+                spec.num_drafts,
+                spec.num_draft_tokens,
+                spec.num_accepted_tokens,
+            )
+            if not (
+                type(running) is int
+                and type(drafts) is int
+                and type(draft_tokens) is int
+                and type(accepted) is int
+                and running >= 0
+                and drafts >= 0
+                and 0 <= accepted <= draft_tokens
+            ):  # the checked slow path: raises for what no count can be
+                running, drafts, draft_tokens, accepted = step_figures(
+                    running, drafts, draft_tokens, accepted
                 )
-                if not (
-                    type(running) is int
-                    and type(drafts) is int
-                    and type(draft_tokens) is int
-                    and type(accepted) is int
-                    and running >= 0
-                    and drafts >= 0
-                    and 0 <= accepted <= draft_tokens
-                ):  # the checked slow path: raises for what no count can be
-                    running, drafts, draft_tokens, accepted = step_figures(
-                        running, drafts, draft_tokens, accepted
-                    )
-                row = self.step_rows.get((engine_idx, running))
-                if row is None:
-                    row = self._step_row(buckets, engine_idx, running)
-                with self.families.pending_lock:
-                    pending = row.pending
-                    pending[0] += 1
-                    pending[1] += drafts
-                    pending[2] += draft_tokens
-                    pending[3] += accepted
-                self.unflushed_steps += 1
-            # else: no draft tokens in this step, vLLM's counters do not move either
-            if self.flush_in_hooks and (
-                iteration_stats is None
-                or self.unflushed_steps >= STEP_FLUSH_EVERY
-                or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM: flush
-            ):
-                self.flush()
+            row = self.step_rows.get((engine_idx, running))
+            if row is None:
+                row = self._step_row(buckets, engine_idx, running)
+            pending = row.pending
+            pending[0] += 1
+            pending[1] += drafts
+            pending[2] += draft_tokens
+            pending[3] += accepted
         except Exception as exc:
             self._hook_failed(names.HOOK_RECORD, exc)
 
-    def flush(self) -> None:
-        """Every row's pending amounts into its counters (``Families.flush``: never raises)."""
-        self.unflushed_steps = 0
-        self.families.flush()
-
     def _step_row(self, buckets: BatchBuckets, engine_idx: Any, running: Any) -> StepRow:
         engine, label = str(count(engine_idx)), buckets.label_for(count(running))
-        row = self.families.step_row(self.model_name, engine, label)
+        row = self.families.step_row_locked(self.model_name, engine, label)
         if len(self.step_rows) < STEP_ROWS_LIMIT:
             self.step_rows[(engine_idx, running)] = row
         return row
@@ -261,11 +304,11 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
 
     def log(self) -> None:
         """vLLM's periodic call (``VLLM_LOG_STATS_INTERVAL``): under
-        ``PROMETHEUS_MULTIPROC_DIR`` the amounts not yet in the counters go in, so they lag by
-        at most that long when no request finishes. Never raises."""
+        ``PROMETHEUS_MULTIPROC_DIR`` what is not yet in the counters goes in, so it lags by at
+        most that long when no request finishes. Never raises."""
         state = self.state
         if state is not None and state.flush_in_hooks:
-            state.flush()
+            state.drain()
 
 
 def start(
@@ -339,6 +382,7 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
         positions=positions,
         flush_in_hooks=not families.flush_at_scrape,
     )
+    families.on_collect = state.drain
     if temperature_buckets is not None:
         try:
             _wrap_finished()
