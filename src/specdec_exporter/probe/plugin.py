@@ -71,9 +71,11 @@ STEP_ROWS_LIMIT = 4096
 STEP_FLUSH_EVERY = 64
 """Under ``PROMETHEUS_MULTIPROC_DIR``: steps at most between two drains."""
 INBOX_LIMIT = 1024
-"""Items at most in each of ``ProbeState.steps`` and ``finished`` when nobody scrapes: a hook
-drains them then (about 1 ms of vLLM's loop; each item holds vLLM's small figure objects, a few
-hundred bytes)."""
+"""Steps, and finished sequences, at most in ``ProbeState.steps`` and ``finished`` when nobody
+scrapes: a hook drains them then (about 1 ms of vLLM's loop; a sequence holds vLLM's two small
+figure objects, a few hundred bytes)."""
+STEP_FIELDS = 5
+"""Entries a step adds to ``ProbeState.steps``."""
 
 
 @dataclass(slots=True)
@@ -95,10 +97,11 @@ class ProbeState:
     label work (at most ``STEP_ROWS_LIMIT`` entries; many keys share a row)."""
     flush_in_hooks: bool = False
     """Set when a scrape does not drain (``not Families.flush_at_scrape``)."""
-    steps: deque[tuple[Any, Any, Any]] = field(default_factory=deque)
-    """Steps not counted yet: (engine index, running requests, vLLM's ``SpecDecodingStats``).
-    ``deque.append`` and ``popleft`` are atomic: the hooks append in vLLM's loop thread while a
-    scrape drains in its own, with no lock on vLLM's path."""
+    steps: deque[Any] = field(default_factory=deque)
+    """Steps not counted yet, ``STEP_FIELDS`` entries each: engine index, running requests,
+    vLLM's num_drafts, num_draft_tokens, num_accepted_tokens. ``deque.extend`` (of a tuple) and
+    ``popleft`` are atomic: the hooks add in vLLM's loop thread while a scrape drains in its
+    own, with no lock on vLLM's path, and a step is never split."""
     finished: deque[tuple[Any, Any, Any]] = field(default_factory=deque)
     """Finished sequences not counted yet: (temperature, vLLM's ``RequestSpecDecodeMetrics``,
     its ``RequestStateStats``); never the request state (its prompt and outputs)."""
@@ -121,8 +124,9 @@ class ProbeState:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
     def observe_step(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int) -> None:
-        """One engine step: its engine, running requests and ``SpecDecodingStats`` go into
-        ``steps``, counted at the next ``drain``. Never raises.
+        """One engine step: its engine index, running requests and the three speculative counts
+        go into ``steps`` (read here, so no vLLM object outlives the step: nothing more for the
+        garbage collector to walk), counted at the next ``drain``. Never raises.
 
         With one API server a scrape drains (``Families.on_collect``), and a hook only when an
         inbox reaches ``INBOX_LIMIT``. Under ``PROMETHEUS_MULTIPROC_DIR`` the hook drains at the
@@ -135,15 +139,23 @@ class ProbeState:
             if self.batch_buckets is not None and scheduler_stats is not None:
                 spec = scheduler_stats.spec_decoding_stats
                 if spec is not None:  # else no draft tokens: vLLM's counters do not move either
-                    steps.append((engine_idx, scheduler_stats.num_running_reqs, spec))
+                    steps.extend(
+                        (
+                            engine_idx,
+                            scheduler_stats.num_running_reqs,
+                            spec.num_drafts,
+                            spec.num_draft_tokens,
+                            spec.num_accepted_tokens,
+                        )
+                    )
             if self.flush_in_hooks:
                 if (
                     iteration_stats is None
-                    or len(steps) >= STEP_FLUSH_EVERY
+                    or len(steps) >= STEP_FLUSH_EVERY * STEP_FIELDS
                     or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
                 ) and (steps or self.finished):
                     self.drain()
-            elif len(steps) >= INBOX_LIMIT:
+            elif len(steps) >= INBOX_LIMIT * STEP_FIELDS:
                 self.drain(blocking=False)
         except Exception as exc:
             self._hook_failed(names.HOOK_RECORD, exc)
@@ -158,8 +170,9 @@ class ProbeState:
             return
         try:
             steps = self.steps
-            for _ in range(len(steps)):  # the hooks may append meanwhile: the next drain's
-                self._count_step(*steps.popleft())
+            step = steps.popleft
+            for _ in range(len(steps) // STEP_FIELDS):  # the hooks may add meanwhile: next time
+                self._count_step(step(), step(), step(), step(), step())
             finished = self.finished
             for _ in range(len(finished)):
                 self._count_finished(*finished.popleft())
@@ -205,17 +218,14 @@ class ProbeState:
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
-    def _count_step(self, engine_idx: Any, running: Any, spec: Any) -> None:
+    def _count_step(
+        self, engine_idx: Any, running: Any, drafts: Any, draft_tokens: Any, accepted: Any
+    ) -> None:
         """One engine step that drafted, counted whole or not at all."""
         try:
             buckets = self.batch_buckets
             if buckets is None:
                 return
-            drafts, draft_tokens, accepted = (
-                spec.num_drafts,
-                spec.num_draft_tokens,
-                spec.num_accepted_tokens,
-            )
             if not (
                 type(running) is int
                 and type(drafts) is int
