@@ -180,11 +180,13 @@ def hooks_in_vllm(rounds: int, requests: int) -> None:
         return cpu, steps, finished_states
 
     def probe_per_sequence(states: list[Any]) -> float:
-        """The wrapper's own work per finished sequence, timed on real request states."""
+        """The wrapper's own work per finished sequence, timed on real request states, with
+        the drain that counts them (a scrape's, with one API server)."""
         calls = [((s, FinishReason.LENGTH, None), {}) for s in states]
         start = time.process_time()
         for args, kwargs in calls:
             state.observe_finished(args, kwargs)
+        state.drain()
         return (time.process_time() - start) / len(calls)
 
     def probe_per_step(n: int) -> float:
@@ -197,6 +199,7 @@ def hooks_in_vllm(rounds: int, requests: int) -> None:
         start = time.process_time()
         for item in stats:
             logger.record(item, None, None, 0)
+        state.drain()
         return (time.process_time() - start) / n
 
     rows = []

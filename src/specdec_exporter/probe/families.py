@@ -156,6 +156,10 @@ class SequenceRow:
         "ttft_sum",
     )
 
+    POSITIONS_AT = 5
+    """``counts``: sequences, spec sequences, drafts, draft tokens, accepted tokens, then one
+    per position."""
+
     def __init__(self, series: TemperatureSeries) -> None:
         self._counters = tuple(
             _value_inc(child)
@@ -196,7 +200,7 @@ class SequenceRow:
             counts[2] += figures.drafts
             counts[3] += figures.draft_tokens
             counts[4] += figures.accepted_tokens
-            position = 5
+            position = self.POSITIONS_AT
             for accepted in figures.accepted_per_position:
                 counts[position] += accepted
                 position += 1
@@ -311,18 +315,18 @@ class Families:
         self._batch: dict[tuple[str, str, str], BatchSeries] = {}
         self._lock = threading.Lock()
         self.pending_lock = threading.Lock()
-        """Held by whoever adds to a row or flushes the rows: vLLM's loop thread in the hooks,
-        the scrape's thread (vLLM serves /metrics from a worker thread) in ``flush``."""
+        """Held by whoever adds to the rows or flushes them: a scrape (vLLM serves /metrics from
+        a worker thread) or a hook that drains (``plugin.ProbeState.drain``)."""
         self._sequence_rows: dict[tuple[str, str], SequenceRow] = {}
         self._step_rows: dict[tuple[str, str, str], StepRow] = {}
         self.on_collect: Callable[[], None] = self.flush
         """What a scrape of a probe family does first: flush the rows (the plugin's state sets
         its ``drain``, which counts what its hooks left and then flushes)."""
         self.flush_at_scrape = values.ValueClass is values.MutexValue
-        """True with one API server: a scrape of this process's registry flushes the rows first
-        (every family's ``collect`` does), so /metrics is exact and the hooks never flush.
-        False under ``PROMETHEUS_MULTIPROC_DIR``: vLLM's /metrics reads the processes' files,
-        never this process's ``collect``; the hooks flush instead (``plugin.py``)."""
+        """True with one API server: a scrape of this process's registry drains and flushes
+        first (every family's ``collect`` calls ``on_collect``), so /metrics is exact. False
+        under ``PROMETHEUS_MULTIPROC_DIR``: vLLM's /metrics reads the processes' files, never
+        this process's ``collect``; the step hook drains instead (``plugin.py``)."""
         for family in (
             self.sequences,
             self.spec_sequences,
@@ -359,7 +363,7 @@ class Families:
     def sequence_row_locked(self, model: str, bucket: str, positions: int) -> SequenceRow:
         """``sequence_row`` for a caller that holds ``pending_lock``."""
         row = self._sequence_rows.get((model, bucket))
-        if row is None or len(row.counts) < 5 + positions:
+        if row is None or len(row.counts) < SequenceRow.POSITIONS_AT + positions:
             if row is not None:
                 row.flush()
             series = self.temperature_series(model, bucket, positions)
