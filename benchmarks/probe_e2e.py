@@ -27,10 +27,11 @@ Measured over the `--requests`, per run:
 - with `--gc-stats`, the API server's garbage collections per generation, their time and the
   objects the collector tracks outside the frozen start-up heap, and the thread CPU time and calls
   of vLLM's `OutputProcessor.process_outputs` and `StatLoggerManager.record` and of the probe's two
-  hooks (`ProbeState.observe_finished`, `observe_step`), from which the report gives the hooks'
-  share of the same run's API-server CPU: a `sitecustomize` on PYTHONPATH in every variant (off
-  by default: its thread wakes 20 times a second, and each timed call reads the thread clock
-  twice, a system call, counted in the hooks' figures).
+  hooks (`ProbeState.observe_finished`, `SpecdecProbeStatLogger.record`) and its `drain`, from
+  which the report gives the probe's share of the same run's API-server CPU: a `sitecustomize`
+  on PYTHONPATH in every variant (off by default: its thread wakes 20 times a second, and each
+  timed call reads the thread clock twice, a system call of ~0.45 us here, counted in the
+  probe's figures, so they are upper bounds).
 
 Variants (`--variants`, comma-separated; the ratios need `without` among them):
 - `without`: vLLM alone;
@@ -128,7 +129,7 @@ if _DIR:
     def _time(cls, method, key):
         original = getattr(cls, method)
         slot = _timed.setdefault(key, [0, 0])
-        probe = key.startswith("ProbeState.")
+        probe = key.startswith(("ProbeState.", "SpecdecProbeStatLogger."))
 
         def timed(*args, **kwargs):
             if probe and getattr(_inside, "depth", 0):
@@ -150,7 +151,7 @@ if _DIR:
         ("vllm.v1.engine.output_processor", "OutputProcessor", "process_outputs"),
         ("vllm.v1.metrics.loggers", "StatLoggerManager", "record"),
         ("specdec_exporter.probe.plugin", "ProbeState", "observe_finished"),
-        ("specdec_exporter.probe.plugin", "ProbeState", "observe_step"),
+        ("specdec_exporter.probe.plugin", "SpecdecProbeStatLogger", "record"),
         ("specdec_exporter.probe.plugin", "ProbeState", "drain"),
     )
 
@@ -356,7 +357,12 @@ def start_py_spy(
     return spies
 
 
-PROBE_HOOKS = ("ProbeState.observe_finished", "ProbeState.observe_step", "ProbeState.drain")
+PROBE_HOOKS = (
+    "ProbeState.observe_finished",
+    "SpecdecProbeStatLogger.record",
+    "ProbeState.drain",
+    "ProbeState.observe_step",  # the step hook before this round
+)
 """The probe's timed calls: its two hooks and its drain (at a scrape with one API server, inside
 a hook with two, where it counts once, in the hook's time: the timer skips nested calls)."""
 

@@ -72,8 +72,8 @@ STEP_FLUSH_EVERY = 64
 """Under ``PROMETHEUS_MULTIPROC_DIR``: steps at most between two drains."""
 INBOX_LIMIT = 1024
 """Steps, and finished sequences, at most in ``ProbeState.steps`` and ``finished`` when nobody
-scrapes: a hook drains them then (about 1 ms of vLLM's loop; a sequence holds vLLM's two small
-figure objects, a few hundred bytes)."""
+scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would have spent on
+them one by one; a sequence holds vLLM's two small figure objects, a few hundred bytes)."""
 STEP_FIELDS = 5
 """Entries a step adds to ``ProbeState.steps``."""
 
@@ -110,8 +110,9 @@ class ProbeState:
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments): its temperature and the
-        references to its two figure objects go into ``finished``, counted at the next ``drain``.
-        Never raises."""
+        references to its two figure objects go into ``finished``, counted at the next ``drain``
+        (the step hook, ``SpecdecProbeStatLogger.record``, does the same for steps). Never
+        raises."""
         try:
             if self.temperature_buckets is None:
                 return
@@ -123,48 +124,13 @@ class ProbeState:
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
-    def observe_step(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int) -> None:
-        """One engine step: its engine index, running requests and the three speculative counts
-        go into ``steps`` (read here, so no vLLM object outlives the step: nothing more for the
-        garbage collector to walk), counted at the next ``drain``. Never raises.
-
-        With one API server a scrape drains (``Families.on_collect``), and a hook only when an
-        inbox reaches ``INBOX_LIMIT``. Under ``PROMETHEUS_MULTIPROC_DIR`` the hook drains at the
-        first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and at
-        vLLM's periodic ``log()``: the probe's counters have every step and sequence of a
-        request by the time vLLM counts it finished (this logger records before vLLM's
-        Prometheus logger, in the same call)."""
-        try:
-            steps = self.steps
-            if self.batch_buckets is not None and scheduler_stats is not None:
-                spec = scheduler_stats.spec_decoding_stats
-                if spec is not None:  # else no draft tokens: vLLM's counters do not move either
-                    steps.extend(
-                        (
-                            engine_idx,
-                            scheduler_stats.num_running_reqs,
-                            spec.num_drafts,
-                            spec.num_draft_tokens,
-                            spec.num_accepted_tokens,
-                        )
-                    )
-            if self.flush_in_hooks:
-                if (
-                    iteration_stats is None
-                    or len(steps) >= STEP_FLUSH_EVERY * STEP_FIELDS
-                    or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
-                ) and (steps or self.finished):
-                    self.drain()
-            elif len(steps) >= INBOX_LIMIT * STEP_FIELDS:
-                self.drain(blocking=False)
-        except Exception as exc:
-            self._hook_failed(names.HOOK_RECORD, exc)
-
     def drain(self, *, blocking: bool = True) -> None:
         """Count what the hooks left in ``steps`` and ``finished``, each item whole or not at
         all (an item that fails its checks is an error of its hook, and moves no counter), then
         flush the rows into the series. A hook calls it non-blocking (a scrape draining now
         does the work). Never raises."""
+        if not (self.steps or self.finished):
+            return  # every drain flushes what it counted: nothing new, nothing to do
         lock = self.families.pending_lock
         if not lock.acquire(blocking=blocking):
             return
@@ -305,9 +271,46 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
         *args: Any,
         **kwargs: Any,
     ) -> None:
+        """One engine step, vLLM's per-step call: the engine index, running requests and the
+        three speculative counts go into ``state.steps`` (read here, so no vLLM object outlives
+        the step: nothing more for the garbage collector to walk), counted at the next
+        ``ProbeState.drain``. Never raises. The step path's only Python frame (it runs once per
+        engine step, 120 times a request at 256 tokens and concurrency 1).
+
+        With one API server a scrape drains (``Families.on_collect``), and this hook only when
+        ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` it drains at
+        the first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and
+        at vLLM's periodic ``log()``: the probe's counters have every step and sequence of a
+        request by the time vLLM counts it finished (this logger records before vLLM's
+        Prometheus logger, in the same call)."""
         state = self.state
-        if state is not None:
-            state.observe_step(scheduler_stats, iteration_stats, engine_idx)
+        if state is None:
+            return
+        try:
+            steps = state.steps
+            if state.batch_buckets is not None and scheduler_stats is not None:
+                spec = scheduler_stats.spec_decoding_stats
+                if spec is not None:  # else no draft tokens: vLLM's counters do not move either
+                    steps.extend(
+                        (
+                            engine_idx,
+                            scheduler_stats.num_running_reqs,
+                            spec.num_drafts,
+                            spec.num_draft_tokens,
+                            spec.num_accepted_tokens,
+                        )
+                    )
+            if state.flush_in_hooks:
+                if (
+                    iteration_stats is None
+                    or len(steps) >= STEP_FLUSH_EVERY * STEP_FIELDS
+                    or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
+                ):
+                    state.drain()
+            elif len(steps) >= INBOX_LIMIT * STEP_FIELDS:
+                state.drain(blocking=False)
+        except Exception as exc:
+            state._hook_failed(names.HOOK_RECORD, exc)
 
     def log_engine_initialized(self) -> None:
         return None
