@@ -44,8 +44,26 @@ def redact_url(text: str) -> str:
 
 def _check_url(value: str) -> str:
     """A server's base URL as every command takes it: http(s)://HOST:PORT, with or without the
-    OpenAI API's /v1 (dropped here, the one place, with a trailing /). Parsed here, once, by
-    httpx, the library that will use it: a URL it would refuse later is refused now."""
+    OpenAI API's /v1 (dropped here, the one place, with a trailing /)."""
+    _check_http(value)
+    return value.rstrip("/").removesuffix("/v1").rstrip("/")
+
+
+def _check_link(value: str) -> str:
+    """A link the live page shows (a runbook, a dashboard), kept as given: never fetched, so its
+    path is the reader's business, but a user or password in it would reach every visitor."""
+    _check_http(value)
+    if httpx.URL(value).userinfo:
+        raise ValueError(
+            "a link on the live page holds no user or password (every visitor of the page "
+            f"would read them), got {redact_url(value)!r}"
+        )
+    return value
+
+
+def _check_http(value: str) -> None:
+    """Refuses what is not an http(s) URL with a host. Parsed here, once, by httpx, the library
+    that will use it: a URL it would refuse later is refused now."""
     shown = redact_url(value)
     if not value.startswith(("http://", "https://")):
         raise ValueError(f"expected an http:// or https:// URL, got {shown!r}")
@@ -60,11 +78,12 @@ def _check_url(value: str) -> str:
         raise ValueError(f"no host in {shown!r}; expected http://HOST:PORT")
     if port is not None and not 0 < port <= 65535:
         raise ValueError(f"port out of range in {shown!r}")
-    return value.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
 HttpUrl = Annotated[str, AfterValidator(_check_url)]
 """An http:// or https:// base URL, without a trailing slash or /v1."""
+LinkUrl = Annotated[str, AfterValidator(_check_link)]
+"""An http:// or https:// URL the live page links to, as given, without credentials."""
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def is_numeric(field: FieldInfo) -> bool:
 
 def is_url(field: FieldInfo) -> bool:
     def named(item: object) -> bool:
-        return getattr(getattr(item, "func", None), "__name__", "") == "_check_url"
+        return getattr(getattr(item, "func", None), "__name__", "") in ("_check_url", "_check_link")
 
     if any(named(item) for item in annotated_items(field)):
         return True
@@ -533,6 +533,29 @@ def test_install_probe_ignores_a_record_that_points_outside(tmp_path: Any) -> No
 
 
 # URL credentials (item 2): never printed
+
+
+@pytest.mark.usefixtures("refuse_to_run")
+@pytest.mark.parametrize("flag", ["--runbook-url", "--grafana-dashboard-url"])
+def test_a_link_with_credentials_is_refused_without_printing_them(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The live page shows these links to every visitor: a user or password in one is refused
+    (one line, 64), and the line shows neither."""
+    line = refused(["run", f"{flag}=https://alice:s3cret@grafana.example.com/d/x"], flag, capsys)
+    assert "s3cret" not in line and "holds no user or password" in line
+
+
+def test_a_link_is_kept_as_given() -> None:
+    """A link is never fetched: its path stays whole (a base URL loses a trailing /v1)."""
+    from specdec_exporter.sidecar.config import Settings  # noqa: PLC0415
+
+    settings = Settings(
+        runbook_url="https://wiki.example.com/runbooks/v1",
+        grafana_dashboard_url="https://grafana.example.com/d/vllm-specdec/",
+    )
+    assert settings.runbook_url == "https://wiki.example.com/runbooks/v1"
+    assert settings.grafana_dashboard_url == "https://grafana.example.com/d/vllm-specdec/"
 
 
 def test_url_credentials_are_never_printed() -> None:

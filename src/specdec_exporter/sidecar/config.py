@@ -31,6 +31,7 @@ from specdec_exporter.options import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_TEMPERATURE,
     HttpUrl,
+    LinkUrl,
     given_as,
     with_variables,
 )
@@ -276,12 +277,12 @@ class Settings(VllmTarget):
         description="seconds of successful "
         "polls without a model before its per-model tap series go",
     )
-    runbook_url: HttpUrl | None = Field(
+    runbook_url: LinkUrl | None = Field(
         None,
         description="docs/runbook.md as your team reads it; the live page links each verdict "
         "to its section (default: the runbook this sidecar serves at /runbook)",
     )
-    grafana_dashboard_url: HttpUrl | None = Field(
+    grafana_dashboard_url: LinkUrl | None = Field(
         None,
         description="URL of the Grafana dashboard (.../d/vllm-specdec/...); the live page "
         "links each model to it (default: no link)",
