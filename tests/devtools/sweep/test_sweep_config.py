@@ -65,3 +65,15 @@ def test_invalid_configs_are_refused(overrides: dict[str, object], message: str)
     assert refused.value.error_count() == 1
     error = refused.value.errors()[0]
     assert f"{error['loc'][0]}: {error['msg']}".startswith(message)
+
+
+def test_sweep_and_calibrate_hand_their_timeout_to_every_request() -> None:
+    """`--timeout` bounds each request of a sweep and of a calibration as it does `load`'s
+    (600 s unless given): a stalled server fails a request, never holds the run."""
+    from specdec_exporter.devtools.calibrate.runner import CalibrateConfig  # noqa: PLC0415
+
+    url = "http://127.0.0.1:8000"
+    assert SweepConfig(url=url).phase_load(0.0, "m").timeout == 600
+    assert SweepConfig(url=url, timeout=7).phase_load(0.0, "m").timeout == 7
+    calibrate = CalibrateConfig(spec_urls=(url,), base_url=url, timeout=7)
+    assert calibrate.load(url, "m", 1, 0.0, 1).timeout == 7

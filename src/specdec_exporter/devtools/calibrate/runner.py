@@ -22,7 +22,7 @@ from specdec_exporter.core.acceptance import Totals
 from specdec_exporter.core.calibration import CalibrationPoint, PhaseTiming, TpotSource, make_point
 from specdec_exporter.core.parse import ExpositionError, Snapshot, parse, requests_running
 from specdec_exporter.deadline import total_deadline
-from specdec_exporter.devtools.load.config import Count, LoadConfig, RequestContent
+from specdec_exporter.devtools.load.config import Count, LoadConfig, RequestContent, RequestTimeout
 from specdec_exporter.devtools.load.counters import (
     CounterReading,
     CounterWatch,
@@ -75,7 +75,7 @@ def _ascending(values: tuple[int, ...]) -> tuple[int, ...]:
 Concurrencies = Annotated[tuple[Count, ...], AfterValidator(_ascending), Metavar("LIST")]
 
 
-class CalibrateOptions(Settling, VllmTrust):
+class CalibrateOptions(Settling, VllmTrust, RequestTimeout):
     """The calibration's fields that `calibrate` takes as flags of the same names."""
 
     concurrencies: Concurrencies = Field(
@@ -141,6 +141,7 @@ class CalibrateConfig(CalibrateOptions, RequestContent, CounterWatch):
             stream_share=1.0,
             include_usage=True,
             max_tokens=self.max_tokens,
+            timeout=self.timeout,
             endpoint="chat",
             prompts=self.prompts,
             seed=self.seed,

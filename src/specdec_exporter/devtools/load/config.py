@@ -50,7 +50,19 @@ BUILTIN_PROMPTS = (
 )
 
 
-class ClientOptions(VllmTrust):
+class RequestTimeout(BaseModel):
+    """The one request timeout of every command that sends completions (`load`, `sweep`,
+    `calibrate`): a server that stalls a request fails that request, never the run."""
+
+    timeout: float = Field(
+        default=600.0,
+        ge=0.1,
+        le=86400,
+        description="timeout of one whole request, seconds (connecting: at most 10 s)",
+    )
+
+
+class ClientOptions(VllmTrust, RequestTimeout):
     """Where `load` and `sweep` send their requests, how they trust it and what each asks for:
     flags of both."""
 
@@ -70,9 +82,6 @@ class LoadOptions(ClientOptions):
 
     endpoint: Endpoint = Field(
         default="chat", description="/v1/chat/completions or /v1/completions"
-    )
-    timeout: float = Field(
-        default=600.0, ge=0.1, le=86400, description="timeout of one request, seconds"
     )
     concurrency: Count = Field(default=8, description="requests in flight at once")
     requests: Count = Field(default=100, description="send this many requests, then stop")

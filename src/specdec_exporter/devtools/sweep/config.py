@@ -78,6 +78,7 @@ class SweepConfig(SweepOptions, RequestContent, CounterWatch):
             stream_share=1.0 if self.stream else 0.0,
             include_usage=True,
             max_tokens=self.max_tokens,
+            timeout=self.timeout,
             endpoint="chat",
             prompts=self.prompts,
             seed=self.seed,
