@@ -108,7 +108,7 @@ _DIR = os.environ.get("SPECDEC_E2E_GC_DIR")
 if _DIR:
     _stats = {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0], "collected": [0, 0, 0]}
     _started = [0.0]
-    _timed = {}
+    _timed_slots = {}
     _clock = time.thread_time_ns
 
     def _callback(phase, info):
@@ -126,9 +126,8 @@ if _DIR:
     # as part of its caller
     _inside = threading.local()
 
-    def _time(cls, method, key):
-        original = getattr(cls, method)
-        slot = _timed.setdefault(key, [0, 0])
+    def _timed(original, key):
+        slot = _timed_slots.setdefault(key, [0, 0])
         probe = key.startswith(("ProbeState.", "SpecdecProbeStatLogger."))
 
         def timed(*args, **kwargs):
@@ -145,7 +144,23 @@ if _DIR:
                 slot[0] += 1
                 slot[1] += _clock() - start
 
-        setattr(cls, method, timed)
+        return timed
+
+    def _time(cls, method, key):
+        if method == "record" and cls.__name__ == "SpecdecProbeStatLogger":
+            # the probe sets each logger's own `record` (a closure, `step_hook`) in __init__;
+            # the class's is the probe-off no-op (before that change, the class's was the hook)
+            original_init = cls.__init__
+            class_record = cls.record
+
+            def init(self, *args, **kwargs):
+                original_init(self, *args, **kwargs)
+                own = self.__dict__.get("record")
+                self.record = _timed(own if own is not None else class_record.__get__(self), key)
+
+            cls.__init__ = init
+            return
+        setattr(cls, method, _timed(getattr(cls, method), key))
 
     _TARGETS = (
         ("vllm.v1.engine.output_processor", "OutputProcessor", "process_outputs"),
@@ -157,7 +172,12 @@ if _DIR:
 
     def _writer():
         path = os.path.join(_DIR, f"{os.getpid()}.json")
-        pending = list(_TARGETS)
+        pending = [
+            target
+            for target in _TARGETS
+            if os.environ.get("SPECDEC_E2E_TIME_PROBE", "1") == "1"
+            or not target[0].startswith("specdec_exporter.")
+        ]
         tick = 0
         frozen = 0
         while True:
@@ -176,7 +196,7 @@ if _DIR:
             if not frozen:
                 frozen = gc.get_freeze_count()
             tracked = [len(gc.get_objects(g)) for g in range(3)] if frozen else None
-            data = dict(_stats, timed=_timed, frozen=frozen, tracked=tracked, at=time.time())
+            data = dict(_stats, timed=_timed_slots, frozen=frozen, tracked=tracked, at=time.time())
             with open(path + ".tmp", "w") as out:
                 json.dump(data, out)
             os.replace(path + ".tmp", path)
@@ -203,7 +223,13 @@ def write_empty_plugin(directory: Path) -> None:
 
 
 def variant_env(
-    variant: str, probe: Path, empty: Path, gc_dir: Path | None, before: Path | None = None
+    variant: str,
+    probe: Path,
+    empty: Path,
+    gc_dir: Path | None,
+    before: Path | None = None,
+    *,
+    time_probe: bool = True,
 ) -> dict[str, str]:
     paths: list[str] = []
     env: dict[str, str] = {}
@@ -223,6 +249,7 @@ def variant_env(
     if gc_dir is not None:
         paths.append(str(gc_dir.parent / "site"))
         env["SPECDEC_E2E_GC_DIR"] = str(gc_dir)
+        env["SPECDEC_E2E_TIME_PROBE"] = "1" if time_probe else "0"
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
@@ -538,8 +565,14 @@ def run(args: argparse.Namespace) -> None:
         for index in range(args.rounds):
             order = variants if index % 2 == 0 else list(reversed(variants))
             for variant in order:
-                env = variant_env(variant, probe, empty, gc_dir, before)
-                row = {"round": index, **one_run(layout, args, variant, env, gc_dir)}
+                env = variant_env(
+                    variant, probe, empty, gc_dir, before, time_probe=not args.untimed_probe
+                )
+                row = {
+                    "round": index,
+                    "probe_timed": not args.untimed_probe,
+                    **one_run(layout, args, variant, env, gc_dir),
+                }
                 rows.append(row)
                 line = json.dumps(row)
                 print(line, flush=True)
@@ -672,6 +705,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=5.0,
         help="GET /metrics this often during the measured requests, and once at their end "
         "(the sidecar's default poll; 0: only at the end)",
+    )
+    measure.add_argument(
+        "--untimed-probe",
+        action="store_true",
+        help="with --gc-stats, time vLLM's process_outputs and StatLoggerManager.record but not "
+        "the probe's own calls (their clock reads cost ~1 us a call): the probe's true cost is "
+        "then vLLM's timed calls against the `empty` control's",
     )
     measure.add_argument("--out", help="append each run's JSON line to this file")
     measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")

@@ -111,8 +111,7 @@ class ProbeState:
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments): its temperature and the
         references to its two figure objects go into ``finished``, counted at the next ``drain``
-        (the step hook, ``SpecdecProbeStatLogger.record``, does the same for steps). Never
-        raises."""
+        (the step hook, ``step_hook``, does the same for steps). Never raises."""
         try:
             if self.temperature_buckets is None:
                 return
@@ -260,7 +259,9 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
 
     def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
         self.engine_index = engine_index
-        self.state = start(vllm_config, engine_index)
+        self.state = state = start(vllm_config, engine_index)
+        if state is not None:
+            self.record = step_hook(state)  # type: ignore[method-assign]
 
     def record(
         self,
@@ -271,46 +272,9 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
         *args: Any,
         **kwargs: Any,
     ) -> None:
-        """One engine step, vLLM's per-step call: the engine index, running requests and the
-        three speculative counts go into ``state.steps`` (read here, so no vLLM object outlives
-        the step: nothing more for the garbage collector to walk), counted at the next
-        ``ProbeState.drain``. Never raises. The step path's only Python frame (it runs once per
-        engine step, 120 times a request at 256 tokens and concurrency 1).
-
-        With one API server a scrape drains (``Families.on_collect``), and this hook only when
-        ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` it drains at
-        the first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and
-        at vLLM's periodic ``log()``: the probe's counters have every step and sequence of a
-        request by the time vLLM counts it finished (this logger records before vLLM's
-        Prometheus logger, in the same call)."""
-        state = self.state
-        if state is None:
-            return
-        try:
-            steps = state.steps
-            if state.batch_buckets is not None and scheduler_stats is not None:
-                spec = scheduler_stats.spec_decoding_stats
-                if spec is not None:  # else no draft tokens: vLLM's counters do not move either
-                    steps.extend(
-                        (
-                            engine_idx,
-                            scheduler_stats.num_running_reqs,
-                            spec.num_drafts,
-                            spec.num_draft_tokens,
-                            spec.num_accepted_tokens,
-                        )
-                    )
-            if state.flush_in_hooks:
-                if (
-                    iteration_stats is None
-                    or len(steps) >= STEP_FLUSH_EVERY * STEP_FIELDS
-                    or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
-                ):
-                    state.drain()
-            elif len(steps) >= INBOX_LIMIT * STEP_FIELDS:
-                state.drain(blocking=False)
-        except Exception as exc:
-            state._hook_failed(names.HOOK_RECORD, exc)
+        """vLLM's per-step call when the probe is off in this process: nothing to do. With the
+        probe on, ``__init__`` sets the instance's ``record`` to ``step_hook(state)``."""
+        return None
 
     def log_engine_initialized(self) -> None:
         return None
@@ -322,6 +286,66 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
         state = self.state
         if state is not None and state.flush_in_hooks:
             state.drain()
+
+
+def step_hook(state: ProbeState) -> Callable[..., None]:
+    """The loggers' ``record`` with the probe on: vLLM's per-step call.
+
+    The step's engine index, running requests and three speculative counts go into
+    ``state.steps`` (read here, so no vLLM object outlives the step: nothing more for the garbage
+    collector to walk), counted at the next ``ProbeState.drain``. Never raises. It runs once per
+    engine step (120 times a request at 256 tokens and concurrency 1), cold, between two steps of
+    vLLM's own work: one Python frame, and what it needs bound in its closure, not looked up on
+    the logger, the state or the module each step.
+
+    With one API server a scrape drains (``Families.on_collect``), and this hook only when
+    ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` it drains at the
+    first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and at vLLM's
+    periodic ``log()``: the probe's counters have every step and sequence of a request by the
+    time vLLM counts it finished (this logger records before vLLM's Prometheus logger, in the
+    same call)."""
+    steps = state.steps
+    extend = steps.extend
+    drain = state.drain
+    batch_on = state.batch_buckets is not None
+    limit = INBOX_LIMIT * STEP_FIELDS
+    flush_every = STEP_FLUSH_EVERY * STEP_FIELDS
+    record_hook = names.HOOK_RECORD
+
+    def record(
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        try:
+            if batch_on and scheduler_stats is not None:
+                spec = scheduler_stats.spec_decoding_stats
+                if spec is not None:  # else no draft tokens: vLLM's counters do not move either
+                    extend(
+                        (
+                            engine_idx,
+                            scheduler_stats.num_running_reqs,
+                            spec.num_drafts,
+                            spec.num_draft_tokens,
+                            spec.num_accepted_tokens,
+                        )
+                    )
+            if state.flush_in_hooks:
+                if (
+                    iteration_stats is None
+                    or len(steps) >= flush_every
+                    or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
+                ):
+                    drain()
+            elif len(steps) >= limit:
+                drain(blocking=False)
+        except Exception as exc:
+            state._hook_failed(record_hook, exc)
+
+    return record
 
 
 def start(
