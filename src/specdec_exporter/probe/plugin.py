@@ -134,10 +134,7 @@ class ProbeState:
         if not lock.acquire(blocking=blocking):
             return
         try:
-            steps = self.steps
-            step = steps.popleft
-            for _ in range(len(steps) // STEP_FIELDS):  # the hooks may add meanwhile: next time
-                self._count_step(step(), step(), step(), step(), step())
+            self._count_steps(len(self.steps) // STEP_FIELDS)  # later ones: the next drain's
             finished = self.finished
             for _ in range(len(finished)):
                 self._count_finished(*finished.popleft())
@@ -183,36 +180,39 @@ class ProbeState:
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
-    def _count_step(
-        self, engine_idx: Any, running: Any, drafts: Any, draft_tokens: Any, accepted: Any
-    ) -> None:
-        """One engine step that drafted, counted whole or not at all."""
-        try:
-            buckets = self.batch_buckets
-            if buckets is None:
-                return
-            if not (
-                type(running) is int
-                and type(drafts) is int
-                and type(draft_tokens) is int
-                and type(accepted) is int
-                and running >= 0
-                and drafts >= 0
-                and 0 <= accepted <= draft_tokens
-            ):  # the checked slow path: raises for what no count can be
-                running, drafts, draft_tokens, accepted = step_figures(
-                    running, drafts, draft_tokens, accepted
-                )
-            row = self.step_rows.get((engine_idx, running))
-            if row is None:
-                row = self._step_row(buckets, engine_idx, running)
-            pending = row.pending
-            pending[0] += 1
-            pending[1] += drafts
-            pending[2] += draft_tokens
-            pending[3] += accepted
-        except Exception as exc:
-            self._hook_failed(names.HOOK_RECORD, exc)
+    def _count_steps(self, n: int) -> None:
+        """The first ``n`` steps of ``steps``, each counted whole or not at all, in one loop (no
+        call a step: 120 steps a request at 256 tokens and concurrency 1)."""
+        buckets = self.batch_buckets
+        pop = self.steps.popleft
+        rows = self.step_rows
+        for _ in range(n):
+            engine_idx, running, drafts, draft_tokens, accepted = pop(), pop(), pop(), pop(), pop()
+            try:
+                if buckets is None:
+                    continue  # the split is off: the hook adds none
+                if not (
+                    type(running) is int
+                    and type(drafts) is int
+                    and type(draft_tokens) is int
+                    and type(accepted) is int
+                    and running >= 0
+                    and drafts >= 0
+                    and 0 <= accepted <= draft_tokens
+                ):  # the checked slow path: raises for what no count can be
+                    running, drafts, draft_tokens, accepted = step_figures(
+                        running, drafts, draft_tokens, accepted
+                    )
+                row = rows.get((engine_idx, running))
+                if row is None:
+                    row = self._step_row(buckets, engine_idx, running)
+                pending = row.pending
+                pending[0] += 1
+                pending[1] += drafts
+                pending[2] += draft_tokens
+                pending[3] += accepted
+            except Exception as exc:
+                self._hook_failed(names.HOOK_RECORD, exc)
 
     def _step_row(self, buckets: BatchBuckets, engine_idx: Any, running: Any) -> StepRow:
         engine, label = str(count(engine_idx)), buckets.label_for(count(running))
