@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -104,12 +105,38 @@ class EmptyStatLogger(StatLoggerBase):
 GC_SITECUSTOMIZE = """
 import gc, json, os, sys, threading, time
 
+_timed_slots = {}
+_clock = time.thread_time_ns
+# per thread, the probe's timed calls running now: a nested one (a hook's drain) is timed as
+# part of its caller
+_inside = threading.local()
+
+
+def _timed(original, key):
+    slot = _timed_slots.setdefault(key, [0, 0])
+    probe = key.startswith(("ProbeState.", "SpecdecProbeStatLogger."))
+
+    def timed(*args, **kwargs):
+        if probe and getattr(_inside, "depth", 0):
+            return original(*args, **kwargs)
+        start = _clock()
+        if probe:
+            _inside.depth = 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if probe:
+                _inside.depth = 0
+            slot[0] += 1
+            slot[1] += _clock() - start
+
+    return timed
+
+
 _DIR = os.environ.get("SPECDEC_E2E_GC_DIR")
 if _DIR:
     _stats = {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0], "collected": [0, 0, 0]}
     _started = [0.0]
-    _timed_slots = {}
-    _clock = time.thread_time_ns
 
     def _callback(phase, info):
         generation = info["generation"]
@@ -121,30 +148,6 @@ if _DIR:
             _stats["collected"][generation] += info["collected"]
 
     gc.callbacks.append(_callback)
-
-    # per thread, the probe's timed calls running now: a nested one (a hook's drain) is timed
-    # as part of its caller
-    _inside = threading.local()
-
-    def _timed(original, key):
-        slot = _timed_slots.setdefault(key, [0, 0])
-        probe = key.startswith(("ProbeState.", "SpecdecProbeStatLogger."))
-
-        def timed(*args, **kwargs):
-            if probe and getattr(_inside, "depth", 0):
-                return original(*args, **kwargs)
-            start = _clock()
-            if probe:
-                _inside.depth = 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                if probe:
-                    _inside.depth = 0
-                slot[0] += 1
-                slot[1] += _clock() - start
-
-        return timed
 
     def _time(cls, method, key):
         if method == "record" and cls.__name__ == "SpecdecProbeStatLogger":
@@ -394,9 +397,11 @@ PROBE_HOOKS = (
 a hook with two, where it counts once, in the hook's time: the timer skips nested calls)."""
 
 
-def probe_ns(row: Mapping[str, Any]) -> int:
-    """The probe's own thread CPU in one run."""
-    return sum(ns for key, (_, ns) in row["gc"]["timed"].items() if key in PROBE_HOOKS)
+def probe_ns(row: Mapping[str, Any], timer_us: float = 0.0) -> float:
+    """The probe's own thread CPU in one run, less ``timer_us`` for each timed call (what the
+    timer itself adds inside its window, ``timer_overhead``)."""
+    timed = [(calls, ns) for key, (calls, ns) in row["gc"]["timed"].items() if key in PROBE_HOOKS]
+    return sum(ns - calls * timer_us * 1e3 for calls, ns in timed)
 
 
 class Scraper:
@@ -592,9 +597,12 @@ def _span(values: Sequence[float], digits: int = 3) -> str:
     )
 
 
-def report(rows: Sequence[dict[str, Any]]) -> None:
+def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
     """Per grid point and variant: medians (ranges) over the rounds, and per-round ratios to
-    `without` of the same round."""
+    `without` of the same round. ``timer_us``: what the timer adds to a timed call (default:
+    measured now, ``timer_overhead``)."""
+    if timer_us is None:
+        timer_us = timer_overhead() if any(r.get("gc") for r in rows) else 0.0
     points = sorted({(r["tokens"], r["concurrency"], r["api_servers"]) for r in rows})
     for tokens, concurrency, servers in points:
         at = [
@@ -660,21 +668,47 @@ def report(rows: Sequence[dict[str, Any]]) -> None:
                 }
                 for key, (calls, us) in timed.items():
                     print(f"  {variant}: {key}: {calls:.2f} calls and {us:.1f} us CPU per request")
+                mine_rows = [r for r in gc_rows if r["variant"] == variant]
                 own = [
                     probe_ns(r) / (r["cpu_ms_per_request"] * 1e6 * r["requests"]) * 100
-                    for r in gc_rows
-                    if r["variant"] == variant
+                    for r in mine_rows
                 ]
                 if any(own):
+                    corrected = [
+                        probe_ns(r, timer_us)
+                        / (r["cpu_ms_per_request"] * 1e6 * r["requests"])
+                        * 100
+                        for r in mine_rows
+                    ]
                     print(
-                        f"  {variant}: the probe's hooks, share of the API server's CPU in the "
-                        f"same run: {_span(own, 2)}%"
+                        f"  {variant}: the probe's hooks and drain, share of the API server's "
+                        f"CPU in the same run: {_span(own, 2)}%; less the timer's "
+                        f"{timer_us:.2f} us a call: {_span(corrected, 2)}%"
                     )
                 print(
                     f"  {variant}: collections gen0/1/2 {collections}, "
                     f"ms {[round(m, 1) for m in ms]}, "
                     f"tracked after (gen0/1/2) {tracked[-1] if tracked else '-'}"
                 )
+
+
+def timer_overhead(calls: int = 1_000_000) -> float:
+    """What the sitecustomize's timer adds to a timed call's own figure: a no-op with the step
+    hook's signature, timed by the same wrapper, hot, in microseconds (the best of five)."""
+    namespace: dict[str, Any] = {}
+    exec(GC_SITECUSTOMIZE, namespace)  # no SPECDEC_E2E_GC_DIR here: the timer alone
+
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    best = math.inf
+    for attempt in range(5):
+        key = f"SpecdecProbeStatLogger.noop{attempt}"
+        timed = namespace["_timed"](noop, key)
+        for _ in range(calls):
+            timed(1, 2, mm_cache_stats=None, engine_idx=0)
+        best = min(best, namespace["_timed_slots"][key][1] / calls / 1e3)
+    return best
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -719,16 +753,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     measure.add_argument("--py-spy-binary", default="py-spy")
     shares = commands.add_parser("profile", help="sample shares from a --py-spy folder")
     shares.add_argument("folder")
+    commands.add_parser("timer", help="what the timer adds to each timed call (hot, us)")
     again = commands.add_parser("report", help="the tables from --out files")
     again.add_argument("files", nargs="+")
+    again.add_argument(
+        "--timer-us",
+        type=float,
+        help="what the timer adds to each timed call; default: `timer` measured now",
+    )
     args = parser.parse_args(argv)
     if args.command == "run":
         run(args)
     elif args.command == "profile":
         profile(Path(args.folder))
+    elif args.command == "timer":
+        print(f"{timer_overhead():.3f} us a timed call, inside the timed window (hot)")
     else:
         rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()]
-        report(rows)
+        report(rows, args.timer_us)
 
 
 if __name__ == "__main__":
