@@ -171,6 +171,9 @@ if _DIR:
         ("specdec_exporter.probe.plugin", "ProbeState", "observe_finished"),
         ("specdec_exporter.probe.plugin", "SpecdecProbeStatLogger", "record"),
         ("specdec_exporter.probe.plugin", "ProbeState", "drain"),
+        # vLLM's /metrics handler (the instrumentator's) renders every family with it: the
+        # probe's series cost each scrape this much more than vLLM's own
+        ("prometheus_fastapi_instrumentator.instrumentation", "", "generate_latest"),
     )
 
     def _writer():
@@ -187,6 +190,11 @@ if _DIR:
             time.sleep(0.05)
             for target in list(pending):
                 module = sys.modules.get(target[0])
+                if module is not None and not target[1]:  # a module's function
+                    if hasattr(module, target[2]):
+                        setattr(module, target[2], _timed(getattr(module, target[2]), target[2]))
+                        pending.remove(target)
+                    continue
                 cls = getattr(module, target[1], None) if module is not None else None
                 if cls is not None:
                     _time(cls, target[2], f"{target[1]}.{target[2]}")
