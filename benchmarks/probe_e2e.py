@@ -719,6 +719,40 @@ def timer_overhead(calls: int = 1_000_000) -> float:
     return best
 
 
+def render_cost(rounds: int = 200) -> None:
+    """What rendering the probe's series costs a scrape, in process: every series of one model
+    with the default buckets and k = 4, one engine, as the probe makes them at start, through
+    prometheus_client's generate_latest (the text vLLM's /metrics handler uses); then the same
+    without the `_created` lines. Process CPU per render, the best of three."""
+    import prometheus_client  # noqa: PLC0415
+    from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
+
+    from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets  # noqa: PLC0415
+    from specdec_exporter.probe.families import Families  # noqa: PLC0415
+
+    registry = CollectorRegistry()
+    families = Families(registry)
+    for label in TemperatureBuckets().labels:
+        families.sequence_row("m", label, 4)
+    for label in BatchBuckets().labels:
+        families.step_row("m", "0", label)
+
+    def per_render() -> tuple[float, int]:
+        best = math.inf
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(rounds):
+                text = generate_latest(registry)
+            best = min(best, (time.process_time() - start) / rounds * 1e3)
+        return best, text.count(b"\n")
+
+    ms, lines = per_render()
+    print(f"the probe's series: {ms:.2f} ms a render, {lines} lines")
+    prometheus_client.disable_created_metrics()
+    ms, lines = per_render()
+    print(f"without _created:   {ms:.2f} ms a render, {lines} lines")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0] if __doc__ else None,
@@ -762,6 +796,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     shares = commands.add_parser("profile", help="sample shares from a --py-spy folder")
     shares.add_argument("folder")
     commands.add_parser("timer", help="what the timer adds to each timed call (hot, us)")
+    commands.add_parser("render", help="what rendering the probe's series costs (in process)")
     again = commands.add_parser("report", help="the tables from --out files")
     again.add_argument("files", nargs="+")
     again.add_argument(
@@ -774,6 +809,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         run(args)
     elif args.command == "profile":
         profile(Path(args.folder))
+    elif args.command == "render":
+        render_cost()
     elif args.command == "timer":
         print(f"{timer_overhead():.3f} us a timed call, inside the timed window (hot)")
     else:
