@@ -13,7 +13,7 @@ import contextlib
 import math
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -392,9 +392,10 @@ class Families:
         """Every row's amounts into its children, for a caller that holds ``pending_lock``.
         Never raises: a failed flush is counted as an error of the hook whose amounts it
         carried (they stay lost, never counted twice)."""
-        for hook, rows in (
-            (names.HOOK_FINISHED, tuple(self._sequence_rows.values())),
-            (names.HOOK_RECORD, tuple(self._step_rows.values())),
+        rows: Iterable[SequenceRow | StepRow]
+        for hook, rows in (  # the lock held: no row is added while they are walked
+            (names.HOOK_FINISHED, self._sequence_rows.values()),
+            (names.HOOK_RECORD, self._step_rows.values()),
         ):
             try:
                 for row in rows:
