@@ -204,8 +204,8 @@ class SequenceRow:
             for accepted in figures.accepted_per_position:
                 counts[position] += accepted
                 position += 1
-            if figures.draft_tokens:
-                rate = figures.accepted_tokens / figures.draft_tokens
+            rate = figures.acceptance_rate
+            if rate is not None:
                 self.rate[bisect_left(RATE_UPPER, rate)] += 1
                 self.rate_sum += rate
         if timing is not None:
