@@ -116,8 +116,11 @@ def _timed(original, key):
     slot = _timed_slots.setdefault(key, [0, 0])
     probe = key.startswith(("ProbeState.", "SpecdecProbeStatLogger."))
 
+    nested = _timed_slots.setdefault(key + " (nested)", [0, 0]) if probe else None
+
     def timed(*args, **kwargs):
         if probe and getattr(_inside, "depth", 0):
+            nested[0] += 1  # counted, not timed: its time is its caller's
             return original(*args, **kwargs)
         start = _clock()
         if probe:

@@ -52,3 +52,84 @@ def test_two_api_servers_give_one_info_series_and_summed_counters(tmp_path: Path
     batch = {"model_name": "m", "engine": "0", "batch_bucket": "1"}
     assert registry.get_sample_value("specdec_probe_batch_steps_total", batch) == 2
     assert registry.get_sample_value("specdec_probe_errors_total", {"hook": "record"}) == 0
+
+
+PROBE_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, types
+    sys.path.insert(0, sys.argv[1])
+    import fake_vllm_modules as fake
+    with fake.installed():
+        from specdec_exporter.probe import plugin
+        config = types.SimpleNamespace(
+            model_config=types.SimpleNamespace(served_model_name=["served"]),
+            speculative_config=types.SimpleNamespace(num_speculative_tokens=4),
+            observability_config=types.SimpleNamespace(per_request_spec_decode_metrics="summary"),
+        )
+        logger = plugin.SpecdecProbeStatLogger(config, 0)
+        state = logger.state
+        assert state.flush_in_hooks and state.families.direct_writes
+        row = state.sequence_rows["0"]
+        assert all(inc.__name__ == "inc" and inc.__qualname__.startswith("_direct_inc")
+                   for inc in row._counters), row._counters
+        processor = sys.modules["vllm.v1.engine.output_processor"].OutputProcessor()
+        metrics = fake.RequestSpecDecodeMetrics(4, [1, 1, 0, 0, 2], 12)
+        request = fake.RequestState("r", "p", 0.0, metrics, None)
+        step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+        finishing = types.SimpleNamespace(finished_requests=["done"])
+        for _ in range(2):  # no event loop here: each finishing step drains at once
+            processor._update_stats_from_finished(request, 1, None)
+            logger.record(fake.SchedulerStats(1, spec_decoding_stats=step), finishing)
+        child = os.fork()
+        if child == 0:  # the direct writes would land in the parent's file: not any more
+            processor._update_stats_from_finished(request, 1, None)
+            logger.record(fake.SchedulerStats(1, spec_decoding_stats=step), finishing)
+            os._exit(0 if not state.families.direct_writes else 3)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        print(os.getpid(), child)
+    """
+)
+
+
+def test_the_probe_writes_its_file_directly_and_only_its_own_series(tmp_path: Path) -> None:
+    """Under PROMETHEUS_MULTIPROC_DIR the rows write the process's file without
+    MmapedValue.inc's lock and pid check: the same values in the same file; a forked child
+    writes its own file (the rows go back to MmapedValue.inc); and start-up leaves no series
+    but the model's (no check values in the file)."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_SCRIPT, str(Path(__file__).parent)],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    parent, child = done.stdout.split()
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))
+    samples = [sample for metric in registry.collect() for sample in metric.samples]
+    models = {sample.labels.get("model_name") for sample in samples} - {None}
+    assert models == {"served"}
+    labels = {"model_name": "served", "temperature_bucket": "0"}
+    assert registry.get_sample_value("specdec_probe_drafts_total", labels) == 12
+    assert registry.get_sample_value("specdec_probe_accepted_tokens_total", labels) == 27
+    assert registry.get_sample_value("specdec_probe_acceptance_rate_count", labels) == 3
+    assert registry.get_sample_value("specdec_probe_acceptance_rate_sum", labels) == 3 * 0.75
+    batch = {"model_name": "served", "engine": "0", "batch_bucket": "1"}
+    assert registry.get_sample_value("specdec_probe_batch_steps_total", batch) == 3
+
+    def drafts_in(pid: str) -> float:
+        """The drafts in one process's file alone."""
+        (tmp_path / "only").mkdir(exist_ok=True)
+        for old in (tmp_path / "only").iterdir():
+            old.unlink()
+        (tmp_path / "only" / f"counter_{pid}.db").write_bytes(
+            (tmp_path / f"counter_{pid}.db").read_bytes()
+        )
+        alone = CollectorRegistry()
+        MultiProcessCollector(alone, path=str(tmp_path / "only"))
+        return alone.get_sample_value("specdec_probe_drafts_total", labels) or 0.0
+
+    assert (drafts_in(parent), drafts_in(child)) == (8, 4)

@@ -3,14 +3,18 @@ hook and bad bucket edges leave vLLM running."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
+import time
 from collections.abc import Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import fake_vllm_modules as fake
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from specdec_exporter.core import probe_names as names
@@ -616,6 +620,76 @@ def test_under_multiprocess_the_hooks_flush_by_the_step_that_finishes_a_request(
     assert probe.value("specdec_probe_errors_total", hook="record") == 0
 
 
+def test_under_multiprocess_on_vllms_loop_a_drain_comes_within_a_second_while_busy(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On vLLM's event loop (the output handler), a step that finishes a request sets one drain
+    on the loop instead of draining: within DRAIN_BUSY while this API server has requests in
+    flight, so the sequences of that second go into the file in one drain; once it has none,
+    within DRAIN_IDLE (a drain set for later is brought forward)."""
+    monkeypatch.setattr(probe.plugin, "DRAIN_BUSY", 0.4)
+    monkeypatch.setattr(probe.plugin, "DRAIN_IDLE", 0.05)
+    logger = probe.logger()
+    logger.state.flush_in_hooks = True
+    processor = probe.processor()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
+    stats = fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step)
+
+    def drafts() -> float:
+        return stored(probe, "drafts", MODEL, "0")
+
+    async def traffic() -> list[float]:
+        seen = []
+        processor.request_states["another"] = object()  # still in flight
+        for _ in range(3):
+            processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+            logger.record(stats, finishing)
+        seen.append(drafts())  # one drain set, none run
+        await asyncio.sleep(0.2)
+        seen.append(drafts())  # busy: not yet
+        await asyncio.sleep(0.3)
+        seen.append(drafts())  # the one drain of the three
+        processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+        logger.record(stats, finishing)  # busy again: a drain 0.4 s out
+        processor.request_states.clear()  # the last request in flight ends
+        processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+        logger.record(stats, finishing)  # idle: brought forward
+        await asyncio.sleep(0.15)
+        seen.append(drafts())
+        return seen
+
+    assert asyncio.run(traffic()) == [0, 0, 12, 20]
+    assert stored(probe, "batch_steps", MODEL, "0", "2-4") == 5
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
+def test_under_multiprocess_a_drain_set_on_a_loop_that_never_runs_it_is_not_waited_for(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop that stopped (or is blocked) past TIMER_GIVEN_UP: the next hook drains itself."""
+    monkeypatch.setattr(probe.plugin, "TIMER_GIVEN_UP", 0.0)
+    logger = probe.logger()
+    logger.state.flush_in_hooks = True
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
+    loop = asyncio.new_event_loop()
+
+    async def one_step() -> None:
+        logger.record(fake.SchedulerStats(1, spec_decoding_stats=step), finishing)
+
+    try:
+        loop.run_until_complete(one_step())  # sets a drain; the loop stops before it runs
+        assert logger.state.drain_timer is not None
+        assert stored(probe, "batch_steps", MODEL, "0", "1") == 0
+        time.sleep(probe.plugin.DRAIN_IDLE + 0.01)
+        logger.record(fake.SchedulerStats(1, spec_decoding_stats=step), finishing)  # no loop
+    finally:
+        loop.close()
+    assert stored(probe, "batch_steps", MODEL, "0", "1") == 2
+    assert logger.state.drain_timer is None
+
+
 def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe) -> None:
     """Under PROMETHEUS_MULTIPROC_DIR, a vLLM whose IterationStats lost ``finished_requests``:
     the probe cannot tell when a request finishes, so every step goes into the counters at
@@ -691,17 +765,38 @@ def test_prometheus_client_internals_that_differ_switch_the_splits_off(
     probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rows reach prometheus_client's value objects (``_value``, ``_buckets``, ``_sum``);
-    a prometheus_client without them gets both splits off with the reason, vLLM unharmed."""
-    assert families.internals_problem() is None
-    monkeypatch.setattr(families, "_histogram_incs", lambda child, bounds: families._value_inc(0))
-    problem = families.internals_problem()
-    assert problem == "prometheus_client's internals differ (a Counter child without _value.inc)"
+    a prometheus_client without them gets both splits off with the reason, vLLM unharmed.
+    The probe's first rows are the check (no throwaway registry: under
+    PROMETHEUS_MULTIPROC_DIR any value made is a series in the process's file)."""
+
+    def differ(child: object, direct: bool) -> None:
+        raise TypeError("a Counter child without _value.inc")
+
+    monkeypatch.setattr(families, "_counter_inc", differ)
     logger = probe.logger()
     assert probe.info()["temperature_split"] == probe.info()["batch_split"] == "off"
-    assert problem in probe.info()["reason"]
+    problem = "prometheus_client's internals differ (a Counter child without _value.inc)"
+    assert probe.info()["reason"] == (
+        f"temperature split off: {problem}; batch split off: {problem}"
+    )
     step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
     logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), None)
     assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
+def test_a_histogram_whose_internals_differ_switches_the_temperature_split_off_alone(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def differ(child: object, bounds: object, direct: bool) -> None:
+        raise TypeError("a Histogram child without _upper_bounds, _buckets and _sum")
+
+    monkeypatch.setattr(families, "_histogram_incs", differ)
+    logger = probe.logger()
+    assert (probe.info()["temperature_split"], probe.info()["batch_split"]) == ("off", "on")
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), None)
+    batch = {"model_name": MODEL, "engine": "0", "batch_bucket": "1"}
+    assert probe.value("specdec_probe_batch_steps_total", **batch) == 1
 
 
 def test_a_scrape_while_the_hooks_count_loses_nothing(probe: Probe) -> None:
@@ -800,3 +895,44 @@ def test_under_multiprocess_sequences_are_flushed_with_the_batch_split_off(
     assert stored(probe, "drafts", MODEL, "0") == 0
     logger.record(fake.SchedulerStats(num_running_reqs=1), SimpleNamespace(finished_requests=[1]))
     assert stored(probe, "drafts", MODEL, "0") == 4
+
+
+COUNTS = st.one_of(
+    st.integers(min_value=0, max_value=6),
+    st.sampled_from([-1, True, 2.0, None, "3"]),
+)
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from([0, 0, 0, 1]),
+        st.one_of(st.sampled_from([1, 1, 1, 3]), COUNTS),
+        COUNTS,
+        COUNTS,
+        COUNTS,
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=STEPS)
+def test_the_steps_of_one_row_are_counted_in_c_as_one_by_one(steps: list[tuple[Any, ...]]) -> None:
+    """``_count_steps`` sums the steps in C when they all fall in one row and pass their checks
+    (concurrency 1), else counts them one by one: the same rows and errors either way, for any
+    steps, int-likes and refused ones included."""
+
+    def counted(fast: bool) -> tuple[dict[Any, list[int]], float | None]:
+        with fake.installed() as modules:
+            probe = Probe(modules, CollectorRegistry())
+            state = probe.logger().state
+            flat = [value for step in steps for value in step]
+            if fast:
+                state.steps.extend(flat)
+                state._count_steps(len(steps))
+                assert not state.steps
+            else:
+                state._count_steps_one_by_one(flat, state.batch_buckets)
+            rows = {key: list(row.pending) for key, row in state.families._step_rows.items()}
+            return rows, probe.value("specdec_probe_errors_total", hook="record")
+
+    assert counted(fast=True) == counted(fast=False)

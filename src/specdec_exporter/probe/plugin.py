@@ -17,6 +17,7 @@ and no token ids: only the temperature, the speculative counts and the timing st
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -28,6 +29,8 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import call, le
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
@@ -53,13 +56,7 @@ from specdec_exporter.probe.counting import (
     step_figures,
     time_per_output_token,
 )
-from specdec_exporter.probe.families import (
-    ERROR_LOG_INTERVAL,
-    Families,
-    SequenceRow,
-    StepRow,
-    internals_problem,
-)
+from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, Families, SequenceRow, StepRow
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
@@ -76,6 +73,17 @@ scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would 
 them one by one; a sequence holds vLLM's two small figure objects, a few hundred bytes)."""
 STEP_FIELDS = 5
 """Entries a step adds to ``ProbeState.steps``."""
+DRAIN_BUSY = 1.0
+"""Under ``PROMETHEUS_MULTIPROC_DIR``: seconds at most between a hook's call for a drain and
+the drain while this API server has requests in flight (``ProbeState.drain_soon``): one drain,
+which writes every changed value into the process's file, for the sequences of a second, not one
+for each step that finishes one (at concurrency 16, nearly every step)."""
+DRAIN_IDLE = 0.05
+"""The same once this API server has no request in flight (or it does not know): the probe's
+series lag vLLM's by at most this at the end of a burst of traffic."""
+TIMER_GIVEN_UP = 1.0
+"""Seconds past its time after which ``drain_soon`` no longer waits for the drain it set on the
+loop (a loop that stopped or is blocked): the hook drains itself."""
 
 
 @dataclass(slots=True)
@@ -107,6 +115,48 @@ class ProbeState:
     its ``RequestStateStats``); never the request state (its prompt and outputs)."""
     sequence_rows: dict[str, SequenceRow] = field(default_factory=dict)
     """Temperature bucket -> the pending amounts of its series (one per bucket of this model)."""
+    in_flight: Any = None
+    """vLLM's ``OutputProcessor.request_states`` of this process (its requests in flight), as
+    the finished-sequence wrapper last saw it; None: not seen."""
+    drain_due: float = 0.0
+    """``time.monotonic`` when ``drain_timer`` runs."""
+    drain_timer: Any = None
+    """The drain ``drain_soon`` set on vLLM's event loop, until it runs."""
+
+    def drain_soon(self) -> None:
+        """Under ``PROMETHEUS_MULTIPROC_DIR``, a hook's drain: set on the event loop the hook
+        runs in (vLLM's output handler) to run within ``DRAIN_BUSY`` (requests in flight) or
+        ``DRAIN_IDLE`` (none), unless one set earlier runs sooner: one drain writes what
+        finished meanwhile. With no running loop in this thread (an offline engine), or one
+        that did not run the drain it was given: now. Never raises."""
+        try:
+            in_flight = self.in_flight
+            delay = DRAIN_BUSY if in_flight else DRAIN_IDLE  # None: not known, the shorter
+            now = time.monotonic()
+            timer = self.drain_timer
+            if timer is not None:
+                late = now >= self.drain_due + TIMER_GIVEN_UP
+                if self.drain_due <= now + delay and not late:
+                    return  # the drain set comes soon enough
+                timer.cancel()
+                self.drain_timer = None
+                if late:
+                    self.drain()
+                    return
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.drain()
+                return
+            self.drain_due = now + delay
+            self.drain_timer = loop.call_later(delay, self._drain_due)
+        except Exception as exc:
+            self._hook_failed(names.HOOK_RECORD, exc)
+
+    def _drain_due(self) -> None:
+        """The drain ``drain_soon`` set on the loop. Never raises."""
+        self.drain_timer = None
+        self.drain()
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments): its temperature and the
@@ -181,16 +231,43 @@ class ProbeState:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
     def _count_steps(self, n: int) -> None:
-        """The first ``n`` steps of ``steps``, each counted whole or not at all, in one loop (no
-        call a step: 120 steps a request at 256 tokens and concurrency 1)."""
+        """The first ``n`` steps of ``steps``, each counted whole or not at all: taken in one C
+        loop; when they all fall in one row and pass their checks (concurrency 1: 120 steps a
+        request at 256 tokens), counted with C-level sums, else one by one in one loop."""
+        if not n:
+            return
+        flat = list(map(call, repeat(self.steps.popleft, n * STEP_FIELDS)))
         buckets = self.batch_buckets
-        pop = self.steps.popleft
+        if buckets is None:
+            return  # the split is off: the hook adds none
+        first_engine, first_running = flat[0], flat[1]
+        drafts, draft_tokens = flat[2::STEP_FIELDS], flat[3::STEP_FIELDS]
+        accepted = flat[4::STEP_FIELDS]
+        if (
+            flat[0::STEP_FIELDS].count(first_engine) == n
+            and flat[1::STEP_FIELDS].count(first_running) == n
+            and set(map(type, flat)) == {int}
+            and min(flat) >= 0
+            and all(map(le, accepted, draft_tokens))
+        ):
+            row = self.step_rows.get((first_engine, first_running))
+            if row is None:
+                row = self._step_row(buckets, first_engine, first_running)
+            pending = row.pending
+            pending[0] += n
+            pending[1] += sum(drafts)
+            pending[2] += sum(draft_tokens)
+            pending[3] += sum(accepted)
+            return
+        self._count_steps_one_by_one(flat, buckets)
+
+    def _count_steps_one_by_one(self, flat: list[Any], buckets: BatchBuckets) -> None:
         rows = self.step_rows
-        for _ in range(n):
-            engine_idx, running, drafts, draft_tokens, accepted = pop(), pop(), pop(), pop(), pop()
+        fields = iter(flat)
+        for engine_idx, running, drafts, draft_tokens, accepted in zip(
+            fields, fields, fields, fields, fields, strict=True
+        ):
             try:
-                if buckets is None:
-                    continue  # the split is off: the hook adds none
                 if not (
                     type(running) is int
                     and type(drafts) is int
@@ -200,7 +277,7 @@ class ProbeState:
                     and drafts >= 0
                     and 0 <= accepted <= draft_tokens
                 ):  # the checked slow path: raises for what no count can be
-                    running, drafts, draft_tokens, accepted = step_figures(
+                    running, drafts, draft_tokens, accepted = step_figures(  # noqa: PLW2901
                         running, drafts, draft_tokens, accepted
                     )
                 row = rows.get((engine_idx, running))
@@ -299,14 +376,16 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
     the logger, the state or the module each step.
 
     With one API server a scrape drains (``Families.on_collect``), and this hook only when
-    ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` it drains at the
-    first step that finishes a request, at least every ``STEP_FLUSH_EVERY`` steps, and at vLLM's
-    periodic ``log()``: the probe's counters have every step and sequence of a request by the
-    time vLLM counts it finished (this logger records before vLLM's Prometheus logger, in the
-    same call)."""
+    ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` a step that
+    finishes a request or brings no outputs, or ``STEP_FLUSH_EVERY`` steps, call for a drain
+    (``ProbeState.drain_soon``: within ``DRAIN_BUSY`` while this API server has requests in
+    flight, ``DRAIN_IDLE`` once it has none), and vLLM's periodic ``log()`` drains: the probe's
+    series have every step and sequence of a burst of traffic at most ``DRAIN_IDLE`` after its
+    last request ends (this logger records before vLLM's Prometheus logger, in the same call)."""
     steps = state.steps
     extend = steps.extend
     drain = state.drain
+    drain_soon = state.drain_soon
     batch_on = state.batch_buckets is not None
     limit = INBOX_LIMIT * STEP_FIELDS
     flush_every = STEP_FLUSH_EVERY * STEP_FIELDS
@@ -339,7 +418,7 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
                     or len(steps) >= flush_every
                     or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
                 ):
-                    drain()
+                    drain_soon()
             elif len(steps) >= limit:
                 drain(blocking=False)
         except Exception as exc:
@@ -359,7 +438,7 @@ def start(
             return None
         try:
             if _STATE is None:
-                _STATE = _start(vllm_config, environ)
+                _STATE = _start(vllm_config, engine_index, environ)
             _precreate_batch(_STATE, engine_index)
             return _STATE
         except Exception as exc:
@@ -373,7 +452,7 @@ def start(
             return None
 
 
-def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
+def _start(vllm_config: Any, engine_index: int, environ: Mapping[str, str]) -> ProbeState:
     off: dict[str, list[str]] = hooks.check_imported()
     temperature_buckets = _edges(
         environ, TEMPERATURE_BUCKETS_ENV, DEFAULT_EDGES, TemperatureBuckets
@@ -396,10 +475,6 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
             off[hooks.TEMPERATURE_SPLIT].append(k)
         else:
             positions = k
-    internals = internals_problem()
-    if internals is not None:
-        for split in hooks.SPLITS:
-            off[split].append(internals)
     observability = getattr(vllm_config, "observability_config", None)
     if getattr(observability, "per_request_spec_decode_metrics", None) == "none":
         off[hooks.TEMPERATURE_SPLIT].append(
@@ -420,15 +495,30 @@ def _start(vllm_config: Any, environ: Mapping[str, str]) -> ProbeState:
         flush_in_hooks=not families.flush_at_scrape,
     )
     families.on_collect = state.drain
+    # The first rows are the check that the rows reach prometheus_client's values (TypeError:
+    # its internals differ): made in vLLM's registry, since under PROMETHEUS_MULTIPROC_DIR any
+    # value made, in any registry, is a series in this process's file.
+    if temperature_buckets is not None:
+        try:
+            for label in temperature_buckets.labels:
+                state.sequence_rows[label] = families.sequence_row(
+                    state.model_name, label, positions
+                )
+        except TypeError as exc:
+            off[hooks.TEMPERATURE_SPLIT].append(f"prometheus_client's internals differ ({exc})")
+            state.temperature_buckets = temperature_buckets = None
+    if batch_buckets is not None:
+        try:
+            _precreate_batch(state, engine_index)
+        except TypeError as exc:
+            off[hooks.BATCH_SPLIT].append(f"prometheus_client's internals differ ({exc})")
+            state.batch_buckets = batch_buckets = None
     if temperature_buckets is not None:
         try:
             _wrap_finished()
         except Exception as exc:
             off[hooks.TEMPERATURE_SPLIT].append(f"cannot wrap the hook ({type(exc).__name__})")
             state.temperature_buckets = temperature_buckets = None
-    if temperature_buckets is not None:
-        for label in temperature_buckets.labels:
-            state.sequence_rows[label] = families.sequence_row(state.model_name, label, positions)
 
     reason = families.set_info(__version__, _vllm_version(), off)
     config = _export_speculative_config(families, vllm_config)
@@ -521,6 +611,8 @@ def _wrap_finished() -> None:
         current = _STATE
         if current is not None:
             current.observe_finished(args, kwargs)
+            if current.flush_in_hooks:
+                current.in_flight = getattr(self, "request_states", None)
         return result
 
     setattr(wrapper, WRAPPED_MARK, True)
