@@ -664,6 +664,47 @@ def test_under_multiprocess_on_vllms_loop_a_drain_comes_within_a_second_while_bu
     assert probe.value("specdec_probe_errors_total", hook="record") == 0
 
 
+def test_under_multiprocess_the_next_request_in_flight_defers_the_idle_drain(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrency 1: each request ends with this API server idle for a moment. When the next
+    one is in flight by the time the idle drain runs, the drain waits until DRAIN_BUSY after the
+    first call for it, so steady traffic at concurrency 1 gets a drain a second, not one a
+    request; when the traffic ends, DRAIN_IDLE after the last request."""
+    monkeypatch.setattr(probe.plugin, "DRAIN_BUSY", 0.4)
+    monkeypatch.setattr(probe.plugin, "DRAIN_IDLE", 0.05)
+    logger = probe.logger()
+    logger.state.flush_in_hooks = True
+    processor = probe.processor()
+    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
+    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
+    stats = fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step)
+
+    def drafts() -> float:
+        return stored(probe, "drafts", MODEL, "0")
+
+    async def one_request_after_another() -> list[float]:
+        seen = []
+        for request in range(3):
+            processor.request_states.clear()  # the request that finishes now was the last
+            processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+            logger.record(stats, finishing)  # idle: a drain 0.05 s out
+            processor.request_states[f"request {request + 1}"] = object()  # the next one
+            await asyncio.sleep(0.1)
+            seen.append(drafts())  # deferred: the next one is in flight
+        await asyncio.sleep(0.3)  # 0.4 s after the first call, still busy: drained
+        seen.append(drafts())
+        processor.request_states.clear()
+        processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
+        logger.record(stats, finishing)  # the last one: idle from here on
+        await asyncio.sleep(0.1)
+        seen.append(drafts())
+        return seen
+
+    assert asyncio.run(one_request_after_another()) == [0, 0, 0, 12, 16]
+    assert probe.value("specdec_probe_errors_total", hook="record") == 0
+
+
 def test_under_multiprocess_a_drain_set_on_a_loop_that_never_runs_it_is_not_waited_for(
     probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -901,25 +942,29 @@ COUNTS = st.one_of(
     st.integers(min_value=0, max_value=6),
     st.sampled_from([-1, True, 2.0, None, "3"]),
 )
-STEPS = st.lists(
-    st.tuples(
-        st.sampled_from([0, 0, 0, 1]),
-        st.one_of(st.sampled_from([1, 1, 1, 3]), COUNTS),
-        COUNTS,
-        COUNTS,
-        COUNTS,
-    ),
-    min_size=1,
-    max_size=12,
+ENGINES = st.sampled_from([0, 0, 0, 1])
+RUNNING = st.sampled_from([0, 1, 1, 1, 3, 4, 9])
+VALID_STEP = st.integers(min_value=0, max_value=8).flatmap(
+    lambda draft_tokens: st.tuples(
+        ENGINES,
+        RUNNING,
+        st.integers(min_value=0, max_value=4),
+        st.just(draft_tokens),
+        st.integers(min_value=0, max_value=draft_tokens),
+    )
 )
+ANY_STEP = st.tuples(ENGINES, st.one_of(RUNNING, COUNTS), COUNTS, COUNTS, COUNTS)
+STEPS = st.lists(st.one_of(VALID_STEP, VALID_STEP, VALID_STEP, ANY_STEP), min_size=1, max_size=12)
 
 
 @settings(max_examples=300, deadline=None)
 @given(steps=STEPS)
-def test_the_steps_of_one_row_are_counted_in_c_as_one_by_one(steps: list[tuple[Any, ...]]) -> None:
-    """``_count_steps`` sums the steps in C when they all fall in one row and pass their checks
-    (concurrency 1), else counts them one by one: the same rows and errors either way, for any
-    steps, int-likes and refused ones included."""
+def test_the_steps_counted_per_row_in_c_are_counted_as_one_by_one(
+    steps: list[tuple[Any, ...]],
+) -> None:
+    """``_count_steps`` sums the steps per row in C when they all pass their checks (one row,
+    as at concurrency 1, or several), else counts them one by one: the same rows and errors
+    either way, for any steps, int-likes and refused ones included."""
 
     def counted(fast: bool) -> tuple[dict[Any, list[int]], float | None]:
         with fake.installed() as modules:

@@ -29,8 +29,8 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import call, le
+from itertools import compress, repeat
+from operator import call, is_, le
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
@@ -73,14 +73,18 @@ scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would 
 them one by one; a sequence holds vLLM's two small figure objects, a few hundred bytes)."""
 STEP_FIELDS = 5
 """Entries a step adds to ``ProbeState.steps``."""
+GROUPED_KEYS = 16
+"""(engine index, running requests) pairs at most among the steps of a drain for them to be
+counted per row in C (``ProbeState._count_steps``); more: one by one."""
 DRAIN_BUSY = 1.0
 """Under ``PROMETHEUS_MULTIPROC_DIR``: seconds at most between a hook's call for a drain and
 the drain while this API server has requests in flight (``ProbeState.drain_soon``): one drain,
 which writes every changed value into the process's file, for the sequences of a second, not one
 for each step that finishes one (at concurrency 16, nearly every step)."""
 DRAIN_IDLE = 0.05
-"""The same once this API server has no request in flight (or it does not know): the probe's
-series lag vLLM's by at most this at the end of a burst of traffic."""
+"""Seconds from the moment this API server has no request in flight (or it does not know) to the
+drain, unless the next request is in flight by then: the probe's series lag vLLM's by at most
+this at the end of a burst of traffic."""
 TIMER_GIVEN_UP = 1.0
 """Seconds past its time after which ``drain_soon`` no longer waits for the drain it set on the
 loop (a loop that stopped or is blocked): the hook drains itself."""
@@ -122,19 +126,25 @@ class ProbeState:
     """``time.monotonic`` when ``drain_timer`` runs."""
     drain_timer: Any = None
     """The drain ``drain_soon`` set on vLLM's event loop, until it runs."""
+    drain_called_at: float = 0.0
+    """``time.monotonic`` of the first call for the drain that ``drain_timer`` stands for."""
 
     def drain_soon(self) -> None:
         """Under ``PROMETHEUS_MULTIPROC_DIR``, a hook's drain: set on the event loop the hook
-        runs in (vLLM's output handler) to run within ``DRAIN_BUSY`` (requests in flight) or
-        ``DRAIN_IDLE`` (none), unless one set earlier runs sooner: one drain writes what
-        finished meanwhile. With no running loop in this thread (an offline engine), or one
-        that did not run the drain it was given: now. Never raises."""
+        runs in (vLLM's output handler) to run ``DRAIN_IDLE`` after this API server has no
+        request in flight and at most ``DRAIN_BUSY`` after this call while it has some, unless
+        one set earlier runs sooner: one drain writes what finished meanwhile (a drain costs
+        ~100 us of cold Python in the server, whatever it writes). With no running loop in this
+        thread (an offline engine), or one that did not run the drain it was given: now.
+        Never raises."""
         try:
             in_flight = self.in_flight
             delay = DRAIN_BUSY if in_flight else DRAIN_IDLE  # None: not known, the shorter
             now = time.monotonic()
             timer = self.drain_timer
-            if timer is not None:
+            if timer is None:
+                self.drain_called_at = now
+            else:
                 late = now >= self.drain_due + TIMER_GIVEN_UP
                 if self.drain_due <= now + delay and not late:
                     return  # the drain set comes soon enough
@@ -154,20 +164,37 @@ class ProbeState:
             self._hook_failed(names.HOOK_RECORD, exc)
 
     def _drain_due(self) -> None:
-        """The drain ``drain_soon`` set on the loop. Never raises."""
+        """The drain ``drain_soon`` set on the loop: unless requests are in flight again (the
+        next one of concurrency 1 came) and the first call for it is under ``DRAIN_BUSY`` ago;
+        then it is set again for that time. Never raises."""
         self.drain_timer = None
+        try:
+            if self.in_flight:
+                now = time.monotonic()
+                wait = self.drain_called_at + DRAIN_BUSY - now
+                if wait > 0:
+                    self.drain_due = now + wait
+                    self.drain_timer = asyncio.get_running_loop().call_later(wait, self._drain_due)
+                    return
+        except Exception:  # a drain now, then
+            self.drain_timer = None
         self.drain()
 
-    def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    def observe_finished(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], processor: Any = None
+    ) -> None:
         """One finished sequence (the wrapped method's arguments): its temperature and the
         references to its two figure objects go into ``finished``, counted at the next ``drain``
-        (the step hook, ``step_hook``, does the same for steps). Never raises."""
+        (the step hook, ``step_hook``, does the same for steps); under ``PROMETHEUS_MULTIPROC_DIR``
+        ``processor`` (vLLM's ``OutputProcessor``) gives its requests in flight. Never raises."""
         try:
             if self.temperature_buckets is None:
                 return
             req_state = args[0] if args else kwargs["req_state"]
             finished = self.finished
             finished.append((req_state.temperature, req_state.spec_decode_metrics, req_state.stats))
+            if self.flush_in_hooks:  # its requests in flight tell drain_soon when it is idle
+                self.in_flight = getattr(processor, "request_states", None)
             if len(finished) >= INBOX_LIMIT:
                 self.drain(blocking=False)
         except Exception as exc:
@@ -232,34 +259,46 @@ class ProbeState:
 
     def _count_steps(self, n: int) -> None:
         """The first ``n`` steps of ``steps``, each counted whole or not at all: taken in one C
-        loop; when they all fall in one row and pass their checks (concurrency 1: 120 steps a
-        request at 256 tokens), counted with C-level sums, else one by one in one loop."""
+        loop; when all of them pass their checks and fall in at most ``GROUPED_ROWS`` rows,
+        counted per row with C-level passes (``map``, ``compress``, ``sum``: 120 steps a request
+        at 256 tokens and concurrency 1, where a request's last step reports 0 running requests,
+        the same row as 1), else one by one in one loop."""
         if not n:
             return
         flat = list(map(call, repeat(self.steps.popleft, n * STEP_FIELDS)))
         buckets = self.batch_buckets
         if buckets is None:
             return  # the split is off: the hook adds none
-        first_engine, first_running = flat[0], flat[1]
+        keys = list(zip(flat[0::STEP_FIELDS], flat[1::STEP_FIELDS], strict=True))
+        distinct = set(keys)
         drafts, draft_tokens = flat[2::STEP_FIELDS], flat[3::STEP_FIELDS]
         accepted = flat[4::STEP_FIELDS]
-        if (
-            flat[0::STEP_FIELDS].count(first_engine) == n
-            and flat[1::STEP_FIELDS].count(first_running) == n
+        if not (
+            len(distinct) <= GROUPED_KEYS
             and set(map(type, flat)) == {int}
             and min(flat) >= 0
             and all(map(le, accepted, draft_tokens))
         ):
-            row = self.step_rows.get((first_engine, first_running))
-            if row is None:
-                row = self._step_row(buckets, first_engine, first_running)
-            pending = row.pending
+            self._count_steps_one_by_one(flat, buckets)
+            return
+        step_rows = self.step_rows
+        row_of = {key: step_rows.get(key) or self._step_row(buckets, *key) for key in distinct}
+        rows = set(row_of.values())
+        if len(rows) == 1:
+            pending = rows.pop().pending
             pending[0] += n
             pending[1] += sum(drafts)
             pending[2] += sum(draft_tokens)
             pending[3] += sum(accepted)
             return
-        self._count_steps_one_by_one(flat, buckets)
+        row_per_step = list(map(row_of.__getitem__, keys))
+        for row in rows:
+            mine = list(map(is_, row_per_step, repeat(row)))
+            pending = row.pending
+            pending[0] += mine.count(True)
+            pending[1] += sum(compress(drafts, mine))
+            pending[2] += sum(compress(draft_tokens, mine))
+            pending[3] += sum(compress(accepted, mine))
 
     def _count_steps_one_by_one(self, flat: list[Any], buckets: BatchBuckets) -> None:
         rows = self.step_rows
@@ -378,8 +417,9 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
     With one API server a scrape drains (``Families.on_collect``), and this hook only when
     ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` a step that
     finishes a request or brings no outputs, or ``STEP_FLUSH_EVERY`` steps, call for a drain
-    (``ProbeState.drain_soon``: within ``DRAIN_BUSY`` while this API server has requests in
-    flight, ``DRAIN_IDLE`` once it has none), and vLLM's periodic ``log()`` drains: the probe's
+    (``ProbeState.drain_soon``: ``DRAIN_IDLE`` after this API server has no request in flight,
+    at most ``DRAIN_BUSY`` after the call while it has some), and vLLM's periodic ``log()``
+    drains: the probe's
     series have every step and sequence of a burst of traffic at most ``DRAIN_IDLE`` after its
     last request ends (this logger records before vLLM's Prometheus logger, in the same call)."""
     steps = state.steps
@@ -495,6 +535,12 @@ def _start(vllm_config: Any, engine_index: int, environ: Mapping[str, str]) -> P
         flush_in_hooks=not families.flush_at_scrape,
     )
     families.on_collect = state.drain
+    if temperature_buckets is not None:
+        try:
+            _wrap_finished()
+        except Exception as exc:
+            off[hooks.TEMPERATURE_SPLIT].append(f"cannot wrap the hook ({type(exc).__name__})")
+            state.temperature_buckets = temperature_buckets = None
     # The first rows are the check that the rows reach prometheus_client's values (TypeError:
     # its internals differ): made in vLLM's registry, since under PROMETHEUS_MULTIPROC_DIR any
     # value made, in any registry, is a series in this process's file.
@@ -513,12 +559,6 @@ def _start(vllm_config: Any, engine_index: int, environ: Mapping[str, str]) -> P
         except TypeError as exc:
             off[hooks.BATCH_SPLIT].append(f"prometheus_client's internals differ ({exc})")
             state.batch_buckets = batch_buckets = None
-    if temperature_buckets is not None:
-        try:
-            _wrap_finished()
-        except Exception as exc:
-            off[hooks.TEMPERATURE_SPLIT].append(f"cannot wrap the hook ({type(exc).__name__})")
-            state.temperature_buckets = temperature_buckets = None
 
     reason = families.set_info(__version__, _vllm_version(), off)
     config = _export_speculative_config(families, vllm_config)
@@ -610,9 +650,7 @@ def _wrap_finished() -> None:
         result = original(self, *args, **kwargs)
         current = _STATE
         if current is not None:
-            current.observe_finished(args, kwargs)
-            if current.flush_in_hooks:
-                current.in_flight = getattr(self, "request_states", None)
+            current.observe_finished(args, kwargs, self)
         return result
 
     setattr(wrapper, WRAPPED_MARK, True)
