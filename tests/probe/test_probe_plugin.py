@@ -13,8 +13,6 @@ from typing import Any
 
 import fake_vllm_modules as fake
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from specdec_exporter.core import probe_names as names
@@ -936,48 +934,3 @@ def test_under_multiprocess_sequences_are_flushed_with_the_batch_split_off(
     assert stored(probe, "drafts", MODEL, "0") == 0
     logger.record(fake.SchedulerStats(num_running_reqs=1), SimpleNamespace(finished_requests=[1]))
     assert stored(probe, "drafts", MODEL, "0") == 4
-
-
-COUNTS = st.one_of(
-    st.integers(min_value=0, max_value=6),
-    st.sampled_from([-1, True, 2.0, None, "3"]),
-)
-ENGINES = st.sampled_from([0, 0, 0, 1])
-RUNNING = st.sampled_from([0, 1, 1, 1, 3, 4, 9])
-VALID_STEP = st.integers(min_value=0, max_value=8).flatmap(
-    lambda draft_tokens: st.tuples(
-        ENGINES,
-        RUNNING,
-        st.integers(min_value=0, max_value=4),
-        st.just(draft_tokens),
-        st.integers(min_value=0, max_value=draft_tokens),
-    )
-)
-ANY_STEP = st.tuples(ENGINES, st.one_of(RUNNING, COUNTS), COUNTS, COUNTS, COUNTS)
-STEPS = st.lists(st.one_of(VALID_STEP, VALID_STEP, VALID_STEP, ANY_STEP), min_size=1, max_size=12)
-
-
-@settings(max_examples=300, deadline=None)
-@given(steps=STEPS)
-def test_the_steps_counted_per_row_in_c_are_counted_as_one_by_one(
-    steps: list[tuple[Any, ...]],
-) -> None:
-    """``_count_steps`` sums the steps per row in C when they all pass their checks (one row,
-    as at concurrency 1, or several), else counts them one by one: the same rows and errors
-    either way, for any steps, int-likes and refused ones included."""
-
-    def counted(fast: bool) -> tuple[dict[Any, list[int]], float | None]:
-        with fake.installed() as modules:
-            probe = Probe(modules, CollectorRegistry())
-            state = probe.logger().state
-            flat = [value for step in steps for value in step]
-            if fast:
-                state.steps.extend(flat)
-                state._count_steps(len(steps))
-                assert not state.steps
-            else:
-                state._count_steps_one_by_one(flat, state.batch_buckets)
-            rows = {key: list(row.pending) for key, row in state.families._step_rows.items()}
-            return rows, probe.value("specdec_probe_errors_total", hook="record")
-
-    assert counted(fast=True) == counted(fast=False)

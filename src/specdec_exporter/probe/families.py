@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import struct
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -113,32 +114,39 @@ class ProbeHistogram(Histogram):
         return tuple(sample for sample in super()._child_samples() if sample[0] != "_created")
 
 
+DOUBLES = struct.Struct("dd")
+"""A value and its timestamp, as ``prometheus_client.mmap_dict`` stores them."""
+
+
 def _direct_inc(value: Any) -> Callable[[float], None] | None:
     """Under ``PROMETHEUS_MULTIPROC_DIR``: an ``inc`` for prometheus_client's ``MmapedValue``
-    that writes the new total into the process's file as ``MmapedValue.inc`` does (the same
-    ``mmap_dict._pack_two_doubles``, at the value's position), without its global lock, its pid
-    check (a system call) and its key lookup at every write: one per drain instead
+    that writes the new total into the process's file as ``MmapedValue.inc`` does (its
+    ``mmap_dict._pack_two_doubles``, inlined, at the value's position), without its global
+    lock, its pid check (a system call) and its key lookup at every write: one per drain instead
     (``Families.flush_locked``). Only the probe's drain writes these values; their positions
     never move (the file only grows). None when the internals differ (``value.inc`` then)."""
     file: Any = getattr(value, "_file", None)
     key = getattr(value, "_key", None)
     positions = getattr(file, "_positions", None)
-    write = getattr(mmap_dict, "_pack_two_doubles", None)
+    pack = getattr(mmap_dict, "_pack_two_doubles_func", None)
     if not (
         getattr(value, "_multiprocess", False)
         and isinstance(getattr(value, "_value", None), float)
         and isinstance(positions, dict)
         and isinstance(positions.get(key), int)
         and getattr(file, "_m", None) is not None
-        and callable(write)
+        and callable(pack)
+        and pack(1.0, 0.0) == DOUBLES.pack(1.0, 0.0)
     ):
         return None
-    position = positions[key]
+    end = (start := positions[key]) + DOUBLES.size
 
     def inc(amount: float) -> None:
         total = value._value + amount
         value._value = total
-        write(file._m, position, total, 0.0)  # the file's current map (it is remapped to grow)
+        # mmap_dict._pack_two_doubles, inlined: one slice assignment (a reader never sees a
+        # half-written value), into the file's current map (it is remapped to grow)
+        file._m[start:end] = pack(total, 0.0)
 
     return inc
 
@@ -188,6 +196,11 @@ TTFT_UPPER = [*TTFT_BOUNDS, math.inf]
 TPOT_UPPER = [*TPOT_BOUNDS, math.inf]
 
 
+TTFT_AT = len(RATE_UPPER)
+"""``SequenceRow.buckets``: the acceptance rate's buckets first, then TTFT's, then TPOT's."""
+TPOT_AT = TTFT_AT + len(TTFT_UPPER)
+
+
 class SequenceRow:
     """One temperature series' amounts not yet in its children.
 
@@ -196,19 +209,19 @@ class SequenceRow:
     children, whole; the caller holds ``Families.pending_lock`` for both. A histogram's amounts
     are per bucket (``bisect_left`` finds the bucket ``Histogram.observe`` would) and a sum; the
     sum goes in as one addition, so ``_sum`` may differ from one-by-one observes in the last
-    bits of a float, never in a count."""
+    bits of a float, never in a count. Only the buckets observed are kept (``buckets``) and
+    touched at a flush: a drain under ``PROMETHEUS_MULTIPROC_DIR`` runs cold, between two steps
+    of vLLM's work, where every object it reads is a cache miss."""
 
     __slots__ = (
+        "_bucket_incs",
         "_counters",
-        "_histograms",
         "_series",
+        "_sum_incs",
+        "buckets",
         "counts",
-        "rate",
-        "rate_sum",
-        "tpot",
-        "tpot_sum",
-        "ttft",
-        "ttft_sum",
+        "observed",
+        "sums",
     )
 
     POSITIONS_AT = 5
@@ -219,7 +232,12 @@ class SequenceRow:
         self._series = series
         self.bind(direct)
         self.counts = [0] * len(self._counters)
-        self._start_again()
+        self.buckets: dict[int, int] = {}
+        """Index into the three histograms' buckets (``TTFT_AT``, ``TPOT_AT``) -> observations."""
+        self.sums = [0.0, 0.0, 0.0]
+        """The acceptance rate's, TTFT's and TPOT's sums."""
+        self.observed = [0, 0, 0]
+        """Observations of each histogram: a sum goes in only with some."""
 
     def bind(self, direct: bool) -> None:
         """Reach the children's values (``direct``: ``_direct_inc`` where it can)."""
@@ -235,18 +253,13 @@ class SequenceRow:
                 *series.accepted_per_position,
             )
         )
-        self._histograms = (
+        histograms = (
             _histogram_incs(series.acceptance_rate, ACCEPTANCE_RATE_BOUNDS, direct),
             _histogram_incs(series.ttft, TTFT_BOUNDS, direct),
             _histogram_incs(series.tpot, TPOT_BOUNDS, direct),
         )
-
-    def _start_again(self) -> None:
-        """The histograms' amounts back to 0 (``counts`` is the caller's)."""
-        self.rate = [0] * len(RATE_UPPER)
-        self.ttft = [0] * len(TTFT_UPPER)
-        self.tpot = [0] * len(TPOT_UPPER)
-        self.rate_sum = self.ttft_sum = self.tpot_sum = 0.0
+        self._bucket_incs = tuple(inc for bucket_incs, _ in histograms for inc in bucket_incs)
+        self._sum_incs = tuple(sum_inc for _, sum_inc in histograms)
 
     def count(
         self, figures: SequenceFigures | None, timing: tuple[float, float] | None = None
@@ -256,6 +269,7 @@ class SequenceRow:
         timing)."""
         counts = self.counts
         counts[0] += 1
+        buckets = self.buckets
         if figures is not None:
             counts[1] += 1
             counts[2] += figures.drafts
@@ -267,37 +281,40 @@ class SequenceRow:
                 position += 1
             rate = figures.acceptance_rate
             if rate is not None:
-                self.rate[bisect_left(RATE_UPPER, rate)] += 1
-                self.rate_sum += rate
+                index = bisect_left(RATE_UPPER, rate)
+                buckets[index] = buckets.get(index, 0) + 1
+                self.sums[0] += rate
+                self.observed[0] += 1
         if timing is not None:
             ttft, tpot = timing
-            self.ttft[bisect_left(TTFT_UPPER, ttft)] += 1
-            self.ttft_sum += ttft
-            self.tpot[bisect_left(TPOT_UPPER, tpot)] += 1
-            self.tpot_sum += tpot
+            index = TTFT_AT + bisect_left(TTFT_UPPER, ttft)
+            buckets[index] = buckets.get(index, 0) + 1
+            index = TPOT_AT + bisect_left(TPOT_UPPER, tpot)
+            buckets[index] = buckets.get(index, 0) + 1
+            sums, observed = self.sums, self.observed
+            sums[1] += ttft
+            sums[2] += tpot
+            observed[1] += 1
+            observed[2] += 1
 
     def flush(self) -> None:
         """Add the amounts to the children and start again from 0."""
         counts = self.counts
         if not counts[0]:
             return  # every sequence adds 1 to counts[0]: nothing pending
+        buckets, sums, observed = self.buckets, self.sums, self.observed
         self.counts = [0] * len(counts)
-        pending = (
-            (self.rate, self.rate_sum),
-            (self.ttft, self.ttft_sum),
-            (self.tpot, self.tpot_sum),
-        )
-        self._start_again()
+        self.buckets = {}
+        self.sums = [0.0, 0.0, 0.0]
+        self.observed = [0, 0, 0]
         for inc, amount in zip(self._counters, counts, strict=True):
             if amount:
                 inc(amount)
-        for (bucket_incs, sum_inc), (buckets, total) in zip(self._histograms, pending, strict=True):
-            observed = False
-            for inc, amount in zip(bucket_incs, buckets, strict=True):
-                if amount:
-                    inc(amount)
-                    observed = True
-            if observed:
+        bucket_incs = self._bucket_incs
+        for index, amount in buckets.items():
+            bucket_incs[index](amount)
+        for sum_inc, total, seen in zip(self._sum_incs, sums, observed, strict=True):
+            if seen:
                 sum_inc(total)
 
 

@@ -29,8 +29,6 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import call, is_, le
 from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase  # type: ignore[import-not-found]
@@ -73,9 +71,6 @@ scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would 
 them one by one; a sequence holds vLLM's two small figure objects, a few hundred bytes)."""
 STEP_FIELDS = 5
 """Entries a step adds to ``ProbeState.steps``."""
-GROUPED_KEYS = 16
-"""(engine index, running requests) pairs at most among the steps of a drain for them to be
-counted per row in C (``ProbeState._count_steps``); more: one by one."""
 DRAIN_BUSY = 1.0
 """Under ``PROMETHEUS_MULTIPROC_DIR``: seconds at most between a hook's call for a drain and
 the drain while this API server has requests in flight (``ProbeState.drain_soon``): one drain,
@@ -258,55 +253,18 @@ class ProbeState:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
     def _count_steps(self, n: int) -> None:
-        """The first ``n`` steps of ``steps``, each counted whole or not at all: taken in one C
-        loop; when all of them pass their checks and fall in at most ``GROUPED_ROWS`` rows,
-        counted per row with C-level passes (``map``, ``compress``, ``sum``: 120 steps a request
-        at 256 tokens and concurrency 1, where a request's last step reports 0 running requests,
-        the same row as 1), else one by one in one loop."""
-        if not n:
-            return
-        flat = list(map(call, repeat(self.steps.popleft, n * STEP_FIELDS)))
+        """The first ``n`` steps of ``steps``, each counted whole or not at all, in one loop (no
+        call a step: 120 steps a request at 256 tokens and concurrency 1). Its ``popleft``s are
+        most of its ~0.25 us a step: a C-level take (``map``) and sums per row over the slices
+        measured no faster (BENCHMARKS.md)."""
         buckets = self.batch_buckets
-        if buckets is None:
-            return  # the split is off: the hook adds none
-        keys = list(zip(flat[0::STEP_FIELDS], flat[1::STEP_FIELDS], strict=True))
-        distinct = set(keys)
-        drafts, draft_tokens = flat[2::STEP_FIELDS], flat[3::STEP_FIELDS]
-        accepted = flat[4::STEP_FIELDS]
-        if not (
-            len(distinct) <= GROUPED_KEYS
-            and set(map(type, flat)) == {int}
-            and min(flat) >= 0
-            and all(map(le, accepted, draft_tokens))
-        ):
-            self._count_steps_one_by_one(flat, buckets)
-            return
-        step_rows = self.step_rows
-        row_of = {key: step_rows.get(key) or self._step_row(buckets, *key) for key in distinct}
-        rows = set(row_of.values())
-        if len(rows) == 1:
-            pending = rows.pop().pending
-            pending[0] += n
-            pending[1] += sum(drafts)
-            pending[2] += sum(draft_tokens)
-            pending[3] += sum(accepted)
-            return
-        row_per_step = list(map(row_of.__getitem__, keys))
-        for row in rows:
-            mine = list(map(is_, row_per_step, repeat(row)))
-            pending = row.pending
-            pending[0] += mine.count(True)
-            pending[1] += sum(compress(drafts, mine))
-            pending[2] += sum(compress(draft_tokens, mine))
-            pending[3] += sum(compress(accepted, mine))
-
-    def _count_steps_one_by_one(self, flat: list[Any], buckets: BatchBuckets) -> None:
+        pop = self.steps.popleft
         rows = self.step_rows
-        fields = iter(flat)
-        for engine_idx, running, drafts, draft_tokens, accepted in zip(
-            fields, fields, fields, fields, fields, strict=True
-        ):
+        for _ in range(n):
+            engine_idx, running, drafts, draft_tokens, accepted = pop(), pop(), pop(), pop(), pop()
             try:
+                if buckets is None:
+                    continue  # the split is off: the hook adds none
                 if not (
                     type(running) is int
                     and type(drafts) is int
@@ -316,7 +274,7 @@ class ProbeState:
                     and drafts >= 0
                     and 0 <= accepted <= draft_tokens
                 ):  # the checked slow path: raises for what no count can be
-                    running, drafts, draft_tokens, accepted = step_figures(  # noqa: PLW2901
+                    running, drafts, draft_tokens, accepted = step_figures(
                         running, drafts, draft_tokens, accepted
                     )
                 row = rows.get((engine_idx, running))
