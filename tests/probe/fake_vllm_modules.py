@@ -82,9 +82,6 @@ class RequestState:
 class OutputProcessor:
     def __init__(self) -> None:
         self.finished: list[tuple[Any, Any, Any]] = []
-        self.request_states: dict[str, Any] = {}
-        """vLLM's requests in flight in this API server (a finished one is gone before
-        ``_update_stats_from_finished``)."""
 
     def _update_stats_from_finished(
         self, req_state: Any, finish_reason: Any, iteration_stats: Any

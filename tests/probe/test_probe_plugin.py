@@ -3,10 +3,8 @@ hook and bad bucket edges leave vLLM running."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import logging
-import time
 from collections.abc import Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -616,117 +614,6 @@ def test_under_multiprocess_the_hooks_flush_by_the_step_that_finishes_a_request(
         logger.record(fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step), running)
     assert steps() == 7 + probe.plugin.STEP_FLUSH_EVERY
     assert probe.value("specdec_probe_errors_total", hook="record") == 0
-
-
-def test_under_multiprocess_on_vllms_loop_a_drain_comes_within_a_second_while_busy(
-    probe: Probe, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On vLLM's event loop (the output handler), a step that finishes a request sets one drain
-    on the loop instead of draining: within DRAIN_BUSY while this API server has requests in
-    flight, so the sequences of that second go into the file in one drain; once it has none,
-    within DRAIN_IDLE (a drain set for later is brought forward)."""
-    monkeypatch.setattr(probe.plugin, "DRAIN_BUSY", 0.4)
-    monkeypatch.setattr(probe.plugin, "DRAIN_IDLE", 0.05)
-    logger = probe.logger()
-    logger.state.flush_in_hooks = True
-    processor = probe.processor()
-    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
-    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
-    stats = fake.SchedulerStats(num_running_reqs=3, spec_decoding_stats=step)
-
-    def drafts() -> float:
-        return stored(probe, "drafts", MODEL, "0")
-
-    async def traffic() -> list[float]:
-        seen = []
-        processor.request_states["another"] = object()  # still in flight
-        for _ in range(3):
-            processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
-            logger.record(stats, finishing)
-        seen.append(drafts())  # one drain set, none run
-        await asyncio.sleep(0.2)
-        seen.append(drafts())  # busy: not yet
-        await asyncio.sleep(0.3)
-        seen.append(drafts())  # the one drain of the three
-        processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
-        logger.record(stats, finishing)  # busy again: a drain 0.4 s out
-        processor.request_states.clear()  # the last request in flight ends
-        processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
-        logger.record(stats, finishing)  # idle: brought forward
-        await asyncio.sleep(0.15)
-        seen.append(drafts())
-        return seen
-
-    assert asyncio.run(traffic()) == [0, 0, 12, 20]
-    assert stored(probe, "batch_steps", MODEL, "0", "2-4") == 5
-    assert probe.value("specdec_probe_errors_total", hook="record") == 0
-
-
-def test_under_multiprocess_the_next_request_in_flight_defers_the_idle_drain(
-    probe: Probe, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Concurrency 1: each request ends with this API server idle for a moment. When the next
-    one is in flight by the time the idle drain runs, the drain waits until DRAIN_BUSY after the
-    first call for it, so steady traffic at concurrency 1 gets a drain a second, not one a
-    request; when the traffic ends, DRAIN_IDLE after the last request."""
-    monkeypatch.setattr(probe.plugin, "DRAIN_BUSY", 0.4)
-    monkeypatch.setattr(probe.plugin, "DRAIN_IDLE", 0.05)
-    logger = probe.logger()
-    logger.state.flush_in_hooks = True
-    processor = probe.processor()
-    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
-    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
-    stats = fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step)
-
-    def drafts() -> float:
-        return stored(probe, "drafts", MODEL, "0")
-
-    async def one_request_after_another() -> list[float]:
-        seen = []
-        for request in range(3):
-            processor.request_states.clear()  # the request that finishes now was the last
-            processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
-            logger.record(stats, finishing)  # idle: a drain 0.05 s out
-            processor.request_states[f"request {request + 1}"] = object()  # the next one
-            await asyncio.sleep(0.1)
-            seen.append(drafts())  # deferred: the next one is in flight
-        await asyncio.sleep(0.3)  # 0.4 s after the first call, still busy: drained
-        seen.append(drafts())
-        processor.request_states.clear()
-        processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
-        logger.record(stats, finishing)  # the last one: idle from here on
-        await asyncio.sleep(0.1)
-        seen.append(drafts())
-        return seen
-
-    assert asyncio.run(one_request_after_another()) == [0, 0, 0, 12, 16]
-    assert probe.value("specdec_probe_errors_total", hook="record") == 0
-
-
-def test_under_multiprocess_a_drain_set_on_a_loop_that_never_runs_it_is_not_waited_for(
-    probe: Probe, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A loop that stopped (or is blocked) past TIMER_GIVEN_UP: the next hook drains itself."""
-    monkeypatch.setattr(probe.plugin, "TIMER_GIVEN_UP", 0.0)
-    logger = probe.logger()
-    logger.state.flush_in_hooks = True
-    step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
-    finishing = SimpleNamespace(finished_requests=["a finished request's stats"])
-    loop = asyncio.new_event_loop()
-
-    async def one_step() -> None:
-        logger.record(fake.SchedulerStats(1, spec_decoding_stats=step), finishing)
-
-    try:
-        loop.run_until_complete(one_step())  # sets a drain; the loop stops before it runs
-        assert logger.state.drain_timer is not None
-        assert stored(probe, "batch_steps", MODEL, "0", "1") == 0
-        time.sleep(probe.plugin.DRAIN_IDLE + 0.01)
-        logger.record(fake.SchedulerStats(1, spec_decoding_stats=step), finishing)  # no loop
-    finally:
-        loop.close()
-    assert stored(probe, "batch_steps", MODEL, "0", "1") == 2
-    assert logger.state.drain_timer is None
 
 
 def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe) -> None:

@@ -17,7 +17,6 @@ and no token ids: only the temperature, the speculative counts and the timing st
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -71,18 +70,6 @@ scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would 
 them one by one; a sequence holds vLLM's two small figure objects, a few hundred bytes)."""
 STEP_FIELDS = 5
 """Entries a step adds to ``ProbeState.steps``."""
-DRAIN_BUSY = 1.0
-"""Under ``PROMETHEUS_MULTIPROC_DIR``: seconds at most between a hook's call for a drain and
-the drain while this API server has requests in flight (``ProbeState.drain_soon``): one drain,
-which writes every changed value into the process's file, for the sequences of a second, not one
-for each step that finishes one (at concurrency 16, nearly every step)."""
-DRAIN_IDLE = 0.05
-"""Seconds from the moment this API server has no request in flight (or it does not know) to the
-drain, unless the next request is in flight by then: the probe's series lag vLLM's by at most
-this at the end of a burst of traffic."""
-TIMER_GIVEN_UP = 1.0
-"""Seconds past its time after which ``drain_soon`` no longer waits for the drain it set on the
-loop (a loop that stopped or is blocked): the hook drains itself."""
 
 
 @dataclass(slots=True)
@@ -114,82 +101,17 @@ class ProbeState:
     its ``RequestStateStats``); never the request state (its prompt and outputs)."""
     sequence_rows: dict[str, SequenceRow] = field(default_factory=dict)
     """Temperature bucket -> the pending amounts of its series (one per bucket of this model)."""
-    in_flight: Any = None
-    """vLLM's ``OutputProcessor.request_states`` of this process (its requests in flight), as
-    the finished-sequence wrapper last saw it; None: not seen."""
-    drain_due: float = 0.0
-    """``time.monotonic`` when ``drain_timer`` runs."""
-    drain_timer: Any = None
-    """The drain ``drain_soon`` set on vLLM's event loop, until it runs."""
-    drain_called_at: float = 0.0
-    """``time.monotonic`` of the first call for the drain that ``drain_timer`` stands for."""
 
-    def drain_soon(self) -> None:
-        """Under ``PROMETHEUS_MULTIPROC_DIR``, a hook's drain: set on the event loop the hook
-        runs in (vLLM's output handler) to run ``DRAIN_IDLE`` after this API server has no
-        request in flight and at most ``DRAIN_BUSY`` after this call while it has some, unless
-        one set earlier runs sooner: one drain writes what finished meanwhile (a drain costs
-        ~100 us of cold Python in the server, whatever it writes). With no running loop in this
-        thread (an offline engine), or one that did not run the drain it was given: now.
-        Never raises."""
-        try:
-            in_flight = self.in_flight
-            delay = DRAIN_BUSY if in_flight else DRAIN_IDLE  # None: not known, the shorter
-            now = time.monotonic()
-            timer = self.drain_timer
-            if timer is None:
-                self.drain_called_at = now
-            else:
-                late = now >= self.drain_due + TIMER_GIVEN_UP
-                if self.drain_due <= now + delay and not late:
-                    return  # the drain set comes soon enough
-                timer.cancel()
-                self.drain_timer = None
-                if late:
-                    self.drain()
-                    return
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.drain()
-                return
-            self.drain_due = now + delay
-            self.drain_timer = loop.call_later(delay, self._drain_due)
-        except Exception as exc:
-            self._hook_failed(names.HOOK_RECORD, exc)
-
-    def _drain_due(self) -> None:
-        """The drain ``drain_soon`` set on the loop: unless requests are in flight again (the
-        next one of concurrency 1 came) and the first call for it is under ``DRAIN_BUSY`` ago;
-        then it is set again for that time. Never raises."""
-        self.drain_timer = None
-        try:
-            if self.in_flight:
-                now = time.monotonic()
-                wait = self.drain_called_at + DRAIN_BUSY - now
-                if wait > 0:
-                    self.drain_due = now + wait
-                    self.drain_timer = asyncio.get_running_loop().call_later(wait, self._drain_due)
-                    return
-        except Exception:  # a drain now, then
-            self.drain_timer = None
-        self.drain()
-
-    def observe_finished(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], processor: Any = None
-    ) -> None:
+    def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments): its temperature and the
         references to its two figure objects go into ``finished``, counted at the next ``drain``
-        (the step hook, ``step_hook``, does the same for steps); under ``PROMETHEUS_MULTIPROC_DIR``
-        ``processor`` (vLLM's ``OutputProcessor``) gives its requests in flight. Never raises."""
+        (the step hook, ``step_hook``, does the same for steps). Never raises."""
         try:
             if self.temperature_buckets is None:
                 return
             req_state = args[0] if args else kwargs["req_state"]
             finished = self.finished
             finished.append((req_state.temperature, req_state.spec_decode_metrics, req_state.stats))
-            if self.flush_in_hooks:  # its requests in flight tell drain_soon when it is idle
-                self.in_flight = getattr(processor, "request_states", None)
             if len(finished) >= INBOX_LIMIT:
                 self.drain(blocking=False)
         except Exception as exc:
@@ -373,17 +295,16 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
     the logger, the state or the module each step.
 
     With one API server a scrape drains (``Families.on_collect``), and this hook only when
-    ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` a step that
-    finishes a request or brings no outputs, or ``STEP_FLUSH_EVERY`` steps, call for a drain
-    (``ProbeState.drain_soon``: ``DRAIN_IDLE`` after this API server has no request in flight,
-    at most ``DRAIN_BUSY`` after the call while it has some), and vLLM's periodic ``log()``
-    drains: the probe's
-    series have every step and sequence of a burst of traffic at most ``DRAIN_IDLE`` after its
-    last request ends (this logger records before vLLM's Prometheus logger, in the same call)."""
+    ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` it drains at the
+    first step that finishes a request, at a step that brings no outputs, at least every
+    ``STEP_FLUSH_EVERY`` steps, and at vLLM's periodic ``log()``: the probe's counters have every
+    step and sequence of a request by the time vLLM counts it finished (this logger records
+    before vLLM's Prometheus logger, in the same call), in every scrape. (Setting the drain on
+    the event loop for later, to write many requests' sequences at once, broke that: a scrape
+    right after a response had vLLM's count of it and not the probe's. BENCHMARKS.md.)"""
     steps = state.steps
     extend = steps.extend
     drain = state.drain
-    drain_soon = state.drain_soon
     batch_on = state.batch_buckets is not None
     limit = INBOX_LIMIT * STEP_FIELDS
     flush_every = STEP_FLUSH_EVERY * STEP_FIELDS
@@ -416,7 +337,7 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
                     or len(steps) >= flush_every
                     or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
                 ):
-                    drain_soon()
+                    drain()
             elif len(steps) >= limit:
                 drain(blocking=False)
         except Exception as exc:
@@ -608,7 +529,7 @@ def _wrap_finished() -> None:
         result = original(self, *args, **kwargs)
         current = _STATE
         if current is not None:
-            current.observe_finished(args, kwargs, self)
+            current.observe_finished(args, kwargs)
         return result
 
     setattr(wrapper, WRAPPED_MARK, True)
