@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -133,3 +134,30 @@ def test_the_probe_writes_its_file_directly_and_only_its_own_series(tmp_path: Pa
         return alone.get_sample_value("specdec_probe_drafts_total", labels) or 0.0
 
     assert (drafts_in(parent), drafts_in(child)) == (8, 4)
+
+
+def test_a_direct_write_lands_where_mmapeddict_would_and_fails_loud() -> None:
+    """``families._direct_inc`` writes the new total and a 0 timestamp at the value's position
+    (prometheus_client's layout, two doubles), keeps the value's own total, and raises when the
+    file is gone (the drain counts that as an error of its hook); a value that is not
+    prometheus_client's ``MmapedValue`` as expected gets no direct write (None: ``inc`` then)."""
+    import struct  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from specdec_exporter.probe import families  # noqa: PLC0415
+
+    data = bytearray(48)
+    file = SimpleNamespace(_positions={"k": 16}, _m=data)
+    value = SimpleNamespace(_multiprocess=True, _value=1.0, _file=file, _key="k")
+    inc = families._direct_inc(value)
+    assert inc is not None
+    inc(2)
+    inc(0.5)
+    assert value._value == 3.5
+    assert struct.unpack_from("dd", data, 16) == (3.5, 0.0)
+    assert data[:16] == bytes(16) and data[32:] == bytes(16)  # nothing else moved
+    assert families._direct_inc(SimpleNamespace(_value=1.0, _file=file, _key="k")) is None
+    assert families._direct_inc(SimpleNamespace(**vars(value) | {"_key": "other"})) is None
+    file._m = None  # the file closed under it
+    with pytest.raises(TypeError):
+        inc(1)
