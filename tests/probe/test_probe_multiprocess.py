@@ -71,8 +71,9 @@ PROBE_SCRIPT = textwrap.dedent(
         state = logger.state
         assert state.flush_in_hooks and state.families.direct_writes
         row = state.sequence_rows["0"]
-        assert all(inc.__name__ == "inc" and inc.__qualname__.startswith("_direct_inc")
-                   for inc in row._counters), row._counters
+        from specdec_exporter.probe.families import DirectCells
+        assert type(row._counter_cells) is DirectCells, row._counter_cells
+        assert type(row._histogram_cells) is DirectCells, row._histogram_cells
         processor = sys.modules["vllm.v1.engine.output_processor"].OutputProcessor()
         metrics = fake.RequestSpecDecodeMetrics(4, [1, 1, 0, 0, 2], 12)
         request = fake.RequestState("r", "p", 0.0, metrics, None)
@@ -136,28 +137,32 @@ def test_the_probe_writes_its_file_directly_and_only_its_own_series(tmp_path: Pa
     assert (drafts_in(parent), drafts_in(child)) == (8, 4)
 
 
-def test_a_direct_write_lands_where_mmapeddict_would_and_fails_loud() -> None:
-    """``families._direct_inc`` writes the new total and a 0 timestamp at the value's position
-    (prometheus_client's layout, two doubles), keeps the value's own total, and raises when the
-    file is gone (the drain counts that as an error of its hook); a value that is not
-    prometheus_client's ``MmapedValue`` as expected gets no direct write (None: ``inc`` then)."""
+def test_direct_cells_write_where_mmapeddict_would_and_fail_loud() -> None:
+    """``families.DirectCells`` writes each new total and a 0 timestamp at its value's position
+    (prometheus_client's layout, two doubles), nothing else, and skips an amount of 0; it raises
+    when the file is gone (the drain counts that as an error of its hook). Values that are not
+    prometheus_client's ``MmapedValue``s of one file as expected get none (``IncCells`` then)."""
     import struct  # noqa: PLC0415
     from types import SimpleNamespace  # noqa: PLC0415
 
-    from specdec_exporter.probe import families  # noqa: PLC0415
+    from specdec_exporter.probe.families import DirectCells  # noqa: PLC0415
 
-    data = bytearray(48)
-    file = SimpleNamespace(_positions={"k": 16}, _m=data)
-    value = SimpleNamespace(_multiprocess=True, _value=1.0, _file=file, _key="k")
-    inc = families._direct_inc(value)
-    assert inc is not None
-    inc(2)
-    inc(0.5)
-    assert value._value == 3.5
+    data = bytearray(80)
+    file = SimpleNamespace(_positions={"a": 16, "b": 48}, _m=data)
+    a = SimpleNamespace(_multiprocess=True, _value=1.0, _file=file, _key="a")
+    b = SimpleNamespace(_multiprocess=True, _value=0.0, _file=file, _key="b")
+    cells = DirectCells.of([a, b])
+    assert cells is not None
+    cells.add([(0, 2), (1, 0)])
+    cells.add(enumerate([0.5, 0.25]))
     assert struct.unpack_from("dd", data, 16) == (3.5, 0.0)
-    assert data[:16] == bytes(16) and data[32:] == bytes(16)  # nothing else moved
-    assert families._direct_inc(SimpleNamespace(_value=1.0, _file=file, _key="k")) is None
-    assert families._direct_inc(SimpleNamespace(**vars(value) | {"_key": "other"})) is None
+    assert struct.unpack_from("dd", data, 48) == (0.25, 0.0)
+    assert data[:16] == bytes(16) and data[32:48] == bytes(16) and data[64:] == bytes(16)
+    assert DirectCells.of([a, SimpleNamespace(_value=1.0, _file=file, _key="b")]) is None
+    assert DirectCells.of([a, SimpleNamespace(**vars(b) | {"_key": "other"})]) is None
+    other = SimpleNamespace(_positions={"b": 48}, _m=bytearray(80))
+    assert DirectCells.of([a, SimpleNamespace(**vars(b) | {"_file": other})]) is None
+    assert DirectCells.of([a, SimpleNamespace(**vars(b) | {"_value": 1})]) is None
     file._m = None  # the file closed under it
     with pytest.raises(TypeError):
-        inc(1)
+        cells.add([(0, 1)])

@@ -695,10 +695,10 @@ def test_prometheus_client_internals_that_differ_switch_the_splits_off(
     The probe's first rows are the check (no throwaway registry: under
     PROMETHEUS_MULTIPROC_DIR any value made is a series in the process's file)."""
 
-    def differ(child: object, direct: bool) -> None:
+    def differ(children: object) -> None:
         raise TypeError("a Counter child without _value.inc")
 
-    monkeypatch.setattr(families, "_counter_inc", differ)
+    monkeypatch.setattr(families, "_counter_values", differ)
     logger = probe.logger()
     assert probe.info()["temperature_split"] == probe.info()["batch_split"] == "off"
     problem = "prometheus_client's internals differ (a Counter child without _value.inc)"
@@ -713,10 +713,10 @@ def test_prometheus_client_internals_that_differ_switch_the_splits_off(
 def test_a_histogram_whose_internals_differ_switches_the_temperature_split_off_alone(
     probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def differ(child: object, bounds: object, direct: bool) -> None:
+    def differ(child: object, bounds: object) -> None:
         raise TypeError("a Histogram child without _upper_bounds, _buckets and _sum")
 
-    monkeypatch.setattr(families, "_histogram_incs", differ)
+    monkeypatch.setattr(families, "_histogram_values", differ)
     logger = probe.logger()
     assert (probe.info()["temperature_split"], probe.info()["batch_split"]) == ("off", "on")
     step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)

@@ -14,6 +14,7 @@ import math
 import os
 import struct
 import threading
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -117,64 +118,123 @@ class ProbeHistogram(Histogram):
 DOUBLES = struct.Struct("dd")
 """A value and its timestamp, as ``prometheus_client.mmap_dict`` stores them."""
 
-
-def _direct_inc(value: Any) -> Callable[[float], None] | None:
-    """Under ``PROMETHEUS_MULTIPROC_DIR``: an ``inc`` for prometheus_client's ``MmapedValue``
-    that writes the new total into the process's file as ``MmapedValue.inc`` does (its
-    ``mmap_dict._pack_two_doubles``, inlined, at the value's position), without its global
-    lock, its pid check (a system call) and its key lookup at every write: one per drain instead
-    (``Families.flush_locked``). Only the probe's drain writes these values; their positions
-    never move (the file only grows). None when the internals differ (``value.inc`` then)."""
-    file: Any = getattr(value, "_file", None)
-    key = getattr(value, "_key", None)
-    positions = getattr(file, "_positions", None)
-    pack = getattr(mmap_dict, "_pack_two_doubles_func", None)
-    if not (
-        getattr(value, "_multiprocess", False)
-        and isinstance(getattr(value, "_value", None), float)
-        and isinstance(positions, dict)
-        and isinstance(positions.get(key), int)
-        and getattr(file, "_m", None) is not None
-        and callable(pack)
-        and pack(1.0, 0.0) == DOUBLES.pack(1.0, 0.0)
-    ):
-        return None
-    end = (start := positions[key]) + DOUBLES.size
-
-    def inc(amount: float) -> None:
-        total = value._value + amount
-        value._value = total
-        # mmap_dict._pack_two_doubles, inlined: one slice assignment (a reader never sees a
-        # half-written value), into the file's current map (it is remapped to grow)
-        file._m[start:end] = pack(total, 0.0)
-
-    return inc
+_FORKS = [0]
+"""Forks of this process so far, as seen in the child (``os.register_at_fork``): a row's direct
+writes belong to the process that bound them (``Families.flush_locked``)."""
 
 
-def _value_inc(value: Any, direct: bool) -> Callable[[float], None]:
-    """A value's ``inc`` (a lock; under ``PROMETHEUS_MULTIPROC_DIR`` a write to the process's
-    file), which ``Counter.inc`` and ``Histogram.observe`` call after their checks (the probe's
-    amounts are checked already); ``direct``: ``_direct_inc`` where it can. TypeError when
-    prometheus_client's internals differ (the probe's start-up switches the split off then:
-    its first rows are the check, ``plugin._start``)."""
-    value_inc = getattr(value, "inc", None)
-    if not callable(value_inc):
-        raise TypeError("a value without inc")
-    return (direct and _direct_inc(value)) or value_inc
+def _count_fork() -> None:
+    _FORKS[0] += 1
 
 
-def _counter_inc(child: Counter, direct: bool) -> Callable[[float], None]:
-    """The counter child's value's ``inc``."""
-    if type(child) is not ProbeCounter:
-        raise TypeError("a Counter child without _value.inc")
-    return _value_inc(getattr(child, "_value", None), direct)
+os.register_at_fork(after_in_child=_count_fork)
 
 
-def _histogram_incs(
-    child: Histogram, bounds: Sequence[float], direct: bool
-) -> tuple[tuple[Callable[[float], None], ...], Callable[[float], None]]:
-    """The child's bucket values' and sum's ``inc``: what ``Histogram.observe`` adds to (1 to
-    the first bucket whose bound is >= the amount, the amount to the sum). TypeError when
+class DirectCells:
+    """Under ``PROMETHEUS_MULTIPROC_DIR``: a row's values in one of the process's files
+    (prometheus_client's ``MmapedDict``), written as ``MmapedValue.inc`` writes them (its
+    ``mmap_dict._pack_two_doubles``, inlined: the new total and a 0 timestamp in one slice
+    assignment, so a reader never sees half a value) without its global lock, its pid check (a
+    system call) and its key lookup at every write. Only the probe's drain writes these values and
+    their positions never move (the file only grows; it is remapped then, so the map is read at
+    each ``add``). The totals are kept here: the values' own ``_value`` stays at what it was when
+    bound, and nothing reads it (vLLM's /metrics reads the files)."""
+
+    __slots__ = ("_at", "_file", "_pack", "_totals")
+
+    def __init__(self, file: Any, at: Sequence[int], totals: Sequence[float]) -> None:
+        self._file = file
+        self._at = array("q", at)
+        """Each value's position in the file."""
+        self._totals = array("d", totals)
+        self._pack = mmap_dict._pack_two_doubles_func
+
+    def add(self, amounts: Iterable[tuple[int, float]]) -> None:
+        """(index, amount) pairs: each non-zero amount added to its value."""
+        m = self._file._m
+        at, totals, pack, width = self._at, self._totals, self._pack, DOUBLES.size
+        for index, amount in amounts:
+            if amount:
+                total = totals[index] + amount
+                totals[index] = total
+                start = at[index]
+                m[start : start + width] = pack(total, 0.0)
+
+    @classmethod
+    def of(cls, values: Sequence[Any]) -> DirectCells | None:
+        """The values' cells, or None when they are not all ``MmapedValue``s of one file as
+        expected (``IncCells`` then)."""
+        file: Any = getattr(values[0], "_file", None) if values else None
+        positions = getattr(file, "_positions", None)
+        pack = getattr(mmap_dict, "_pack_two_doubles_func", None)
+        if not (
+            isinstance(positions, dict)
+            and getattr(file, "_m", None) is not None
+            and callable(pack)
+            and pack(1.0, 0.0) == DOUBLES.pack(1.0, 0.0)
+        ):
+            return None
+        at: list[int] = []
+        totals: list[float] = []
+        for value in values:
+            position = positions.get(getattr(value, "_key", None))
+            if not (
+                getattr(value, "_multiprocess", False)
+                and getattr(value, "_file", None) is file
+                and isinstance(getattr(value, "_value", None), float)
+                and isinstance(position, int)
+            ):
+                return None
+            at.append(position)
+            totals.append(value._value)
+        return cls(file, at, totals)
+
+
+class IncCells:
+    """A row's values through their own ``inc`` (a lock; under ``PROMETHEUS_MULTIPROC_DIR``
+    ``MmapedValue.inc``, a write to the process's file), which ``Counter.inc`` and
+    ``Histogram.observe`` call after their checks (the probe's amounts are checked already)."""
+
+    __slots__ = ("_incs",)
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        incs = tuple(getattr(value, "inc", None) for value in values)
+        if not all(callable(inc) for inc in incs):
+            raise TypeError("a value without inc")
+        self._incs: tuple[Callable[[float], None], ...] = incs  # type: ignore[assignment]
+
+    def add(self, amounts: Iterable[tuple[int, float]]) -> None:
+        incs = self._incs
+        for index, amount in amounts:
+            if amount:
+                incs[index](amount)
+
+
+Cells = DirectCells | IncCells
+
+
+def _cells(values: Sequence[Any], direct: bool) -> Cells:
+    """The values' cells (``direct``: ``DirectCells`` where they can). TypeError when
+    prometheus_client's internals differ (the probe's start-up switches the split off then: its
+    first rows are the check, ``plugin._start``)."""
+    if any(value is None for value in values):
+        raise TypeError("a child without its values")
+    return (direct and DirectCells.of(values)) or IncCells(values)
+
+
+def _counter_values(children: Iterable[Counter]) -> list[Any]:
+    """The counter children's values (what ``Counter.inc`` adds to)."""
+    values = []
+    for child in children:
+        if type(child) is not ProbeCounter:
+            raise TypeError("a Counter child without _value.inc")
+        values.append(getattr(child, "_value", None))
+    return values
+
+
+def _histogram_values(child: Histogram, bounds: Sequence[float]) -> tuple[list[Any], Any]:
+    """The child's bucket values and its sum's: what ``Histogram.observe`` adds to (1 to the
+    first bucket whose bound is >= the amount, the amount to the sum). TypeError when
     prometheus_client's internals differ."""
     upper = getattr(child, "_upper_bounds", None)
     buckets = getattr(child, "_buckets", None)
@@ -185,10 +245,7 @@ def _histogram_incs(
         and len(buckets) == len(upper)
     ):
         raise TypeError("a Histogram child without _upper_bounds, _buckets and _sum")
-    return (
-        tuple(_value_inc(bucket, direct) for bucket in buckets),
-        _value_inc(getattr(child, "_sum", None), direct),
-    )
+    return buckets, getattr(child, "_sum", None)
 
 
 RATE_UPPER = [*ACCEPTANCE_RATE_BOUNDS, math.inf]
@@ -197,8 +254,10 @@ TPOT_UPPER = [*TPOT_BOUNDS, math.inf]
 
 
 TTFT_AT = len(RATE_UPPER)
-"""``SequenceRow.buckets``: the acceptance rate's buckets first, then TTFT's, then TPOT's."""
+"""``SequenceRow.cells``: the acceptance rate's buckets first, then TTFT's, then TPOT's, then
+the three sums (``SUMS_AT``)."""
 TPOT_AT = TTFT_AT + len(TTFT_UPPER)
+SUMS_AT = TPOT_AT + len(TPOT_UPPER)
 
 
 class SequenceRow:
@@ -209,57 +268,59 @@ class SequenceRow:
     children, whole; the caller holds ``Families.pending_lock`` for both. A histogram's amounts
     are per bucket (``bisect_left`` finds the bucket ``Histogram.observe`` would) and a sum; the
     sum goes in as one addition, so ``_sum`` may differ from one-by-one observes in the last
-    bits of a float, never in a count. Only the buckets observed are kept (``buckets``) and
-    touched at a flush: a drain under ``PROMETHEUS_MULTIPROC_DIR`` runs cold, between two steps
-    of vLLM's work, where every object it reads is a cache miss."""
+    bits of a float, never in a count. Only the cells observed are kept (``cells``) and touched
+    at a flush, and a row is flushed only when it has amounts (``Families.dirty``): a drain
+    under ``PROMETHEUS_MULTIPROC_DIR`` runs cold, between two steps of vLLM's work, where every
+    object it reads is a cache miss."""
 
-    __slots__ = (
-        "_bucket_incs",
-        "_counters",
-        "_series",
-        "_sum_incs",
-        "buckets",
-        "counts",
-        "observed",
-        "sums",
-    )
+    __slots__ = ("_counter_cells", "_dirty", "_histogram_cells", "_series", "cells", "counts")
 
+    HOOK = names.HOOK_FINISHED
+    """The hook whose amounts a row carries: a failed flush is its error."""
     POSITIONS_AT = 5
     """``counts``: sequences, spec sequences, drafts, draft tokens, accepted tokens, then one
     per position."""
 
-    def __init__(self, series: TemperatureSeries, direct: bool = False) -> None:
+    def __init__(
+        self, series: TemperatureSeries, direct: bool = False, dirty: list[Any] | None = None
+    ) -> None:
         self._series = series
         self.bind(direct)
-        self.counts = [0] * len(self._counters)
-        self.buckets: dict[int, int] = {}
-        """Index into the three histograms' buckets (``TTFT_AT``, ``TPOT_AT``) -> observations."""
-        self.sums = [0.0, 0.0, 0.0]
-        """The acceptance rate's, TTFT's and TPOT's sums."""
-        self.observed = [0, 0, 0]
-        """Observations of each histogram: a sum goes in only with some."""
+        self.counts = [0] * (self.POSITIONS_AT + len(series.accepted_per_position))
+        self.cells: dict[int, float] = {}
+        """Index into the three histograms' buckets and sums (``TTFT_AT``, ``TPOT_AT``,
+        ``SUMS_AT``) -> the amount to add."""
+        self._dirty = [] if dirty is None else dirty
+        """Where the row puts itself when it gets its first amount (``Families.flush_locked``
+        flushes those)."""
 
     def bind(self, direct: bool) -> None:
-        """Reach the children's values (``direct``: ``_direct_inc`` where it can)."""
+        """Reach the children's values (``direct``: ``DirectCells`` where they can)."""
         series = self._series
-        self._counters = tuple(
-            _counter_inc(child, direct)
-            for child in (
-                series.sequences,
-                series.spec_sequences,
-                series.drafts,
-                series.draft_tokens,
-                series.accepted_tokens,
-                *series.accepted_per_position,
-            )
+        self._counter_cells = _cells(
+            _counter_values(
+                (
+                    series.sequences,
+                    series.spec_sequences,
+                    series.drafts,
+                    series.draft_tokens,
+                    series.accepted_tokens,
+                    *series.accepted_per_position,
+                )
+            ),
+            direct,
         )
-        histograms = (
-            _histogram_incs(series.acceptance_rate, ACCEPTANCE_RATE_BOUNDS, direct),
-            _histogram_incs(series.ttft, TTFT_BOUNDS, direct),
-            _histogram_incs(series.tpot, TPOT_BOUNDS, direct),
-        )
-        self._bucket_incs = tuple(inc for bucket_incs, _ in histograms for inc in bucket_incs)
-        self._sum_incs = tuple(sum_inc for _, sum_inc in histograms)
+        values: list[Any] = []
+        sums: list[Any] = []
+        for child, bounds in (
+            (series.acceptance_rate, ACCEPTANCE_RATE_BOUNDS),
+            (series.ttft, TTFT_BOUNDS),
+            (series.tpot, TPOT_BOUNDS),
+        ):
+            buckets, sum_value = _histogram_values(child, bounds)
+            values.extend(buckets)
+            sums.append(sum_value)
+        self._histogram_cells = _cells([*values, *sums], direct)
 
     def count(
         self, figures: SequenceFigures | None, timing: tuple[float, float] | None = None
@@ -268,8 +329,11 @@ class SequenceRow:
         speculative figures (None: vLLM gave none) and its (TTFT, TPOT) in seconds (None: no
         timing)."""
         counts = self.counts
+        if not counts[0]:
+            self._dirty.append(self)
         counts[0] += 1
-        buckets = self.buckets
+        cells = self.cells
+        get = cells.get
         if figures is not None:
             counts[1] += 1
             counts[2] += figures.drafts
@@ -282,40 +346,27 @@ class SequenceRow:
             rate = figures.acceptance_rate
             if rate is not None:
                 index = bisect_left(RATE_UPPER, rate)
-                buckets[index] = buckets.get(index, 0) + 1
-                self.sums[0] += rate
-                self.observed[0] += 1
+                cells[index] = get(index, 0) + 1
+                cells[SUMS_AT] = get(SUMS_AT, 0.0) + rate
         if timing is not None:
             ttft, tpot = timing
             index = TTFT_AT + bisect_left(TTFT_UPPER, ttft)
-            buckets[index] = buckets.get(index, 0) + 1
+            cells[index] = get(index, 0) + 1
             index = TPOT_AT + bisect_left(TPOT_UPPER, tpot)
-            buckets[index] = buckets.get(index, 0) + 1
-            sums, observed = self.sums, self.observed
-            sums[1] += ttft
-            sums[2] += tpot
-            observed[1] += 1
-            observed[2] += 1
+            cells[index] = get(index, 0) + 1
+            cells[SUMS_AT + 1] = get(SUMS_AT + 1, 0.0) + ttft
+            cells[SUMS_AT + 2] = get(SUMS_AT + 2, 0.0) + tpot
 
     def flush(self) -> None:
         """Add the amounts to the children and start again from 0."""
         counts = self.counts
         if not counts[0]:
             return  # every sequence adds 1 to counts[0]: nothing pending
-        buckets, sums, observed = self.buckets, self.sums, self.observed
+        cells = self.cells
         self.counts = [0] * len(counts)
-        self.buckets = {}
-        self.sums = [0.0, 0.0, 0.0]
-        self.observed = [0, 0, 0]
-        for inc, amount in zip(self._counters, counts, strict=True):
-            if amount:
-                inc(amount)
-        bucket_incs = self._bucket_incs
-        for index, amount in buckets.items():
-            bucket_incs[index](amount)
-        for sum_inc, total, seen in zip(self._sum_incs, sums, observed, strict=True):
-            if seen:
-                sum_inc(total)
+        self.cells = {}
+        self._counter_cells.add(enumerate(counts))
+        self._histogram_cells.add(cells.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,31 +379,38 @@ class BatchSeries:
 
 class StepRow:
     """One batch series' amounts not yet in its counters (steps, drafts, draft tokens,
-    accepted tokens): a step adds four ints to ``pending`` instead of four counter updates;
-    ``flush`` moves them in (the caller holds ``Families.pending_lock`` for both)."""
+    accepted tokens): a step adds four ints to ``pending`` instead of four counter updates, and
+    the row to ``dirty`` with its first; ``flush`` moves them in (the caller holds
+    ``Families.pending_lock`` for both)."""
 
-    __slots__ = ("_incs", "_series", "pending")
+    __slots__ = ("_cells", "_series", "dirty", "pending")
 
-    def __init__(self, series: BatchSeries, direct: bool = False) -> None:
+    HOOK = names.HOOK_RECORD
+
+    def __init__(
+        self, series: BatchSeries, direct: bool = False, dirty: list[Any] | None = None
+    ) -> None:
         self._series = series
         self.bind(direct)
         self.pending = [0, 0, 0, 0]
+        self.dirty = [] if dirty is None else dirty
+        """As ``SequenceRow._dirty``: whoever adds a row's first step appends it."""
 
     def bind(self, direct: bool) -> None:
         """As ``SequenceRow.bind``."""
         series = self._series
-        self._incs = tuple(
-            _counter_inc(child, direct)
-            for child in (series.steps, series.drafts, series.draft_tokens, series.accepted_tokens)
+        self._cells = _cells(
+            _counter_values(
+                (series.steps, series.drafts, series.draft_tokens, series.accepted_tokens)
+            ),
+            direct,
         )
 
     def flush(self) -> None:
         pending = self.pending
         if pending[0]:  # every step adds 1 to its steps
             self.pending = [0, 0, 0, 0]
-            for inc, amount in zip(self._incs, pending, strict=True):
-                if amount:
-                    inc(amount)
+            self._cells.add(enumerate(pending))
 
 
 class Families:
@@ -413,8 +471,10 @@ class Families:
         this process's ``collect``; the step hook drains instead (``plugin.py``)."""
         self.direct_writes = not self.flush_at_scrape
         """Under ``PROMETHEUS_MULTIPROC_DIR`` the rows write their values' file directly
-        (``_direct_inc``) while this process is the one that made them (``_pid``)."""
-        self._pid = os.getpid()
+        (``DirectCells``) while this process is the one that made them (``_forks``)."""
+        self._forks = _FORKS[0]
+        self.dirty: list[SequenceRow | StepRow] = []
+        """The rows with amounts, each once: what the next flush moves."""
         for family in (
             self.sequences,
             self.spec_sequences,
@@ -455,7 +515,8 @@ class Families:
             if row is not None:
                 row.flush()
             series = self.temperature_series(model, bucket, positions)
-            row = self._sequence_rows[(model, bucket)] = SequenceRow(series, self.direct_writes)
+            row = SequenceRow(series, self.direct_writes, self.dirty)
+            self._sequence_rows[(model, bucket)] = row
         return row
 
     def step_row(self, model: str, engine: str, bucket: str) -> StepRow:
@@ -467,7 +528,7 @@ class Families:
         """``step_row`` for a caller that holds ``pending_lock``."""
         row = self._step_rows.get((model, engine, bucket))
         if row is None:
-            row = StepRow(self.batch_series(model, engine, bucket), self.direct_writes)
+            row = StepRow(self.batch_series(model, engine, bucket), self.direct_writes, self.dirty)
             self._step_rows[(model, engine, bucket)] = row
         return row
 
@@ -477,21 +538,20 @@ class Families:
             self.flush_locked()
 
     def flush_locked(self) -> None:
-        """Every row's amounts into its children, for a caller that holds ``pending_lock``.
-        Never raises: a failed flush is counted as an error of the hook whose amounts it
-        carried (they stay lost, never counted twice)."""
-        if self.direct_writes and os.getpid() != self._pid:
+        """The amounts of every row that has some (``dirty``) into its children, for a caller
+        that holds ``pending_lock``. Never raises: a failed flush is counted as an error of the
+        hook whose amounts it carried (they stay lost, never counted twice)."""
+        dirty = self.dirty
+        if not dirty:
+            return
+        if self.direct_writes and _FORKS[0] != self._forks:
             self._forked()
-        rows: Iterable[SequenceRow | StepRow]
-        for hook, rows in (  # the lock held: no row is added while they are walked
-            (names.HOOK_FINISHED, self._sequence_rows.values()),
-            (names.HOOK_RECORD, self._step_rows.values()),
-        ):
+        for row in dirty:  # the lock held: no row is added while they are walked
             try:
-                for row in rows:
-                    row.flush()
+                row.flush()
             except Exception:
-                self.count_error(hook)
+                self.count_error(row.HOOK)
+        dirty.clear()
 
     def _forked(self) -> None:
         """In a forked child the direct writes would land in the parent's file: every row goes

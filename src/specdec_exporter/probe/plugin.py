@@ -203,6 +203,8 @@ class ProbeState:
                 if row is None:
                     row = self._step_row(buckets, engine_idx, running)
                 pending = row.pending
+                if not pending[0]:
+                    row.dirty.append(row)  # its first step since a flush
                 pending[0] += 1
                 pending[1] += drafts
                 pending[2] += draft_tokens
