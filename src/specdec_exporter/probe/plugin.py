@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import sys
 import threading
@@ -68,6 +69,9 @@ INBOX_LIMIT = 1024
 """Steps, and finished sequences, at most in ``ProbeState.steps`` and ``finished`` when nobody
 scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would have spent on
 them one by one; a sequence holds vLLM's two small figure objects, a few hundred bytes)."""
+TEMPERATURES_LIMIT = 256
+"""Bound of ``ProbeState.row_by_temperature``: past it a new temperature finds its row the
+long way, each time."""
 STEP_FIELDS = 5
 """Entries a step adds to ``ProbeState.steps``."""
 
@@ -101,6 +105,10 @@ class ProbeState:
     its ``RequestStateStats``); never the request state (its prompt and outputs)."""
     sequence_rows: dict[str, SequenceRow] = field(default_factory=dict)
     """Temperature bucket -> the pending amounts of its series (one per bucket of this model)."""
+    row_by_temperature: dict[float, SequenceRow] = field(default_factory=dict)
+    """A valid temperature seen -> its bucket's row (at most ``TEMPERATURES_LIMIT``): a
+    sequence at a temperature seen before costs one lookup, no check and no bisect. Only
+    floats, what vLLM gives (a NaN is never found: it equals nothing)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """One finished sequence (the wrapped method's arguments): its temperature and the
@@ -140,13 +148,16 @@ class ProbeState:
 
     def _count_finished(self, temperature: Any, metrics: Any, stats: Any) -> None:
         """One finished sequence, counted whole or not at all: every figure is read and checked
-        before its row moves."""
+        before its row moves. What vLLM gives (a float temperature seen before, float times, an
+        int token count) takes the short way: under ``PROMETHEUS_MULTIPROC_DIR`` this runs cold
+        at each step that finishes a request, and each call costs a few microseconds there
+        (BENCHMARKS.md); anything else goes through the checks that raise."""
         try:
-            buckets = self.temperature_buckets
-            if buckets is None or temperature is None:
-                return  # None: a pooling request, no sampled sequence
-            if not _is_valid_temperature(temperature):
-                raise ValueError("temperature is not a finite non-negative number")
+            row = self.row_by_temperature.get(temperature) if type(temperature) is float else None
+            if row is None:
+                row = self._row_for(temperature)
+                if row is None:
+                    return  # the split is off, or a pooling request (no sampled sequence)
             figures = None
             if metrics is not None:
                 figures = sequence_figures(
@@ -154,25 +165,37 @@ class ProbeState:
                 )
             timing = None
             if stats is not None:
-                timing = (
-                    seconds(stats.first_token_latency),
-                    seconds(
-                        time_per_output_token(
-                            stats.first_token_ts,
-                            stats.last_token_ts,
-                            count(stats.num_generation_tokens),
-                        )
-                    ),
-                )
+                ttft, tokens = stats.first_token_latency, stats.num_generation_tokens
+                if not (type(tokens) is int and tokens >= 0):
+                    tokens = count(tokens)
+                tpot = time_per_output_token(stats.first_token_ts, stats.last_token_ts, tokens)
+                if not (type(ttft) is float and 0.0 <= ttft < math.inf):
+                    ttft = seconds(ttft)
+                if not (type(tpot) is float and 0.0 <= tpot < math.inf):
+                    tpot = seconds(tpot)
+                timing = (ttft, tpot)
             # Every figure is read and checked above: from here on only the row moves.
-            label = buckets.label_for(float(temperature))
-            row = self.sequence_rows.get(label)
-            if row is None:
-                row = self.families.sequence_row_locked(self.model_name, label, self.positions)
-                self.sequence_rows[label] = row
             row.count(figures, timing)
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
+
+    def _row_for(self, temperature: Any) -> SequenceRow | None:
+        """The row of a temperature's bucket (None: the split is off, or no temperature),
+        remembered for a float (``row_by_temperature``); ValueError for what no temperature
+        is."""
+        buckets = self.temperature_buckets
+        if buckets is None or temperature is None:
+            return None
+        if not _is_valid_temperature(temperature):
+            raise ValueError("temperature is not a finite non-negative number")
+        label = buckets.label_for(float(temperature))
+        row = self.sequence_rows.get(label)
+        if row is None:
+            row = self.families.sequence_row_locked(self.model_name, label, self.positions)
+            self.sequence_rows[label] = row
+        if type(temperature) is float and len(self.row_by_temperature) < TEMPERATURES_LIMIT:
+            self.row_by_temperature[temperature] = row
+        return row
 
     def _count_steps(self, n: int) -> None:
         """The first ``n`` steps of ``steps``, each counted whole or not at all, in one loop (no
