@@ -113,25 +113,30 @@ _inside = threading.local()
 
 
 def _timed(original, key):
-    slot = _timed_slots.setdefault(key, [0, 0])
+    # [calls, thread ns inside the window, thread ns of the clock read just before it]: that
+    # read, in the same cache state, is what the window's own clock read costs (in place)
+    slot = _timed_slots.setdefault(key, [0, 0, 0])
     probe = key.startswith(("ProbeState.", "SpecdecProbeStatLogger."))
 
-    nested = _timed_slots.setdefault(key + " (nested)", [0, 0]) if probe else None
+    nested = _timed_slots.setdefault(key + " (nested)", [0, 0, 0]) if probe else None
 
     def timed(*args, **kwargs):
         if probe and getattr(_inside, "depth", 0):
             nested[0] += 1  # counted, not timed: its time is its caller's
             return original(*args, **kwargs)
-        start = _clock()
         if probe:
             _inside.depth = 1
+        before = _clock()
+        start = _clock()
         try:
             return original(*args, **kwargs)
         finally:
+            end = _clock()
             if probe:
                 _inside.depth = 0
             slot[0] += 1
-            slot[1] += _clock() - start
+            slot[1] += end - start
+            slot[2] += start - before
 
     return timed
 
@@ -174,6 +179,8 @@ if _DIR:
         ("specdec_exporter.probe.plugin", "ProbeState", "observe_finished"),
         ("specdec_exporter.probe.plugin", "SpecdecProbeStatLogger", "record"),
         ("specdec_exporter.probe.plugin", "ProbeState", "drain"),
+        # the `empty` control's record: a stat-logger plugin's floor, timed the same way
+        ("specdec_empty_logger", "EmptyStatLogger", "record"),
         # vLLM's /metrics handler (the instrumentator's) renders every family with it: the
         # probe's series cost each scrape this much more than vLLM's own
         ("prometheus_fastapi_instrumentator.instrumentation", "", "generate_latest"),
@@ -355,11 +362,11 @@ def gc_delta(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[
         ]
     timed: dict[str, list[int]] = {}
     for b, a in zip(before, after, strict=True):
-        for key, (calls, ns) in a.get("timed", {}).items():
-            was = b.get("timed", {}).get(key, [0, 0])
-            total = timed.setdefault(key, [0, 0])
-            total[0] += calls - was[0]
-            total[1] += ns - was[1]
+        for key, now in a.get("timed", {}).items():
+            was = b.get("timed", {}).get(key, [0, 0, 0])
+            total = timed.setdefault(key, [0, 0, 0])
+            for field, (n, w) in enumerate(zip(now, was, strict=False)):
+                total[field] += n - w
     delta["timed"] = timed
     delta["tracked_after"] = [a.get("tracked") for a in after]
     delta["frozen"] = [a.get("frozen") for a in after]
@@ -408,11 +415,23 @@ PROBE_HOOKS = (
 a hook with two, where it counts once, in the hook's time: the timer skips nested calls)."""
 
 
-def probe_ns(row: Mapping[str, Any], timer_us: float = 0.0) -> float:
+def probe_ns(row: Mapping[str, Any], timer_us: float | None = 0.0) -> float:
     """The probe's own thread CPU in one run, less ``timer_us`` for each timed call (what the
-    timer itself adds inside its window, ``timer_overhead``)."""
-    timed = [(calls, ns) for key, (calls, ns) in row["gc"]["timed"].items() if key in PROBE_HOOKS]
-    return sum(ns - calls * timer_us * 1e3 for calls, ns in timed)
+    timer itself adds inside its window, ``timer_overhead``, measured hot), or with ``None``
+    less the clock read timed just before each window, in the same cache state (runs from
+    session 13 on; 0 for older ones)."""
+    return sum(
+        timed_ns(slot, timer_us) for key, slot in row["gc"]["timed"].items() if key in PROBE_HOOKS
+    )
+
+
+def timed_ns(slot: Sequence[int], timer_us: float | None) -> float:
+    """One timed call's figures ([calls, ns, the clock reads' ns]) less the timer (as
+    ``probe_ns``)."""
+    calls, ns = slot[0], slot[1]
+    if timer_us is None:
+        return ns - (slot[2] if len(slot) > 2 else 0)
+    return ns - calls * timer_us * 1e3
 
 
 class Scraper:
@@ -674,11 +693,17 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                         statistics.median(g["timed"].get(key, [0, 0])[1] for g in mine)
                         / requests
                         / 1e3,
+                        statistics.median(timed_ns(g["timed"].get(key, [0, 0]), None) for g in mine)
+                        / requests
+                        / 1e3,
                     )
                     for key in sorted({k for g in mine for k in g.get("timed", {})})
                 }
-                for key, (calls, us) in timed.items():
-                    print(f"  {variant}: {key}: {calls:.2f} calls and {us:.1f} us CPU per request")
+                for key, (calls, us, in_place) in timed.items():
+                    print(
+                        f"  {variant}: {key}: {calls:.2f} calls and {us:.1f} us CPU per request "
+                        f"({in_place:.1f} less the clock read in place)"
+                    )
                 mine_rows = [r for r in gc_rows if r["variant"] == variant]
                 own = [
                     probe_ns(r) / (r["cpu_ms_per_request"] * 1e6 * r["requests"]) * 100
@@ -691,10 +716,15 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                         * 100
                         for r in mine_rows
                     ]
+                    in_place = [
+                        probe_ns(r, None) / (r["cpu_ms_per_request"] * 1e6 * r["requests"]) * 100
+                        for r in mine_rows
+                    ]
                     print(
                         f"  {variant}: the probe's hooks and drain, share of the API server's "
                         f"CPU in the same run: {_span(own, 2)}%; less the timer's "
-                        f"{timer_us:.2f} us a call: {_span(corrected, 2)}%"
+                        f"{timer_us:.2f} us a call (hot): {_span(corrected, 2)}%; less the "
+                        f"clock read timed in place before each call: {_span(in_place, 2)}%"
                     )
                 print(
                     f"  {variant}: collections gen0/1/2 {collections}, "
