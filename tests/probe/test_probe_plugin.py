@@ -11,6 +11,8 @@ from typing import Any
 
 import fake_vllm_modules as fake
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from specdec_exporter.core import probe_names as names
@@ -821,3 +823,76 @@ def test_under_multiprocess_sequences_are_flushed_with_the_batch_split_off(
     assert stored(probe, "drafts", MODEL, "0") == 0
     logger.record(fake.SchedulerStats(num_running_reqs=1), SimpleNamespace(finished_requests=[1]))
     assert stored(probe, "drafts", MODEL, "0") == 4
+
+
+def test_a_temperature_seen_before_finds_its_row_in_one_lookup_and_the_lookups_are_bounded(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only floats are remembered, at most ``TEMPERATURES_LIMIT``; past it, and for an int, the
+    long way counts the same; a bool or a NaN is an error of its hook even once 1.0 is known."""
+    monkeypatch.setattr(probe.plugin, "TEMPERATURES_LIMIT", 2)
+    logger = probe.logger()
+    processor = probe.processor()
+    for temperature in (0.6, 1.0, 0.65, 0.0, 0.6, 1.0, 1, 0.65, 0.0):
+        processor._update_stats_from_finished(state(temperature, None), 1, None)
+    for bad in (True, float("nan"), -0.5, float("inf")):
+        processor._update_stats_from_finished(state(bad, None), 1, None)
+    logger.state.drain()
+
+    assert list(logger.state.row_by_temperature) == [0.6, 1.0]
+    sequences = {
+        bucket: probe.temperature("specdec_probe_sequences_total", bucket)
+        for bucket in ("0", "0.5-0.7", "0.7-1.0", "1.0+")
+    }
+    assert sequences == {"0": 2, "0.5-0.7": 4, "0.7-1.0": 3, "1.0+": 0}
+    assert probe.value("specdec_probe_errors_total", hook="finished") == 4
+
+
+TIMES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-3, max_value=10**6),
+    st.booleans(),
+    st.none(),
+    st.just("0.5"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    latency=TIMES,
+    first=TIMES,
+    last=TIMES,
+    tokens=st.one_of(st.integers(min_value=-2, max_value=10**4), st.booleans(), TIMES),
+)
+def test_any_timing_is_counted_as_the_checked_functions_say(
+    latency: Any, first: Any, last: Any, tokens: Any
+) -> None:
+    """The short way for vLLM's float times and int token count gives what ``counting.seconds``,
+    ``count`` and ``time_per_output_token`` give, for anything a request's stats may carry: the
+    same TTFT and TPOT, or an error of the hook with nothing moved."""
+    try:
+        expected: tuple[float, float] | None = (
+            counting.seconds(latency),
+            counting.seconds(counting.time_per_output_token(first, last, counting.count(tokens))),
+        )
+    except Exception:
+        expected = None
+    stats = fake.RequestStateStats(
+        num_generation_tokens=tokens,
+        first_token_ts=first,
+        last_token_ts=last,
+        first_token_latency=latency,
+    )
+    with fake.installed() as modules:
+        probe = Probe(modules, CollectorRegistry())
+        logger = probe.logger()
+        probe.processor()._update_stats_from_finished(state(0.0, None, stats=stats), 1, None)
+        logger.state.drain()
+        errors = probe.value("specdec_probe_errors_total", hook="finished")
+        ttft = probe.temperature("specdec_probe_time_to_first_token_seconds_sum", "0")
+        tpot = probe.temperature("specdec_probe_time_per_output_token_seconds_sum", "0")
+        counted = probe.temperature("specdec_probe_sequences_total", "0")
+    if expected is None:
+        assert (errors, counted, ttft, tpot) == (1, 0, 0, 0)
+    else:
+        assert (errors, counted, ttft, tpot) == (0, 1, *expected)

@@ -154,9 +154,10 @@ class ProbeState:
         (BENCHMARKS.md); anything else goes through the checks that raise."""
         try:
             row = self.row_by_temperature.get(temperature) if type(temperature) is float else None
+            label = None
             if row is None:
-                row = self._row_for(temperature)
-                if row is None:
+                label = self._label_for(temperature)
+                if label is None:
                     return  # the split is off, or a pooling request (no sampled sequence)
             figures = None
             if metrics is not None:
@@ -175,20 +176,26 @@ class ProbeState:
                     tpot = seconds(tpot)
                 timing = (ttft, tpot)
             # Every figure is read and checked above: from here on only the row moves.
+            if row is None:
+                row = self._row(temperature, label)
             row.count(figures, timing)
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
-    def _row_for(self, temperature: Any) -> SequenceRow | None:
-        """The row of a temperature's bucket (None: the split is off, or no temperature),
-        remembered for a float (``row_by_temperature``); ValueError for what no temperature
-        is."""
+    def _label_for(self, temperature: Any) -> str | None:
+        """The temperature's bucket (None: the split is off, or no temperature); ValueError
+        for what no temperature is."""
         buckets = self.temperature_buckets
         if buckets is None or temperature is None:
             return None
         if not _is_valid_temperature(temperature):
             raise ValueError("temperature is not a finite non-negative number")
-        label = buckets.label_for(float(temperature))
+        return buckets.label_for(float(temperature))
+
+    def _row(self, temperature: Any, label: Any) -> SequenceRow:
+        """The bucket's row, made with its series the first time (after the sequence passed its
+        checks: a rejected one makes no series), remembered for a float temperature
+        (``row_by_temperature``)."""
         row = self.sequence_rows.get(label)
         if row is None:
             row = self.families.sequence_row_locked(self.model_name, label, self.positions)
