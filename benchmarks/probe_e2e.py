@@ -41,6 +41,10 @@ Variants (`--variants`, comma-separated; the ratios need `without` among them):
 - `probe-before`: the probe as of git ref `--before-ref` (default `main`), to compare a change;
 - `no-temperature`, `no-batch`: the probe with one split switched off by an invalid bucket list.
 
+With `--time-parts` (and `--gc-stats`) the parts of a drain are timed too, inside the probe's
+own timed calls (`part ProbeState._count_finished`, `part ProbeState._count_steps`, `part
+Families.flush_locked`): a run to explain a drain; their clock reads add to the shares.
+
 With `--py-spy DIR`, py-spy (`pip install py-spy`) samples each run's API server(s) over the
 measured requests (`--nonblocking`, raw collapsed stacks into DIR): `profile DIR` then prints the
 share of the samples under vLLM's output handler, its `process_outputs`, the stat loggers'
@@ -185,6 +189,15 @@ if _DIR:
         # probe's series cost each scrape this much more than vLLM's own
         ("prometheus_fastapi_instrumentator.instrumentation", "", "generate_latest"),
     )
+    if os.environ.get("SPECDEC_E2E_TIME_PARTS") == "1":
+        # the parts of a drain, each timed even inside the probe's timed calls (as "part ..."):
+        # their clock reads then add to the step hook's figure, so such a run explains, it does
+        # not measure the share
+        _TARGETS += (
+            ("specdec_exporter.probe.plugin", "ProbeState", "_count_finished", "part "),
+            ("specdec_exporter.probe.plugin", "ProbeState", "_count_steps", "part "),
+            ("specdec_exporter.probe.families", "Families", "flush_locked", "part "),
+        )
 
     def _writer():
         path = os.path.join(_DIR, f"{os.getpid()}.json")
@@ -207,7 +220,8 @@ if _DIR:
                     continue
                 cls = getattr(module, target[1], None) if module is not None else None
                 if cls is not None:
-                    _time(cls, target[2], f"{target[1]}.{target[2]}")
+                    prefix = target[3] if len(target) > 3 else ""
+                    _time(cls, target[2], f"{prefix}{target[1]}.{target[2]}")
                     pending.remove(target)
             tick += 1
             if tick % 20:
@@ -251,6 +265,7 @@ def variant_env(
     before: Path | None = None,
     *,
     time_probe: bool = True,
+    time_parts: bool = False,
 ) -> dict[str, str]:
     paths: list[str] = []
     env: dict[str, str] = {}
@@ -271,6 +286,7 @@ def variant_env(
         paths.append(str(gc_dir.parent / "site"))
         env["SPECDEC_E2E_GC_DIR"] = str(gc_dir)
         env["SPECDEC_E2E_TIME_PROBE"] = "1" if time_probe else "0"
+        env["SPECDEC_E2E_TIME_PARTS"] = "1" if time_parts else "0"
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
@@ -601,7 +617,13 @@ def run(args: argparse.Namespace) -> None:
             order = variants if index % 2 == 0 else list(reversed(variants))
             for variant in order:
                 env = variant_env(
-                    variant, probe, empty, gc_dir, before, time_probe=not args.untimed_probe
+                    variant,
+                    probe,
+                    empty,
+                    gc_dir,
+                    before,
+                    time_probe=not args.untimed_probe,
+                    time_parts=args.time_parts,
                 )
                 row = {
                     "round": index,
@@ -814,6 +836,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="with --gc-stats, time vLLM's process_outputs and StatLoggerManager.record but not "
         "the probe's own calls (their clock reads cost ~1 us a call): the probe's true cost is "
         "then vLLM's timed calls against the `empty` control's",
+    )
+    measure.add_argument(
+        "--time-parts",
+        action="store_true",
+        help="with --gc-stats, also time the parts of a drain (counting the sequences, the "
+        "steps, the flush), inside the probe's timed calls: to explain a drain, not for shares",
     )
     measure.add_argument("--out", help="append each run's JSON line to this file")
     measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")
