@@ -389,8 +389,9 @@ def start(
             return None
         try:
             if _STATE is None:
-                _STATE = _start(vllm_config, engine_index, environ)
-            _precreate_batch(_STATE, engine_index)
+                _STATE = _start(vllm_config, engine_index, environ)  # this engine's rows too
+            else:
+                _precreate_batch(_STATE, engine_index)
             return _STATE
         except Exception as exc:
             _START_FAILED = True
