@@ -6,36 +6,35 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdec_exporter.probe.counting import SequenceFigures, sequence_figures, time_per_output_token
+from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
 
 
-def observe_draft_totals(steps: list[tuple[int, int]], k: int) -> SequenceFigures:
-    """vLLM's ``SpecDecodingStats.observe_draft`` over (draft tokens, accepted) steps."""
+def observe_draft_totals(
+    steps: list[tuple[int, int]], k: int, extra: int = 0
+) -> tuple[list[int], float | None]:
+    """vLLM's ``SpecDecodingStats.observe_draft`` over (draft tokens, accepted) steps, in
+    ``sequence_figures``' shape: drafts, draft tokens (+ ``extra``), accepted tokens, accepted
+    per position; the acceptance rate."""
     per_position = [0] * k
     for _, accepted in steps:
         for position in range(accepted):
             per_position[position] += 1
-    return SequenceFigures(
-        drafts=len(steps),
-        draft_tokens=sum(drafted for drafted, _ in steps),
-        accepted_tokens=sum(accepted for _, accepted in steps),
-        accepted_per_position=tuple(per_position),
-    )
+    draft_tokens = sum(drafted for drafted, _ in steps) + extra
+    accepted_tokens = sum(accepted for _, accepted in steps)
+    rate = accepted_tokens / draft_tokens if draft_tokens else None
+    return [len(steps), draft_tokens, accepted_tokens, *per_position], rate
 
 
 def test_a_histogram_gives_the_step_counters_of_its_steps() -> None:
     steps = [(4, 0), (4, 0), (4, 0), (4, 1), (4, 2), (4, 2), (4, 4), (3, 4)]
     histogram = [3, 1, 2, 0, 2]
     figures = sequence_figures(histogram, 31)
-    assert figures == SequenceFigures(8, 31, 13, (5, 4, 2, 2))
+    assert figures == ([8, 31, 13, 5, 4, 2, 2], 13 / 31)
     assert figures == observe_draft_totals(steps, 4)
-    assert figures.acceptance_rate == 13 / 31
 
 
 def test_a_sequence_that_never_drafted() -> None:
-    figures = sequence_figures([0, 0, 0], 0)
-    assert figures == SequenceFigures(0, 0, 0, (0, 0))
-    assert figures.acceptance_rate is None
+    assert sequence_figures([0, 0, 0], 0) == ([0, 0, 0, 0, 0], None)
 
 
 def test_time_per_output_token_as_vllm_computes_it() -> None:
@@ -61,9 +60,9 @@ def test_any_steps_give_the_step_counters_of_their_steps(
         histogram[accepted] += 1
     drafted = sum(d for d, _ in steps)
     assert sequence_figures(histogram, drafted, 4) == observe_draft_totals(steps, 4)
-    assert sequence_figures(tuple(map(Index, histogram)), Index(drafted + extra), 4) == (
-        observe_draft_totals(steps, 4)._replace(draft_tokens=drafted + extra)
-    )
+    assert sequence_figures(
+        tuple(map(Index, histogram)), Index(drafted + extra), 4
+    ) == observe_draft_totals(steps, 4, extra)
 
 
 class Index:

@@ -9,7 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -71,9 +70,8 @@ PROBE_SCRIPT = textwrap.dedent(
         state = logger.state
         assert state.flush_in_hooks and state.families.direct_writes
         row = state.sequence_rows["0"]
-        from specdec_exporter.probe.families import DirectCells
-        assert type(row._counter_cells) is DirectCells, row._counter_cells
-        assert type(row._histogram_cells) is DirectCells, row._histogram_cells
+        assert row._sinks is None, row._sinks  # count writes the files
+        assert type(row._counters) is memoryview and type(row._histograms) is memoryview
         processor = sys.modules["vllm.v1.engine.output_processor"].OutputProcessor()
         metrics = fake.RequestSpecDecodeMetrics(4, [1, 1, 0, 0, 2], 12)
         request = fake.RequestState("r", "p", 0.0, metrics, None)
@@ -137,32 +135,50 @@ def test_the_probe_writes_its_file_directly_and_only_its_own_series(tmp_path: Pa
     assert (drafts_in(parent), drafts_in(child)) == (8, 4)
 
 
-def test_direct_cells_write_where_mmapeddict_would_and_fail_loud() -> None:
-    """``families.DirectCells`` writes each new total and a 0 timestamp at its value's position
-    (prometheus_client's layout, two doubles), nothing else, and skips an amount of 0; it raises
-    when the file is gone (the drain counts that as an error of its hook). Values that are not
-    prometheus_client's ``MmapedValue``s of one file as expected get none (``IncCells`` then)."""
-    import struct  # noqa: PLC0415
+def test_direct_cells_write_where_mmapeddict_would_and_leave_its_map_alone(
+    tmp_path: Path,
+) -> None:
+    """``families.DirectCells`` adds each amount to its value's double in the file (the
+    position prometheus_client's ``MmapedDict`` keeps for the key), nothing else, and skips an
+    amount of 0, through the probe's own mapping: prometheus_client still closes its map (a
+    buffer held on it would make ``close`` raise), and a value written after prometheus_client
+    remapped the grown file is in the file. Values that are not ``MmapedValue``s of one file as
+    expected, or whose file does not hold their ``_value``, get none (``IncCells`` then)."""
     from types import SimpleNamespace  # noqa: PLC0415
+
+    from prometheus_client.mmap_dict import MmapedDict  # noqa: PLC0415
 
     from specdec_exporter.probe.families import DirectCells  # noqa: PLC0415
 
-    data = bytearray(80)
-    file = SimpleNamespace(_positions={"a": 16, "b": 48}, _m=data)
+    path = str(tmp_path / "counter_1.db")
+    file = MmapedDict(path)
+    file.write_value("a", 1.0, 0.0)
+    file.write_value("b", 0.0, 0.0)
+    file.write_value("c", 7.0, 0.0)
     a = SimpleNamespace(_multiprocess=True, _value=1.0, _file=file, _key="a")
     b = SimpleNamespace(_multiprocess=True, _value=0.0, _file=file, _key="b")
     cells = DirectCells.of([a, b])
     assert cells is not None
     cells.add([(0, 2), (1, 0)])
     cells.add(enumerate([0.5, 0.25]))
-    assert struct.unpack_from("dd", data, 16) == (3.5, 0.0)
-    assert struct.unpack_from("dd", data, 48) == (0.25, 0.0)
-    assert data[:16] == bytes(16) and data[32:48] == bytes(16) and data[64:] == bytes(16)
+
+    def stored() -> dict[str, tuple[float, float]]:
+        return {
+            key: (value, timestamp)
+            for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(path)
+        }
+
+    assert stored() == {"a": (3.5, 0.0), "b": (0.25, 0.0), "c": (7.0, 0.0)}
+    for index in range(3000):  # past 64 KiB: prometheus_client maps the grown file anew
+        file.write_value(f"grown {index:04d}", 0.0, 0.0)
+    cells.add([(0, 1)])
+    assert stored()["a"] == (4.5, 0.0) and len(stored()) == 3003
     assert DirectCells.of([a, SimpleNamespace(_value=1.0, _file=file, _key="b")]) is None
     assert DirectCells.of([a, SimpleNamespace(**vars(b) | {"_key": "other"})]) is None
-    other = SimpleNamespace(_positions={"b": 48}, _m=bytearray(80))
+    assert DirectCells.of([a, SimpleNamespace(**vars(b) | {"_value": 1.0})]) is None
+    other = MmapedDict(str(tmp_path / "counter_2.db"))
+    other.write_value("b", 0.0, 0.0)
     assert DirectCells.of([a, SimpleNamespace(**vars(b) | {"_file": other})]) is None
-    assert DirectCells.of([a, SimpleNamespace(**vars(b) | {"_value": 1})]) is None
-    file._m = None  # the file closed under it
-    with pytest.raises(TypeError):
-        cells.add([(0, 1)])
+    assert DirectCells.of([SimpleNamespace(_file=SimpleNamespace(_positions={}))]) is None
+    file.close()  # prometheus_client's own close, as after a fork: no BufferError
+    other.close()

@@ -26,19 +26,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 
-class SequenceFigures(NamedTuple):
-    drafts: int
-    draft_tokens: int
-    accepted_tokens: int
-    accepted_per_position: tuple[int, ...]
-    """One entry per position 0..k-1 (k = len(histogram) - 1)."""
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """accepted / draft tokens; None when the sequence never drafted."""
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
-
-
 def count(value: object) -> int:
     """A count vLLM gives: a whole number >= 0 (an ``int`` or anything ``operator.index`` takes,
     not a bool), else ValueError."""
@@ -53,14 +40,23 @@ def count(value: object) -> int:
     return whole
 
 
+DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, PER_POSITION = 0, 1, 2, 3
+"""``sequence_figures``' amounts: drafts, draft tokens, accepted tokens, then one per position."""
+
+
 def sequence_figures(
     histogram: Sequence[int], num_draft_tokens: int, k: int | None = None
-) -> SequenceFigures:
+) -> tuple[list[int], float | None]:
     """``histogram[j]`` = verify steps that accepted exactly j drafts; ``k`` (vLLM's configured
     number of speculative tokens) bounds the positions: a histogram longer than k + 1 is refused.
+    Returns the amounts (``DRAFTS``, ``DRAFT_TOKENS``, ``ACCEPTED_TOKENS``, then accepted at
+    each position 0..len(histogram) - 2 from ``PER_POSITION``) and the acceptance rate
+    (accepted / draft tokens; None when the sequence never drafted).
 
     Runs once per finished sequence on vLLM's output path: plain ints >= 0 (what vLLM gives)
-    take one loop; anything else goes through ``count``, which raises for what no count is."""
+    take one loop; anything else goes through ``count``, which raises for what no count is. A
+    list and a plain tuple, no named tuple: its constructor is a Python call, a few microseconds
+    cold (BENCHMARKS.md, issue 30)."""
     counts = list(histogram)
     for value in counts:
         if type(value) is not int or value < 0:
@@ -72,14 +68,16 @@ def sequence_figures(
     if type(draft_tokens) is not int or draft_tokens < 0:
         draft_tokens = count(draft_tokens)
     drafts = remaining = sum(counts)
-    per_position = []
+    amounts = [drafts, draft_tokens, 0]
+    accepted = 0
     for steps in counts[:-1]:  # accepted at position i: the steps that accepted more than i
         remaining -= steps
-        per_position.append(remaining)
-    accepted = sum(per_position)  # = sum(j * counts[j])
+        accepted += remaining  # the sum over positions = sum(j * counts[j])
+        amounts.append(remaining)
     if accepted > draft_tokens:
         raise ValueError("more accepted than drafted tokens")
-    return SequenceFigures(drafts, draft_tokens, accepted, tuple(per_position))
+    amounts[ACCEPTED_TOKENS] = accepted
+    return amounts, (accepted / draft_tokens if draft_tokens else None)
 
 
 class StepFigures(NamedTuple):

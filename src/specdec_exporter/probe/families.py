@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import mmap
 import os
-import struct
 import threading
 from array import array
 from bisect import bisect_left
@@ -20,14 +20,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, mmap_dict, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.registry import REGISTRY
 
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.histogram_bounds import ACCEPTANCE_RATE_BOUNDS, TPOT_BOUNDS, TTFT_BOUNDS
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe import hooks
-from specdec_exporter.probe.counting import SequenceFigures
 
 ERROR_LOG_INTERVAL = 600
 """Seconds between two log lines for one hook's errors (the counter has every one)."""
@@ -115,79 +114,104 @@ class ProbeHistogram(Histogram):
         return tuple(sample for sample in super()._child_samples() if sample[0] != "_created")
 
 
-DOUBLES = struct.Struct("dd")
-"""A value and its timestamp, as ``prometheus_client.mmap_dict`` stores them."""
+DOUBLE = 8
+"""Bytes of a value in prometheus_client's files (a double, 8-aligned, then its timestamp)."""
 
-_FORKS = [0]
+
+Doubles = Any
+"""A ``memoryview`` of a file as doubles (``_doubles``) or an ``array("d")``: ``cells[i] += x``
+on either (typeshed's ``memoryview`` takes no float item)."""
+
+FORKS = [0]
 """Forks of this process so far, as seen in the child (``os.register_at_fork``): a row's direct
-writes belong to the process that bound them (``Families.flush_locked``)."""
+writes belong to the process that bound them (``Families.forked``)."""
 
 
 def _count_fork() -> None:
-    _FORKS[0] += 1
+    FORKS[0] += 1
 
 
 os.register_at_fork(after_in_child=_count_fork)
 
+_MAPS: dict[tuple[int, int], tuple[Any, mmap.mmap, Doubles]] = {}
+"""(id of a prometheus_client ``MmapedDict``, its size) -> the dict, the probe's own mapping of
+its file and that mapping as doubles (``_doubles``): a few per process (two files, each
+remapped by prometheus_client only when it doubles)."""
+
+
+def _doubles(file: Any) -> Doubles | None:
+    """The probe's own shared mapping of ``file``'s whole file, as doubles (None: not a
+    prometheus_client ``MmapedDict`` as expected). Its own, not ``file._m``: a buffer held on
+    prometheus_client's map would make its ``close`` (after a fork, at
+    ``close_all_multiprocess_files``) raise. Both map the same file ``MAP_SHARED``, so a double
+    written here is in the file, where vLLM's multiprocess collector reads it; a value's
+    position never moves (prometheus_client's file only grows)."""
+    m = getattr(file, "_m", None)
+    f = getattr(file, "_f", None)
+    if m is None or f is None:
+        return None
+    size = len(m)
+    known = _MAPS.get((id(file), size))
+    if known is not None and known[0] is file:
+        return known[2]
+    if size % DOUBLE or size <= 0:
+        return None
+    own = mmap.mmap(f.fileno(), size)
+    view = memoryview(own).cast("d")
+    _MAPS[(id(file), size)] = (file, own, view)
+    return view
+
 
 class DirectCells:
     """Under ``PROMETHEUS_MULTIPROC_DIR``: a row's values in one of the process's files
-    (prometheus_client's ``MmapedDict``), written as ``MmapedValue.inc`` writes them (its
-    ``mmap_dict._pack_two_doubles``, inlined: the new total and a 0 timestamp in one slice
-    assignment, so a reader never sees half a value) without its global lock, its pid check (a
-    system call) and its key lookup at every write. Only the probe's drain writes these values and
-    their positions never move (the file only grows; it is remapped then, so the map is read at
-    each ``add``). The totals are kept here: the values' own ``_value`` stays at what it was when
-    bound, and nothing reads it (vLLM's /metrics reads the files)."""
+    (prometheus_client's ``MmapedDict``), each written as one aligned 8-byte store of its new
+    total through the probe's own mapping of the file (``_doubles``; a reader in another process
+    sees the old total or the new, never half of one), without ``MmapedValue.inc``'s global lock,
+    pid check (a system call), key lookup, pack and slice at every write. Only the probe writes
+    these values (their timestamps stay 0, as ``inc`` writes them), so each write adds to what
+    the file holds; the values' own ``_value`` stays at what it was when bound, and nothing reads
+    it (vLLM's /metrics reads the files)."""
 
-    __slots__ = ("_at", "_file", "_pack", "_totals")
+    __slots__ = ("at", "view")
 
-    def __init__(self, file: Any, at: Sequence[int], totals: Sequence[float]) -> None:
-        self._file = file
-        self._at = array("q", at)
-        """Each value's position in the file."""
-        self._totals = array("d", totals)
-        self._pack = mmap_dict._pack_two_doubles_func
+    def __init__(self, view: Doubles, at: Sequence[int]) -> None:
+        self.view = view
+        self.at = list(at)
+        """Each value's index in ``view`` (its position in the file / 8)."""
 
     def add(self, amounts: Iterable[tuple[int, float]]) -> None:
         """(index, amount) pairs: each non-zero amount added to its value."""
-        m = self._file._m
-        at, totals, pack, width = self._at, self._totals, self._pack, DOUBLES.size
+        view, at = self.view, self.at
         for index, amount in amounts:
             if amount:
-                total = totals[index] + amount
-                totals[index] = total
-                start = at[index]
-                m[start : start + width] = pack(total, 0.0)
+                cell = at[index]
+                view[cell] += amount
 
     @classmethod
     def of(cls, values: Sequence[Any]) -> DirectCells | None:
         """The values' cells, or None when they are not all ``MmapedValue``s of one file as
-        expected (``IncCells`` then)."""
+        expected, each 8-aligned and holding its ``_value`` (``IncCells`` then)."""
         file: Any = getattr(values[0], "_file", None) if values else None
         positions = getattr(file, "_positions", None)
-        pack = getattr(mmap_dict, "_pack_two_doubles_func", None)
-        if not (
-            isinstance(positions, dict)
-            and getattr(file, "_m", None) is not None
-            and callable(pack)
-            and pack(1.0, 0.0) == DOUBLES.pack(1.0, 0.0)
-        ):
+        if not isinstance(positions, dict):
+            return None
+        view = _doubles(file)
+        if view is None:
             return None
         at: list[int] = []
-        totals: list[float] = []
         for value in values:
             position = positions.get(getattr(value, "_key", None))
             if not (
                 getattr(value, "_multiprocess", False)
                 and getattr(value, "_file", None) is file
-                and isinstance(getattr(value, "_value", None), float)
                 and isinstance(position, int)
+                and position % DOUBLE == 0
+                and 0 <= position // DOUBLE < len(view)
+                and view[position // DOUBLE] == getattr(value, "_value", None)
             ):
                 return None
-            at.append(position)
-            totals.append(value._value)
-        return cls(file, at, totals)
+            at.append(position // DOUBLE)
+        return cls(view, at)
 
 
 class IncCells:
@@ -261,43 +285,58 @@ SUMS_AT = TPOT_AT + len(TPOT_UPPER)
 
 
 class SequenceRow:
-    """One temperature series' amounts not yet in its children.
+    """One temperature series' cells: what a finished sequence adds (``count``).
 
-    A finished sequence adds to plain ints and floats here (``count``): no prometheus_client
-    call and none of its locks on vLLM's output path. ``flush`` moves the amounts into the
-    children, whole; the caller holds ``Families.pending_lock`` for both. A histogram's amounts
-    are per bucket (``bisect_left`` finds the bucket ``Histogram.observe`` would) and a sum; the
-    sum goes in as one addition, so ``_sum`` may differ from one-by-one observes in the last
-    bits of a float, never in a count. Only the cells observed are kept (``cells``) and touched
-    at a flush, and a row is flushed only when it has amounts (``Families.dirty``): a drain
-    under ``PROMETHEUS_MULTIPROC_DIR`` runs cold, between two steps of vLLM's work, where every
-    object it reads is a cache miss."""
+    Under ``PROMETHEUS_MULTIPROC_DIR`` (``DirectCells`` for both files) ``count`` writes each
+    amount straight into the process's files: a drain there runs cold, between two steps of
+    vLLM's work, where every Python call and every object it reads is a cache miss, so a
+    sequence is one call that adds to the values where they are. Otherwise (one API server)
+    ``count`` adds to two arrays of plain doubles here, the same code on other cells: no
+    prometheus_client call and none of its locks on vLLM's output path; ``flush`` moves the
+    amounts into the children, whole, and the row puts itself in ``Families.dirty`` with its
+    first amount since a flush. The caller holds ``Families.pending_lock`` for both.
 
-    __slots__ = ("_counter_cells", "_dirty", "_histogram_cells", "_series", "cells", "counts")
+    A histogram's amounts are per bucket (``bisect_left`` finds the bucket ``Histogram.observe``
+    would) and a sum, so ``_sum`` may differ from one-by-one observes in the last bits of a
+    float, never in a count."""
+
+    __slots__ = (
+        "_counter_at",
+        "_counters",
+        "_dirty",
+        "_histogram_at",
+        "_histograms",
+        "_series",
+        "_sinks",
+        "_waiting",
+    )
+
+    _counters: Doubles
+    _histograms: Doubles
+    _counter_at: list[int]
+    _histogram_at: list[int]
+    _sinks: tuple[Cells, Cells] | None
 
     HOOK = names.HOOK_FINISHED
     """The hook whose amounts a row carries: a failed flush is its error."""
     POSITIONS_AT = 5
-    """``counts``: sequences, spec sequences, drafts, draft tokens, accepted tokens, then one
-    per position."""
+    """The counters: sequences, spec sequences, drafts, draft tokens, accepted tokens, then one
+    per position (``counting.sequence_figures``' amounts from index 2)."""
 
     def __init__(
         self, series: TemperatureSeries, direct: bool = False, dirty: list[Any] | None = None
     ) -> None:
         self._series = series
-        self.bind(direct)
-        self.counts = [0] * (self.POSITIONS_AT + len(series.accepted_per_position))
-        self.cells: dict[int, float] = {}
-        """Index into the three histograms' buckets and sums (``TTFT_AT``, ``TPOT_AT``,
-        ``SUMS_AT``) -> the amount to add."""
         self._dirty = [] if dirty is None else dirty
         """Where the row puts itself when it gets its first amount (``Families.flush_locked``
-        flushes those)."""
+        flushes those); never, when it writes the files."""
+        self.bind(direct)
 
     def bind(self, direct: bool) -> None:
-        """Reach the children's values (``direct``: ``DirectCells`` where they can)."""
+        """Reach the children's values (``direct``: ``DirectCells`` where they can; the row
+        writes them in ``count`` when both files can, else adds here until ``flush``)."""
         series = self._series
-        self._counter_cells = _cells(
+        counters = _cells(
             _counter_values(
                 (
                     series.sequences,
@@ -320,53 +359,80 @@ class SequenceRow:
             buckets, sum_value = _histogram_values(child, bounds)
             values.extend(buckets)
             sums.append(sum_value)
-        self._histogram_cells = _cells([*values, *sums], direct)
+        histograms = _cells([*values, *sums], direct)
+        if type(counters) is DirectCells and type(histograms) is DirectCells:
+            self._counters, self._counter_at = counters.view, counters.at
+            self._histograms, self._histogram_at = histograms.view, histograms.at
+            self._sinks = None
+            self._waiting = False
+        else:
+            self._sinks = (counters, histograms)
+            self._counters = array(
+                "d", bytes(DOUBLE * (self.POSITIONS_AT + len(series.accepted_per_position)))
+            )
+            self._counter_at = list(range(len(self._counters)))
+            self._histograms = array("d", bytes(DOUBLE * (SUMS_AT + 3)))
+            self._histogram_at = list(range(len(self._histograms)))
+            self._waiting = True
+
+    @property
+    def positions(self) -> int:
+        """The per-position counters the row has."""
+        return len(self._counter_at) - self.POSITIONS_AT
 
     def count(
-        self, figures: SequenceFigures | None, timing: tuple[float, float] | None = None
+        self,
+        figures: Sequence[int] | None,
+        rate: float | None = None,
+        timing: tuple[float, float] | None = None,
     ) -> None:
         """One finished sequence, checked by its caller (finite amounts): its count, its
-        speculative figures (None: vLLM gave none) and its (TTFT, TPOT) in seconds (None: no
-        timing)."""
-        counts = self.counts
-        if not counts[0]:
+        speculative amounts and acceptance rate (``counting.sequence_figures``; None: vLLM gave
+        none) and its (TTFT, TPOT) in seconds (None: no timing)."""
+        if self._waiting:  # adding here: the row's first amount since a flush
+            self._waiting = False
             self._dirty.append(self)
-        counts[0] += 1
-        cells = self.cells
-        get = cells.get
+        cells, at = self._counters, self._counter_at
+        cell = at[0]
+        cells[cell] += 1
         if figures is not None:
-            counts[1] += 1
-            counts[2] += figures.drafts
-            counts[3] += figures.draft_tokens
-            counts[4] += figures.accepted_tokens
-            position = self.POSITIONS_AT
-            for accepted in figures.accepted_per_position:
-                counts[position] += accepted
-                position += 1
-            rate = figures.acceptance_rate
-            if rate is not None:
-                index = bisect_left(RATE_UPPER, rate)
-                cells[index] = get(index, 0) + 1
-                cells[SUMS_AT] = get(SUMS_AT, 0.0) + rate
+            cell = at[1]
+            cells[cell] += 1
+            index = 2
+            for amount in figures:
+                if amount:
+                    cell = at[index]
+                    cells[cell] += amount
+                index += 1
+        cells, at = self._histograms, self._histogram_at
+        if rate is not None:
+            cell = at[bisect_left(RATE_UPPER, rate)]
+            cells[cell] += 1
+            cell = at[SUMS_AT]
+            cells[cell] += rate
         if timing is not None:
             ttft, tpot = timing
-            index = TTFT_AT + bisect_left(TTFT_UPPER, ttft)
-            cells[index] = get(index, 0) + 1
-            index = TPOT_AT + bisect_left(TPOT_UPPER, tpot)
-            cells[index] = get(index, 0) + 1
-            cells[SUMS_AT + 1] = get(SUMS_AT + 1, 0.0) + ttft
-            cells[SUMS_AT + 2] = get(SUMS_AT + 2, 0.0) + tpot
+            cell = at[TTFT_AT + bisect_left(TTFT_UPPER, ttft)]
+            cells[cell] += 1
+            cell = at[TPOT_AT + bisect_left(TPOT_UPPER, tpot)]
+            cells[cell] += 1
+            cell = at[SUMS_AT + 1]
+            cells[cell] += ttft
+            cell = at[SUMS_AT + 2]
+            cells[cell] += tpot
 
     def flush(self) -> None:
-        """Add the amounts to the children and start again from 0."""
-        counts = self.counts
-        if not counts[0]:
-            return  # every sequence adds 1 to counts[0]: nothing pending
-        cells = self.cells
-        self.counts = [0] * len(counts)
-        self.cells = {}
-        self._counter_cells.add(enumerate(counts))
-        self._histogram_cells.add(cells.items())
+        """Add the amounts held here to the children and start again from 0 (nothing to do
+        when the row writes the files in ``count``)."""
+        sinks = self._sinks
+        if sinks is None or self._waiting:
+            return
+        counters, histograms = self._counters, self._histograms
+        self._counters = array("d", bytes(DOUBLE * len(counters)))
+        self._histograms = array("d", bytes(DOUBLE * len(histograms)))
+        self._waiting = True
+        sinks[0].add(enumerate(counters))
+        sinks[1].add(enumerate(histograms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,8 +537,9 @@ class Families:
         this process's ``collect``; the step hook drains instead (``plugin.py``)."""
         self.direct_writes = not self.flush_at_scrape
         """Under ``PROMETHEUS_MULTIPROC_DIR`` the rows write their values' file directly
-        (``DirectCells``) while this process is the one that made them (``_forks``)."""
-        self._forks = _FORKS[0]
+        (``DirectCells``) while this process is the one that made them (``forks``)."""
+        self.forks = FORKS[0]
+        """``FORKS`` when the rows were bound: another count is a forked child (``forked``)."""
         self.dirty: list[SequenceRow | StepRow] = []
         """The rows with amounts, each once: what the next flush moves."""
         for family in (
@@ -511,7 +578,7 @@ class Families:
     def sequence_row_locked(self, model: str, bucket: str, positions: int) -> SequenceRow:
         """``sequence_row`` for a caller that holds ``pending_lock``."""
         row = self._sequence_rows.get((model, bucket))
-        if row is None or len(row.counts) < SequenceRow.POSITIONS_AT + positions:
+        if row is None or row.positions < positions:
             if row is not None:
                 row.flush()
             series = self.temperature_series(model, bucket, positions)
@@ -544,8 +611,8 @@ class Families:
         dirty = self.dirty
         if not dirty:
             return
-        if self.direct_writes and _FORKS[0] != self._forks:
-            self._forked()
+        if self.direct_writes and FORKS[0] != self.forks:
+            self.forked()
         for row in dirty:  # the lock held: no row is added while they are walked
             try:
                 row.flush()
@@ -553,7 +620,7 @@ class Families:
                 self.count_error(row.HOOK)
         dirty.clear()
 
-    def _forked(self) -> None:
+    def forked(self) -> None:
         """In a forked child the direct writes would land in the parent's file: every row goes
         back to ``MmapedValue.inc`` (which opens this process's own file)."""
         self.direct_writes = False

@@ -54,7 +54,13 @@ from specdec_exporter.probe.counting import (
     step_figures,
     time_per_output_token,
 )
-from specdec_exporter.probe.families import ERROR_LOG_INTERVAL, Families, SequenceRow, StepRow
+from specdec_exporter.probe.families import (
+    ERROR_LOG_INTERVAL,
+    FORKS,
+    Families,
+    SequenceRow,
+    StepRow,
+)
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
@@ -136,11 +142,14 @@ class ProbeState:
         if not lock.acquire(blocking=blocking):
             return
         try:
+            families = self.families
+            if families.direct_writes and FORKS[0] != families.forks:
+                families.forked()  # before any write: this is a forked child
             self._count_steps(len(self.steps) // STEP_FIELDS)  # later ones: the next drain's
             finished = self.finished
             for _ in range(len(finished)):
                 self._count_finished(*finished.popleft())
-            self.families.flush_locked()
+            families.flush_locked()
         except Exception as exc:  # popleft of an emptied deque: a bug of ours, counted
             self._hook_failed(names.HOOK_RECORD, exc)
         finally:
@@ -159,9 +168,9 @@ class ProbeState:
                 label = self._label_for(temperature)
                 if label is None:
                     return  # the split is off, or a pooling request (no sampled sequence)
-            figures = None
+            figures = rate = None
             if metrics is not None:
-                figures = sequence_figures(
+                figures, rate = sequence_figures(
                     metrics.histogram, metrics.num_draft_tokens, self.positions
                 )
             timing = None
@@ -178,7 +187,7 @@ class ProbeState:
             # Every figure is read and checked above: from here on only the row moves.
             if row is None:
                 row = self._row(temperature, label)
-            row.count(figures, timing)
+            row.count(figures, rate, timing)
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 

@@ -20,7 +20,11 @@ from specdec_exporter import __version__
 from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig, schedule_text
 from specdec_exporter.devtools.sim.settings import SpeculativeConfig
-from specdec_exporter.probe.counting import sequence_figures, time_per_output_token
+from specdec_exporter.probe.counting import (
+    PER_POSITION,
+    sequence_figures,
+    time_per_output_token,
+)
 from specdec_exporter.probe.families import Families
 
 NO_SPECULATION = "vLLM runs without --speculative-config"
@@ -105,13 +109,13 @@ class ProbeSeries:
         if self.temperatures is None:
             return
         label = self.temperatures.label_for(temperature)
-        figures = sequence_figures(histogram, draft_tokens)
+        figures, rate = sequence_figures(histogram, draft_tokens)
         row = self.families.sequence_row(
-            self.model, label, max(self.positions, len(figures.accepted_per_position))
+            self.model, label, max(self.positions, len(figures) - PER_POSITION)
         )
         timing = (ttft, time_per_output_token(first_token_at, last_token_at, generated))
         with self.families.pending_lock:
-            row.count(figures, timing)
+            row.count(figures, rate, timing)
 
     def record_step(
         self, engine: int, running: int, drafts: int, draft_tokens: int, accepted: int
