@@ -77,9 +77,15 @@ PROBE_SCRIPT = textwrap.dedent(
         request = fake.RequestState("r", "p", 0.0, metrics, None)
         step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
         finishing = types.SimpleNamespace(finished_requests=["done"])
-        for _ in range(2):  # no event loop here: each finishing step drains at once
+        for held in (False, True):  # no event loop here: each finishing step drains at once
+            if held:  # a drain holds the lock: the sequence waits for the next drain
+                state.families.pending_lock.acquire()
             processor._update_stats_from_finished(request, 1, None)
+            assert len(state.finished) == held, state.finished  # else counted at its finish
+            if held:
+                state.families.pending_lock.release()
             logger.record(fake.SchedulerStats(1, spec_decoding_stats=step), finishing)
+            assert not state.finished
         child = os.fork()
         if child == 0:  # the direct writes would land in the parent's file: not any more
             processor._update_stats_from_finished(request, 1, None)
@@ -94,7 +100,9 @@ PROBE_SCRIPT = textwrap.dedent(
 
 def test_the_probe_writes_its_file_directly_and_only_its_own_series(tmp_path: Path) -> None:
     """Under PROMETHEUS_MULTIPROC_DIR the rows write the process's file without
-    MmapedValue.inc's lock and pid check: the same values in the same file; a forked child
+    MmapedValue.inc's lock and pid check: the same values in the same file; a finished sequence
+    is counted in its hook (in the inbox, for the next drain, while a drain holds the lock, so
+    the hook never waits); a forked child
     writes its own file (the rows go back to MmapedValue.inc); and start-up leaves no series
     but the model's (no check values in the file)."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}

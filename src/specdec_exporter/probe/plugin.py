@@ -117,15 +117,32 @@ class ProbeState:
     floats, what vLLM gives (a NaN is never found: it equals nothing)."""
 
     def observe_finished(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """One finished sequence (the wrapped method's arguments): its temperature and the
-        references to its two figure objects go into ``finished``, counted at the next ``drain``
-        (the step hook, ``step_hook``, does the same for steps). Never raises."""
+        """One finished sequence (the wrapped method's arguments). With one API server its
+        temperature and the references to its two figure objects go into ``finished``, counted
+        at the next ``drain`` (a scrape's; the step hook keeps steps the same way). When the
+        rows write the process's files (``Families.direct_writes``, under
+        ``PROMETHEUS_MULTIPROC_DIR``) it is counted here and now, while vLLM's objects it reads
+        are still in the cache from vLLM's own use of them a moment ago (at the drain, a step
+        later, each read was a cache miss: BENCHMARKS.md, issue 30), unless a drain holds the
+        lock (it goes into ``finished`` then: this hook never waits). Never raises."""
         try:
             if self.temperature_buckets is None:
                 return
             req_state = args[0] if args else kwargs["req_state"]
+            temperature, metrics = req_state.temperature, req_state.spec_decode_metrics
+            stats = req_state.stats
+            families = self.families
+            if families.direct_writes and families.pending_lock.acquire(blocking=False):
+                try:
+                    if FORKS[0] != families.forks:
+                        families.forked()  # a forked child: the inbox and its flush, as below
+                    else:
+                        self._count_finished(temperature, metrics, stats)
+                        return
+                finally:
+                    families.pending_lock.release()
             finished = self.finished
-            finished.append((req_state.temperature, req_state.spec_decode_metrics, req_state.stats))
+            finished.append((temperature, metrics, stats))
             if len(finished) >= INBOX_LIMIT:
                 self.drain(blocking=False)
         except Exception as exc:
