@@ -190,3 +190,57 @@ def test_direct_cells_write_where_mmapeddict_would_and_leave_its_map_alone(
     assert DirectCells.of([SimpleNamespace(_file=SimpleNamespace(_positions={}))]) is None
     file.close()  # prometheus_client's own close, as after a fork: no BufferError
     other.close()
+
+
+ROWS_SCRIPT = textwrap.dedent(
+    """
+    from specdec_exporter.probe import counting
+    from specdec_exporter.probe.families import Families
+
+    families = Families()
+    row = families.sequence_row("direct", "b", 2)
+    assert row._sinks is None  # count writes the file
+    series = families.temperature_series("inc", "b", 2)
+    amounts = (0.0, 0.001, 0.1, 0.10000001, 0.5, 0.7, 1.0, 2.5, 5.0, 5.1, 60.0, 1e9)
+    for index, amount in enumerate(amounts):
+        histogram = [index % 3, 1, index % 2] if index else [0, 0, 0]
+        figures, rate = counting.sequence_figures(histogram, 2 * sum(histogram) - index % 2, 2)
+        timing = (amount, amount / 7)
+        row.count(figures, rate, timing)
+        series.sequences.inc()
+        series.spec_sequences.inc()
+        drafts, draft_tokens, accepted_tokens, *per_position = figures
+        series.drafts.inc(drafts)
+        series.draft_tokens.inc(draft_tokens)
+        series.accepted_tokens.inc(accepted_tokens)
+        for position, accepted in enumerate(per_position):
+            series.accepted_per_position[position].inc(accepted)
+        if rate is not None:
+            series.acceptance_rate.observe(rate)
+        series.ttft.observe(timing[0])
+        series.tpot.observe(timing[1])
+    row.count(None)
+    series.sequences.inc()
+    """
+)
+
+
+def test_direct_rows_write_what_prometheus_clients_own_updates_write(tmp_path: Path) -> None:
+    """Under PROMETHEUS_MULTIPROC_DIR a row's ``count`` (each amount added to its double in the
+    file) leaves every series as ``inc`` and ``observe`` one by one leave another model's: at each
+    bucket bound, between, below and above, and a sequence without figures or timing."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", ROWS_SCRIPT], env=env, check=True, timeout=60)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(tmp_path))
+    by_model: dict[str, dict[tuple[str, str | None, str | None], float]] = {}
+    for metric in registry.collect():
+        for sample in metric.samples:
+            model = sample.labels.get("model_name")
+            if model in ("direct", "inc"):
+                key = (sample.name, sample.labels.get("le"), sample.labels.get("position"))
+                by_model.setdefault(model, {})[key] = sample.value
+    assert by_model["direct"].keys() == by_model["inc"].keys()
+    assert len(by_model["direct"]) > 40
+    for key, value in by_model["inc"].items():
+        assert by_model["direct"][key] == value, key

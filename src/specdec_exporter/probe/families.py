@@ -288,9 +288,10 @@ class SequenceRow:
     """One temperature series' cells: what a finished sequence adds (``count``).
 
     Under ``PROMETHEUS_MULTIPROC_DIR`` (``DirectCells`` for both files) ``count`` writes each
-    amount straight into the process's files: a drain there runs cold, between two steps of
-    vLLM's work, where every Python call and every object it reads is a cache miss, so a
-    sequence is one call that adds to the values where they are. Otherwise (one API server)
+    amount straight into the process's files, called from the finished-request hook
+    (``plugin.ProbeState.observe_finished``): that code runs cold, between pieces of vLLM's
+    work, where every Python call and every object it reads is a cache miss, so a sequence is
+    one call that adds to the values where they are, no second pass. Otherwise (one API server)
     ``count`` adds to two arrays of plain doubles here, the same code on other cells: no
     prometheus_client call and none of its locks on vLLM's output path; ``flush`` moves the
     amounts into the children, whole, and the row puts itself in ``Families.dirty`` with its
