@@ -649,6 +649,32 @@ def _span(values: Sequence[float], digits: int = 3) -> str:
     )
 
 
+SIDECAR_POLL_S = 5.0
+"""The sidecar's default poll of vLLM's /metrics (``--poll-interval``): the scrapes a render
+costs per request at a run's request rate (``render_share``)."""
+
+
+def scrape_ms(row: Mapping[str, Any]) -> float | None:
+    """One scrape in a run: vLLM's /metrics handler's ``generate_latest``,
+    thread CPU less the clock read in place, per call (None: not timed)."""
+    slot = (row.get("gc") or {}).get("timed", {}).get("generate_latest")
+    if not slot or not slot[0]:
+        return None
+    return timed_ns(slot, None) / float(slot[0]) / 1e6
+
+
+def render_share(row: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
+    """What rendering the probe's series adds to the API server's CPU per request, in percent,
+    at the sidecar's poll (``SIDECAR_POLL_S``) and this run's request rate: the extra ms a scrape
+    against ``without`` of the same round, over the CPU of the requests one poll interval holds.
+    A per-scrape cost (whatever the load), stated per request to add to the hooks' share."""
+    mine, theirs = scrape_ms(row), scrape_ms(base)
+    if mine is None or theirs is None:
+        return None
+    per_poll = float(row["req_per_s"]) * SIDECAR_POLL_S * float(row["cpu_ms_per_request"])
+    return (mine - theirs) / per_poll * 100
+
+
 def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
     """Per grid point and variant: medians (ranges) over the rounds, and per-round ratios to
     `without` of the same round. ``timer_us``: what the timer adds to a timed call (default:
@@ -748,6 +774,21 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                         f"{timer_us:.2f} us a call (hot): {_span(corrected, 2)}%; less the "
                         f"clock read timed in place before each call: {_span(in_place, 2)}%"
                     )
+                    renders = [
+                        (share, in_place[i], (scrape_ms(r) or 0) - (scrape_ms(base_row) or 0))
+                        for i, r in enumerate(mine_rows)
+                        if (base_row := base.get(r["round"])) is not None
+                        and (share := render_share(r, base_row)) is not None
+                    ]
+                    if renders:
+                        print(
+                            f"  {variant}: a scrape renders the probe's series in "
+                            f"{_span([x for *_, x in renders], 2)} ms more than without; at a "
+                            f"{SIDECAR_POLL_S:g} s poll and this rate, "
+                            f"{_span([s for s, _, _ in renders], 2)}% of the API server's CPU "
+                            f"per request; with the hooks (in place) "
+                            f"{_span([s + h for s, h, _ in renders], 2)}%"
+                        )
                 print(
                     f"  {variant}: collections gen0/1/2 {collections}, "
                     f"ms {[round(m, 1) for m in ms]}, "
