@@ -70,7 +70,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -815,31 +815,76 @@ def timer_overhead(calls: int = 1_000_000) -> float:
     return best
 
 
-def render_cost(rounds: int = 200) -> None:
-    """What rendering the probe's series costs a scrape, in process: every series of one model
-    with the default buckets and k = 4, one engine, as the probe makes them at start, through
-    prometheus_client's generate_latest (the text vLLM's /metrics handler uses). Process CPU per
-    render, the best of three. (The probe's counters and histograms render no `_created` lines
-    since session 12; session 11's 2.73 ms and 575 lines had them.)"""
-    from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415
+RENDER_WRITER = """
+from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
+from specdec_exporter.probe.families import Families
 
-    from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets  # noqa: PLC0415
-    from specdec_exporter.probe.families import Families  # noqa: PLC0415
+families = Families()
+for label in TemperatureBuckets().labels:
+    families.sequence_row("m", label, 4)
+for label in BatchBuckets().labels:
+    families.step_row("m", "0", label)
+"""
+"""Every series of one model as the probe makes them at start (default buckets, k = 4, one
+engine): in this process's registry, or under PROMETHEUS_MULTIPROC_DIR in that process's files."""
+
+
+def render_cost(processes: int = 0, rounds: int = 200) -> None:
+    """What rendering the probe's series costs a scrape, in process, through prometheus_client's
+    generate_latest (the text vLLM's /metrics handler uses), split into collecting the samples
+    (with ``processes``: reading and merging the files, as vLLM's MultiProcessCollector does for
+    two or more API servers) and formatting them. ``processes`` 0: the probe's series in this
+    process's registry (one API server); N: N processes each wrote every series to its own files
+    under a fresh PROMETHEUS_MULTIPROC_DIR (N API servers). Process CPU per render, the best of
+    three. (The probe's counters and histograms render no `_created` lines since session 12;
+    session 11's 2.73 ms and 575 lines had them.)"""
+    from prometheus_client import CollectorRegistry, Metric, generate_latest  # noqa: PLC0415
 
     registry = CollectorRegistry()
-    families = Families(registry)
-    for label in TemperatureBuckets().labels:
-        families.sequence_row("m", label, 4)
-    for label in BatchBuckets().labels:
-        families.step_row("m", "0", label)
-    best = math.inf
-    for _ in range(3):
-        start = time.process_time()
-        for _ in range(rounds):
-            text = generate_latest(registry)
-        best = min(best, (time.process_time() - start) / rounds * 1e3)
-    lines = text.count(b"\n")
-    print(f"the probe's series: {best:.2f} ms a render, {lines} lines")
+    if processes:
+        from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
+
+        folder = tempfile.mkdtemp(prefix="specdec-render-")
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": folder}
+        for _ in range(processes):
+            subprocess.run([sys.executable, "-c", RENDER_WRITER], env=env, check=True)
+        MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+    else:
+        from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets  # noqa: PLC0415
+        from specdec_exporter.probe.families import Families  # noqa: PLC0415
+
+        families = Families(registry)  # as RENDER_WRITER, in this registry
+        for label in TemperatureBuckets().labels:
+            families.sequence_row("m", label, 4)
+        for label in BatchBuckets().labels:
+            families.step_row("m", "0", label)
+    collected = list(registry.collect())
+
+    class Collected:
+        def collect(self) -> list[Metric]:
+            return collected
+
+    formatted = CollectorRegistry()
+    formatted.register(Collected())
+
+    def best_ms(work: Callable[[], object]) -> float:
+        best = math.inf
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(rounds):
+                work()
+            best = min(best, (time.process_time() - start) / rounds * 1e3)
+        return best
+
+    lines = generate_latest(registry).count(b"\n")
+    where = f"{processes} processes' files" if processes else "one process's registry"
+    render = best_ms(lambda: generate_latest(registry))
+    collect = best_ms(lambda: list(registry.collect()))
+    format_only = best_ms(lambda: generate_latest(formatted))
+    print(
+        f"the probe's series ({where}): {render:.2f} ms a render, {lines} lines; collecting "
+        f"the samples {collect:.2f} ms, formatting them {format_only:.2f} ms"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -891,7 +936,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     shares = commands.add_parser("profile", help="sample shares from a --py-spy folder")
     shares.add_argument("folder")
     commands.add_parser("timer", help="what the timer adds to each timed call (hot, us)")
-    commands.add_parser("render", help="what rendering the probe's series costs (in process)")
+    render = commands.add_parser(
+        "render", help="what rendering the probe's series costs (in process)"
+    )
+    render.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="0: one process's registry (one API server); N: N processes' files (N API servers)",
+    )
     again = commands.add_parser("report", help="the tables from --out files")
     again.add_argument("files", nargs="+")
     again.add_argument(
@@ -905,7 +958,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "profile":
         profile(Path(args.folder))
     elif args.command == "render":
-        render_cost()
+        render_cost(args.processes)
     elif args.command == "timer":
         print(f"{timer_overhead():.3f} us a timed call, inside the timed window (hot)")
     else:
