@@ -194,33 +194,15 @@ def test_direct_cells_write_where_mmapeddict_would_and_leave_its_map_alone(
 
 ROWS_SCRIPT = textwrap.dedent(
     """
-    from specdec_exporter.probe import counting
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import row_pairs
     from specdec_exporter.probe.families import Families
 
     families = Families()
     row = families.sequence_row("direct", "b", 2)
     assert row._sinks is None  # count writes the file
-    series = families.temperature_series("inc", "b", 2)
-    amounts = (0.0, 0.001, 0.1, 0.10000001, 0.5, 0.7, 1.0, 2.5, 5.0, 5.1, 60.0, 1e9)
-    for index, amount in enumerate(amounts):
-        histogram = [index % 3, 1, index % 2] if index else [0, 0, 0]
-        figures, rate = counting.sequence_figures(histogram, 2 * sum(histogram) - index % 2, 2)
-        timing = (amount, amount / 7)
-        row.count(figures, rate, timing)
-        series.sequences.inc()
-        series.spec_sequences.inc()
-        drafts, draft_tokens, accepted_tokens, *per_position = figures
-        series.drafts.inc(drafts)
-        series.draft_tokens.inc(draft_tokens)
-        series.accepted_tokens.inc(accepted_tokens)
-        for position, accepted in enumerate(per_position):
-            series.accepted_per_position[position].inc(accepted)
-        if rate is not None:
-            series.acceptance_rate.observe(rate)
-        series.ttft.observe(timing[0])
-        series.tpot.observe(timing[1])
-    row.count(None)
-    series.sequences.inc()
+    row_pairs.count_both(row, families.temperature_series("inc", "b", 2), row_pairs.AMOUNTS)
     """
 )
 
@@ -230,7 +212,12 @@ def test_direct_rows_write_what_prometheus_clients_own_updates_write(tmp_path: P
     file) leaves every series as ``inc`` and ``observe`` one by one leave another model's: at each
     bucket bound, between, below and above, and a sequence without figures or timing."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    subprocess.run([sys.executable, "-c", ROWS_SCRIPT], env=env, check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-c", ROWS_SCRIPT, str(Path(__file__).parent)],
+        env=env,
+        check=True,
+        timeout=60,
+    )
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(tmp_path))
     by_model: dict[str, dict[tuple[str, str | None, str | None], float]] = {}

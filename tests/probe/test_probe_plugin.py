@@ -11,6 +11,7 @@ from typing import Any
 
 import fake_vllm_modules as fake
 import pytest
+import row_pairs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -637,26 +638,7 @@ def test_a_flushed_row_gives_what_prometheus_clients_own_updates_give(probe: Pro
     ours, theirs = families.Families(registry), families.Families(CollectorRegistry())
     row = ours.sequence_row("m", "b", 2)
     series = theirs.temperature_series("m", "b", 2)
-    amounts = (0.0, 0.001, 0.1, 0.10000001, 0.5, 0.7, 1.0, 2.5, 5.0, 5.1, 60.0, 1e9, float("inf"))
-    for index, amount in enumerate(amounts):
-        histogram = [index % 3, 1, index % 2] if index else [0, 0, 0]
-        figures, rate = counting.sequence_figures(histogram, 2 * sum(histogram) - index % 2, 2)
-        timing = (amount, amount / 7)
-        row.count(figures, rate, timing)
-        series.sequences.inc()
-        series.spec_sequences.inc()
-        drafts, draft_tokens, accepted_tokens, *per_position = figures
-        series.drafts.inc(drafts)
-        series.draft_tokens.inc(draft_tokens)
-        series.accepted_tokens.inc(accepted_tokens)
-        for position, accepted in enumerate(per_position):
-            series.accepted_per_position[position].inc(accepted)
-        if rate is not None:
-            series.acceptance_rate.observe(rate)
-        series.ttft.observe(timing[0])
-        series.tpot.observe(timing[1])
-    row.count(None)
-    series.sequences.inc()
+    row_pairs.count_both(row, series, (*row_pairs.AMOUNTS, float("inf")))
     ours.flush()
 
     def samples(of: families.Families) -> dict[tuple[str, str | None, str | None], float]:
