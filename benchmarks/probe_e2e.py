@@ -599,6 +599,9 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"--variants: choose from {', '.join(VARIANTS)}")
     layout = real.Layout.default()
     rows: list[dict[str, Any]] = []
+    invocation = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}-{os.getpid()}"
+    """This run's name in each row: ``report`` pairs a variant with ``without`` of the same
+    round of the same invocation (``pairing``), however many runs share an --out file."""
     with tempfile.TemporaryDirectory(prefix="specdec-probe-e2e-") as scratch:
         probe, empty = Path(scratch) / "probe", Path(scratch) / "empty"
         probe_overhead.install_probe(probe)
@@ -627,6 +630,7 @@ def run(args: argparse.Namespace) -> None:
                 )
                 row = {
                     "round": index,
+                    "invocation": invocation,
                     "probe_timed": not args.untimed_probe,
                     **one_run(layout, args, variant, env, gc_dir),
                 }
@@ -647,6 +651,12 @@ def _span(values: Sequence[float], digits: int = 3) -> str:
         f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-"
         f"{max(values):.{digits}f})"
     )
+
+
+def pairing(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What pairs a run with ``without``: its invocation (rows from before session 15 have
+    none: the file it was read from, ``_file``, set by ``main``) and its round."""
+    return (row.get("invocation", row.get("_file")), row["round"])
 
 
 SIDECAR_POLL_S = 5.0
@@ -688,7 +698,7 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
             for r in rows
             if (r["tokens"], r["concurrency"], r["api_servers"]) == (tokens, concurrency, servers)
         ]
-        base = {r["round"]: r for r in at if r["variant"] == "without"}
+        base = {pairing(r): r for r in at if r["variant"] == "without"}
         loads = [r["load_avg_1m"] for r in at]
         print(
             f"\n{tokens} tokens, concurrency {concurrency}, {servers} API server(s): "
@@ -705,11 +715,11 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                 continue
             cpu = [r["cpu_ms_per_request"] for r in mine]
             tps = [r["tokens_per_s"] for r in mine]
-            paired = [r for r in mine if r["round"] in base]
+            paired = [r for r in mine if pairing(r) in base]
             ratio = [
-                r["cpu_ms_per_request"] / base[r["round"]]["cpu_ms_per_request"] for r in paired
+                r["cpu_ms_per_request"] / base[pairing(r)]["cpu_ms_per_request"] for r in paired
             ]
-            tratio = [r["tokens_per_s"] / base[r["round"]]["tokens_per_s"] for r in paired]
+            tratio = [r["tokens_per_s"] / base[pairing(r)]["tokens_per_s"] for r in paired]
             cells = "-", "-"
             if variant != "without" and ratio:
                 more = sum(x > 1 for x in ratio)
@@ -777,7 +787,7 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                     renders = [
                         (share, in_place[i], (scrape_ms(r) or 0) - (scrape_ms(base_row) or 0))
                         for i, r in enumerate(mine_rows)
-                        if (base_row := base.get(r["round"])) is not None
+                        if (base_row := base.get(pairing(r))) is not None
                         and (share := render_share(r, base_row)) is not None
                     ]
                     if renders:
@@ -962,7 +972,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "timer":
         print(f"{timer_overhead():.3f} us a timed call, inside the timed window (hot)")
     else:
-        rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()]
+        rows = [
+            {"_file": f, **json.loads(line)}
+            for f in args.files
+            for line in Path(f).read_text().splitlines()
+        ]
         report(rows, args.timer_us)
 
 
