@@ -599,9 +599,9 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"--variants: choose from {', '.join(VARIANTS)}")
     layout = real.Layout.default()
     rows: list[dict[str, Any]] = []
+    # this run's name in each row: ``report`` pairs a variant with ``without`` of the same round
+    # of the same invocation (``pairing``), however many runs share an --out file
     invocation = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}-{os.getpid()}"
-    """This run's name in each row: ``report`` pairs a variant with ``without`` of the same
-    round of the same invocation (``pairing``), however many runs share an --out file."""
     with tempfile.TemporaryDirectory(prefix="specdec-probe-e2e-") as scratch:
         probe, empty = Path(scratch) / "probe", Path(scratch) / "empty"
         probe_overhead.install_probe(probe)
@@ -673,16 +673,17 @@ def scrape_ms(row: Mapping[str, Any]) -> float | None:
     return timed_ns(slot, None) / float(slot[0]) / 1e6
 
 
-def render_share(row: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
-    """What rendering the probe's series adds to the API server's CPU per request, in percent,
-    at the sidecar's poll (``SIDECAR_POLL_S``) and this run's request rate: the extra ms a scrape
-    against ``without`` of the same round, over the CPU of the requests one poll interval holds.
-    A per-scrape cost (whatever the load), stated per request to add to the hooks' share."""
+def render_share(row: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[float, float] | None:
+    """What rendering the probe's series adds a scrape against ``without`` of the same round, in
+    ms, and that as a share of the API server's CPU per request, in percent, at the sidecar's
+    poll (``SIDECAR_POLL_S``) and this run's request rate: over the CPU of the requests one poll
+    interval holds. A per-scrape cost (whatever the load), stated per request to add to the
+    hooks' share. None: a scrape not timed."""
     mine, theirs = scrape_ms(row), scrape_ms(base)
     if mine is None or theirs is None:
         return None
     per_poll = float(row["req_per_s"]) * SIDECAR_POLL_S * float(row["cpu_ms_per_request"])
-    return (mine - theirs) / per_poll * 100
+    return mine - theirs, (mine - theirs) / per_poll * 100
 
 
 def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
@@ -785,7 +786,7 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                         f"clock read timed in place before each call: {_span(in_place, 2)}%"
                     )
                     renders = [
-                        (share, in_place[i], (scrape_ms(r) or 0) - (scrape_ms(base_row) or 0))
+                        (share[1], in_place[i], share[0])
                         for i, r in enumerate(mine_rows)
                         if (base_row := base.get(pairing(r))) is not None
                         and (share := render_share(r, base_row)) is not None
@@ -826,17 +827,19 @@ def timer_overhead(calls: int = 1_000_000) -> float:
 
 
 RENDER_WRITER = """
+from prometheus_client import REGISTRY
 from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets
 from specdec_exporter.probe.families import Families
 
-families = Families()
+families = Families(globals().get("registry", REGISTRY))
 for label in TemperatureBuckets().labels:
     families.sequence_row("m", label, 4)
 for label in BatchBuckets().labels:
     families.step_row("m", "0", label)
 """
 """Every series of one model as the probe makes them at start (default buckets, k = 4, one
-engine): in this process's registry, or under PROMETHEUS_MULTIPROC_DIR in that process's files."""
+engine): in a child under PROMETHEUS_MULTIPROC_DIR, its files; run here with ``registry`` set,
+in that registry."""
 
 
 def render_cost(processes: int = 0, rounds: int = 200) -> None:
@@ -848,26 +851,26 @@ def render_cost(processes: int = 0, rounds: int = 200) -> None:
     under a fresh PROMETHEUS_MULTIPROC_DIR (N API servers). Process CPU per render, the best of
     three. (The probe's counters and histograms render no `_created` lines since session 12;
     session 11's 2.73 ms and 575 lines had them.)"""
-    from prometheus_client import CollectorRegistry, Metric, generate_latest  # noqa: PLC0415
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
     registry = CollectorRegistry()
-    if processes:
-        from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
+    with tempfile.TemporaryDirectory(prefix="specdec-render-") as folder:
+        if processes:
+            from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
 
-        folder = tempfile.mkdtemp(prefix="specdec-render-")
-        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": folder}
-        for _ in range(processes):
-            subprocess.run([sys.executable, "-c", RENDER_WRITER], env=env, check=True)
-        MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
-    else:
-        from specdec_exporter.core.buckets import BatchBuckets, TemperatureBuckets  # noqa: PLC0415
-        from specdec_exporter.probe.families import Families  # noqa: PLC0415
+            env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": folder}
+            for _ in range(processes):
+                subprocess.run([sys.executable, "-c", RENDER_WRITER], env=env, check=True)
+            MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+        else:
+            exec(RENDER_WRITER, {"registry": registry})  # this file's own text
+        _render_figures(registry, processes, rounds)
 
-        families = Families(registry)  # as RENDER_WRITER, in this registry
-        for label in TemperatureBuckets().labels:
-            families.sequence_row("m", label, 4)
-        for label in BatchBuckets().labels:
-            families.step_row("m", "0", label)
+
+def _render_figures(registry: Any, processes: int, rounds: int) -> None:
+    """``render_cost``'s timings of ``registry`` (its files still there)."""
+    from prometheus_client import CollectorRegistry, Metric, generate_latest  # noqa: PLC0415
+
     collected = list(registry.collect())
 
     class Collected:
