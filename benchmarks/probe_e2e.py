@@ -81,6 +81,8 @@ sys.path.insert(0, str(HERE.parent / "scripts" / "real_vllm"))
 import probe_overhead  # noqa: E402
 import server as real  # noqa: E402
 
+from specdec_exporter.sidecar.config import Settings  # noqa: E402
+
 TEMPERATURES: tuple[float | None, ...] = (0.0, 0.3, 0.6, 0.8, 1.0, None)
 """The issue's load: None sends no `temperature` (vLLM then samples at the model's default)."""
 CPU_FIX_PLUGIN = "cpu_expand_fix"
@@ -659,8 +661,8 @@ def pairing(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return (row.get("invocation", row.get("_file")), row["round"])
 
 
-SIDECAR_POLL_S = 5.0
-"""The sidecar's default poll of vLLM's /metrics (``--poll-interval``): the scrapes a render
+SIDECAR_POLL_S = float(Settings.model_fields["interval"].default)
+"""The sidecar's default poll of vLLM's /metrics (``--interval``, 5 s): the scrapes a render
 costs per request at a run's request rate (``render_share``)."""
 
 
