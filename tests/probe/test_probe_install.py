@@ -22,11 +22,13 @@ PROBE_MODULES = {
     "specdec_exporter.core",
     "specdec_exporter.core.buckets",
     "specdec_exporter.core.histogram_bounds",
+    "specdec_exporter.core.probe_files",
     "specdec_exporter.core.probe_names",
     "specdec_exporter.core.speculative_config",
     "specdec_exporter.probe",
     "specdec_exporter.probe.counting",
     "specdec_exporter.probe.families",
+    "specdec_exporter.probe.files",
     "specdec_exporter.probe.hooks",
     "specdec_exporter.probe.plugin",
 }

@@ -110,7 +110,8 @@ def test_the_start_up_line_says_the_version_both_splits_and_the_config(
     assert line == (
         f"specdec probe {version} in vLLM {fake.VERSION}: temperature split off: vLLM runs "
         "without --per-request-spec-decode-metrics summary, batch split on (buckets "
-        "1,2-4,5-8,9-16,17-32,33-64,65+); vLLM's speculative config: method eagle3, k 4, draft "
+        "1,2-4,5-8,9-16,17-32,33-64,65+); series on vLLM's /metrics; vLLM's speculative "
+        "config: method eagle3, k 4, draft "
         "model yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, draft TP 1, k per batch size "
         "[[1,4,4],[5,64,2]], per-request metrics none"
     )

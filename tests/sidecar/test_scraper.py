@@ -6,11 +6,15 @@ import asyncio
 import gzip
 import zlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
-from specdec_exporter.sidecar.scraper import ScrapeError, Scraper
+from specdec_exporter.probe.families import Families
+from specdec_exporter.probe.files import ProbeFiles
+from specdec_exporter.sidecar.scraper import Scrape, ScrapeError, Scraper
 from variants import MODEL, capture
 
 pytestmark = pytest.mark.anyio
@@ -163,3 +167,57 @@ async def test_bad_compressed_bodies_are_classified(
     with pytest.raises(ScrapeError) as caught:
         await scraper_for(transport, max_body_bytes=1 << 20).scrape()
     assert caught.value.reason == reason
+
+
+def probe_writing(folder: Path, drafts: int) -> ProbeFiles:
+    """A probe in this process, its series in ``folder`` (as in vLLM with SPECDEC_PROBE_DIR)."""
+    files = ProbeFiles(str(folder))
+    families = Families(CollectorRegistry(), files)
+    families.set_info("0.1.0", "0.32.0", {})
+    families.temperature_series("m", "0", 4).drafts.inc(drafts)
+    return files
+
+
+async def test_the_probe_is_read_from_its_files_while_one_is_live(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM's /metrics carries no probe series with SPECDEC_PROBE_DIR; the scraper reads them
+    from the folder, falls back to /metrics when no live file is there or it cannot be read
+    (one line, once), and reads the folder again when it can."""
+    on_metrics = capture("t3") + PROBE_ON_METRICS
+    client = httpx.AsyncClient(transport=answer(200, on_metrics.encode()))
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    scraper = Scraper(
+        client, "http://vllm:8000/", timeout=1.0, max_body_bytes=1 << 20, probe_dir=str(folder)
+    )
+
+    def drafts(scrape: Scrape) -> float:
+        return scrape.probe.temperature[("m", "0")].totals.drafts
+
+    assert drafts(await scraper.scrape()) == 1  # no live file: vLLM's /metrics
+    files = probe_writing(folder, 7)
+    try:
+        first = await scraper.scrape()
+        assert drafts(first) == 7 and first.probe.temperature_split
+        assert first.snapshot.counters  # vLLM's own figures, from /metrics as ever
+        folder.rename(tmp_path / "elsewhere")
+        with caplog.at_level("WARNING", logger="specdec_exporter.sidecar.scraper"):
+            assert drafts(await scraper.scrape()) == 1
+            assert drafts(await scraper.scrape()) == 1
+        lines = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+        assert len(lines) == 1 and "FileNotFoundError" in lines[0]
+        (tmp_path / "elsewhere").rename(folder)
+        assert drafts(await scraper.scrape()) == 7
+    finally:
+        files.close()
+    assert drafts(await scraper.scrape()) == 1  # the writer gone: its files are not read
+
+
+PROBE_ON_METRICS = """\
+# TYPE specdec_probe_info gauge
+specdec_probe_info{version="0.1.0",vllm_version="0.32.0",temperature_split="on",\
+batch_split="on",reason=""} 1.0
+# TYPE specdec_probe_drafts_total counter
+specdec_probe_drafts_total{model_name="m",temperature_bucket="0"} 1.0
+"""

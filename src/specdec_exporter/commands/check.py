@@ -112,6 +112,7 @@ async def _measure(
             settings.vllm_url,
             timeout=settings.scrape_timeout,
             max_body_bytes=settings.max_body_bytes,
+            probe_dir=None if settings.probe_dir is None else str(settings.probe_dir),
         )
         tap = TapReader(client, sidecar_url) if sidecar_url else None
         try:

@@ -27,6 +27,7 @@ from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.histogram_bounds import ACCEPTANCE_RATE_BOUNDS, TPOT_BOUNDS, TTFT_BOUNDS
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe import hooks
+from specdec_exporter.probe.files import ProbeFiles, file_backed
 
 ERROR_LOG_INTERVAL = 600
 """Seconds between two log lines for one hook's errors (the counter has every one)."""
@@ -250,7 +251,7 @@ def _counter_values(children: Iterable[Counter]) -> list[Any]:
     """The counter children's values (what ``Counter.inc`` adds to)."""
     values = []
     for child in children:
-        if type(child) is not ProbeCounter:
+        if not isinstance(child, ProbeCounter):
             raise TypeError("a Counter child without _value.inc")
         values.append(getattr(child, "_value", None))
     return values
@@ -263,7 +264,7 @@ def _histogram_values(child: Histogram, bounds: Sequence[float]) -> tuple[list[A
     upper = getattr(child, "_upper_bounds", None)
     buckets = getattr(child, "_buckets", None)
     if not (
-        type(child) is ProbeHistogram
+        isinstance(child, ProbeHistogram)
         and upper == [*bounds, math.inf]
         and isinstance(buckets, list)
         and len(buckets) == len(upper)
@@ -481,14 +482,22 @@ class StepRow:
 
 
 class Families:
-    """Every family of the probe, registered once in ``registry``."""
+    """Every family of the probe, registered once in ``registry``; with ``files``, every value
+    in the probe's own files (``probe/files.py``: vLLM's /metrics renders none of them, so
+    ``registry`` is one of the probe's own, never vLLM's)."""
 
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(
+        self, registry: CollectorRegistry = REGISTRY, files: ProbeFiles | None = None
+    ) -> None:
+        counter_class = ProbeCounter if files is None else file_backed(ProbeCounter, files)
+        histogram_class = ProbeHistogram if files is None else file_backed(ProbeHistogram, files)
+        gauge_class = Gauge if files is None else file_backed(Gauge, files)
+
         def counter(name: str, labels: Sequence[str]) -> Counter:
-            return ProbeCounter(name, HELP[name], labelnames=labels, registry=registry)
+            return counter_class(name, HELP[name], labelnames=labels, registry=registry)
 
         def histogram(name: str, bounds: Sequence[float]) -> Histogram:
-            return ProbeHistogram(
+            return histogram_class(
                 name, HELP[name], labelnames=TEMPERATURE_LABELS, buckets=bounds, registry=registry
             )
 
@@ -507,19 +516,17 @@ class Families:
         self.batch_drafts = counter(names.BATCH_DRAFTS, BATCH_LABELS)
         self.batch_draft_tokens = counter(names.BATCH_DRAFT_TOKENS, BATCH_LABELS)
         self.batch_accepted_tokens = counter(names.BATCH_ACCEPTED_TOKENS, BATCH_LABELS)
-        self.info = Gauge(
+        self.info = gauge_class(
             names.INFO,
             HELP[names.INFO],
             labelnames=names.INFO_LABELS,
             registry=registry,
             multiprocess_mode="max",
         )
-        self.errors = ProbeCounter(
-            names.ERRORS, HELP[names.ERRORS], labelnames=(names.HOOK,), registry=registry
-        )
+        self.errors = counter(names.ERRORS, (names.HOOK,))
         for hook in names.HOOKS:
             self.errors.labels(hook)
-        self.speculative_config = _speculative_config_gauge(registry)
+        self.speculative_config = _speculative_config_gauge(registry, gauge_class)
         self._temperature: dict[tuple[str, str], TemperatureSeries] = {}
         self._batch: dict[tuple[str, str, str], BatchSeries] = {}
         self._lock = threading.Lock()
@@ -531,14 +538,17 @@ class Families:
         self.on_collect: Callable[[], None] = self.flush
         """What a scrape of a probe family does first: flush the rows (the plugin's state sets
         its ``drain``, which counts what its hooks left and then flushes)."""
-        self.flush_at_scrape = values.ValueClass is values.MutexValue
-        """True with one API server: a scrape of this process's registry drains and flushes
-        first (every family's ``collect`` calls ``on_collect``), so /metrics is exact. False
-        under ``PROMETHEUS_MULTIPROC_DIR``: vLLM's /metrics reads the processes' files, never
-        this process's ``collect``; the step hook drains instead (``plugin.py``)."""
+        self.files = files
+        self.flush_at_scrape = files is None and values.ValueClass is values.MutexValue
+        """True with one API server and no ``files``: a scrape of this process's registry drains
+        and flushes first (every family's ``collect`` calls ``on_collect``), so /metrics is
+        exact. False under ``PROMETHEUS_MULTIPROC_DIR`` or with ``files``: a reader reads the
+        processes' files, never this process's ``collect``; the step hook drains instead
+        (``plugin.py``)."""
         self.direct_writes = not self.flush_at_scrape
-        """Under ``PROMETHEUS_MULTIPROC_DIR`` the rows write their values' file directly
-        (``DirectCells``) while this process is the one that made them (``forks``)."""
+        """In files (``PROMETHEUS_MULTIPROC_DIR``'s or the probe's own) the rows write their
+        values' file directly (``DirectCells``) while this process is the one that made them
+        (``forks``)."""
         self.forks = FORKS[0]
         """``FORKS`` when the rows were bound: another count is a forked child (``forked``)."""
         self.dirty: list[SequenceRow | StepRow] = []
@@ -700,10 +710,12 @@ class Families:
             self.errors.labels(hook).inc()
 
 
-def _speculative_config_gauge(registry: CollectorRegistry) -> Gauge:
+def _speculative_config_gauge(
+    registry: CollectorRegistry, gauge_class: type[Gauge] = Gauge
+) -> Gauge:
     """Like the probe's info series: ``max`` over API servers keeps one series, not one per
     process."""
-    return Gauge(
+    return gauge_class(
         names.SPECULATIVE_CONFIG_INFO,
         HELP[names.SPECULATIVE_CONFIG_INFO],
         labelnames=names.SPECULATIVE_CONFIG_LABELS,

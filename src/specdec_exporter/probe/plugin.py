@@ -45,6 +45,7 @@ from specdec_exporter.core.buckets import (
     parse_edges,
 )
 from specdec_exporter.core.buckets import is_valid_temperature as _is_valid_temperature
+from specdec_exporter.core.probe_files import PROBE_DIR_ENV
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
 from specdec_exporter.probe import hooks
 from specdec_exporter.probe.counting import (
@@ -61,6 +62,7 @@ from specdec_exporter.probe.families import (
     SequenceRow,
     StepRow,
 )
+from specdec_exporter.probe.files import ProbeFiles
 
 LOG = logging.getLogger("vllm.specdec_probe")
 """A child of vLLM's logger, so the probe's one line comes out in vLLM's log format."""
@@ -463,7 +465,13 @@ def _start(vllm_config: Any, engine_index: int, environ: Mapping[str, str]) -> P
     if off[hooks.BATCH_SPLIT]:
         batch_buckets = None
 
-    families = Families() if REGISTRY is None else Families(REGISTRY)
+    files, where = _probe_files(environ)
+    if files is not None:  # the probe's own registry: vLLM's /metrics renders none of it
+        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+        families = Families(CollectorRegistry(auto_describe=False), files)
+    else:
+        families = Families() if REGISTRY is None else Families(REGISTRY)
     state = ProbeState(
         families=families,
         model_name=_model_name(vllm_config),
@@ -509,13 +517,35 @@ def _start(vllm_config: Any, engine_index: int, environ: Mapping[str, str]) -> P
     )
     LOG.log(
         logging.WARNING if reason else logging.INFO,
-        "specdec probe %s in vLLM %s: %s; vLLM's speculative config: %s",
+        "specdec probe %s in vLLM %s: %s; series %s; vLLM's speculative config: %s",
         __version__,
         _vllm_version(),
         splits,
+        where,
         config,
     )
     return state
+
+
+def _probe_files(environ: Mapping[str, str]) -> tuple[ProbeFiles | None, str]:
+    """The probe's own files when ``SPECDEC_PROBE_DIR`` names a directory they can be made
+    in, and where the series go, for the start-up line. A directory that cannot take them
+    leaves the series on vLLM's /metrics (said in that line): the figures are never lost."""
+    folder = environ.get(PROBE_DIR_ENV, "")
+    if not folder:
+        return None, "on vLLM's /metrics"
+    shared = environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    try:
+        if shared and os.path.samefile(folder, shared):
+            return None, f"on vLLM's /metrics ({PROBE_DIR_ENV} is PROMETHEUS_MULTIPROC_DIR)"
+        files = ProbeFiles(folder)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        return None, f"on vLLM's /metrics ({PROBE_DIR_ENV}={folder!r}: {why})"
+    removed = (
+        f", {files.removed} dead file(s) of earlier processes removed" if files.removed else ""
+    )
+    return files, f"in {folder}{removed} (not on vLLM's /metrics)"
 
 
 def _export_speculative_config(families: Families, vllm_config: Any) -> str:

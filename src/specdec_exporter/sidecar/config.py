@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
+    DirectoryPath,
     Field,
     PrivateAttr,
     ValidationError,
@@ -137,6 +138,12 @@ class VllmTarget(BaseSettings, VllmTrust):
         ge=1024,
         le=MAX_BODY_BYTES_LIMIT,
         description="cap on a /metrics body, bytes",
+    )
+    probe_dir: DirectoryPath | None = Field(
+        None,
+        description="the engine probe's own files (vLLM's SPECDEC_PROBE_DIR, a directory both "
+        "containers mount): its series are read there; unset, or no live file: from vLLM's "
+        "/metrics",
     )
     draft_cost_ratio: DraftCostRatio | None = Field(
         None,

@@ -6,6 +6,8 @@ a time, so a small compressed body that decodes to gigabytes never gets into mem
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import zlib
 from collections.abc import Collection
@@ -17,6 +19,9 @@ import httpx
 from specdec_exporter.core.parse import ExpositionError, Snapshot, parse
 from specdec_exporter.core.probe_parse import NO_PROBE, ProbeSnapshot, parse_probe
 from specdec_exporter.deadline import total_deadline
+from specdec_exporter.probe import files as probe_files
+
+LOG = logging.getLogger(__name__)
 
 FailureReason = Literal["connect", "timeout", "http_status", "parse", "too_large", "internal"]
 FAILURE_REASONS: tuple[FailureReason, ...] = (
@@ -52,7 +57,7 @@ class Scrape:
     snapshot: Snapshot
     duration: float
     probe: ProbeSnapshot = NO_PROBE
-    """The engine probe's families, when vLLM's /metrics carries them."""
+    """The engine probe's families, from its files (``probe_dir``) or vLLM's /metrics."""
 
 
 class Scraper:
@@ -66,9 +71,14 @@ class Scraper:
         timeout: float,
         max_body_bytes: int,
         temperature_labels: Collection[str] | None = None,
+        probe_dir: str | None = None,
     ) -> None:
         """``temperature_labels``: the only probe temperature buckets read (the sidecar's own);
-        others are invalid series (``foreign_bucket``), never mirrored. None: any."""
+        others are invalid series (``foreign_bucket``), never mirrored. None: any.
+        ``probe_dir``: the engine probe's own files (``probe/files.py``); the probe's families
+        come from there while a live file is there, else from vLLM's /metrics."""
+        self._probe_dir = probe_dir
+        self._probe_dir_problem: str | None = None
         self._temperature_labels = temperature_labels
         self._client = client
         self._url = vllm_url.rstrip("/") + "/metrics"
@@ -89,10 +99,42 @@ class Scraper:
             text = body.decode("utf-8")
             del body  # the text is all parse needs
             snapshot = parse(text)
-            probe = parse_probe(text, self._temperature_labels)
         except (UnicodeDecodeError, ExpositionError) as exc:
             raise ScrapeError("parse", str(exc)) from None
+        files_text = await self._probe_files_text() if self._probe_dir is not None else None
+        try:
+            probe = parse_probe(files_text or text, self._temperature_labels)
+        except ExpositionError as exc:
+            raise ScrapeError("parse", str(exc)) from None
         return Scrape(snapshot, time.perf_counter() - started, probe)
+
+    async def _probe_files_text(self) -> str | None:
+        """The probe's series from its files, None when none is live or they cannot be read
+        (the families then come from vLLM's /metrics, and one line says why, once a cause)."""
+        assert self._probe_dir is not None
+        try:
+            body = await asyncio.wait_for(
+                asyncio.to_thread(probe_files.read, self._probe_dir, self._max_body_bytes),
+                self._timeout,
+            )
+            text = None if body is None else body.decode("utf-8")
+            problem = None
+        except TimeoutError:
+            text, problem = None, f"no read within {self._timeout:g} s"
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            text, problem = None, f"{type(exc).__name__}: {exc}"
+        if problem != self._probe_dir_problem:
+            if problem is not None:
+                LOG.warning(
+                    "engine probe files in %s unreadable (%s); its series are read from "
+                    "vLLM's /metrics until they can be read",
+                    self._probe_dir,
+                    problem,
+                )
+            else:
+                LOG.info("engine probe files in %s readable again", self._probe_dir)
+            self._probe_dir_problem = problem
+        return text
 
     async def _fetch(self) -> bytearray:
         headers = {"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING}

@@ -60,6 +60,7 @@ async def serve(settings: Settings) -> int:
             timeout=settings.scrape_timeout,
             max_body_bytes=settings.max_body_bytes,
             temperature_labels=TemperatureBuckets(settings.temperature_buckets).labels,
+            probe_dir=None if settings.probe_dir is None else str(settings.probe_dir),
         )
         poller = Poller(
             scraper,
