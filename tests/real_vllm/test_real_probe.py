@@ -1,5 +1,6 @@
 """The engine probe inside real vLLM, loaded as users load it: `install-probe DIR`, then
-PYTHONPATH=DIR (nothing installed into vLLM's venv), with one API server and with two.
+PYTHONPATH=DIR (nothing installed into vLLM's venv), with one API server and with two, its series
+on vLLM's /metrics and in its own files (SPECDEC_PROBE_DIR, read as the sidecar reads them).
 
 A mixed load: no temperature (the model's generation config says 0.6), streams without
 include_usage, n = 2, a list of prompts, /v1/responses, next to requests whose responses carry
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,8 +36,10 @@ from real_vllm.traffic import (
     stream_events,
 )
 from specdec_exporter.core import probe_names as names
+from specdec_exporter.core.probe_files import PROBE_DIR_ENV
 from specdec_exporter.core.probe_parse import parse_probe
 from specdec_exporter.core.speculative_config import EngineSpeculativeConfig
+from specdec_exporter.probe.files import read
 from specdec_exporter.probe.install import install
 
 pytestmark = pytest.mark.real_vllm
@@ -46,22 +50,50 @@ TEMPERATURE_LABELS = ("0", "0-0.5", "0.5-0.7", "0.7-1.0", "1.0+")
 CHECK = [sys.executable, "-m", "specdec_exporter.cli", "check"]
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["one-api-server", "two-api-servers"])
+class Probed:
+    """A vLLM with the probe; ``files``: its SPECDEC_PROBE_DIR (None: its series on /metrics)."""
+
+    def __init__(self, server: Any, files: Path | None) -> None:
+        self.url, self.files = server.url, files
+
+    def metrics(self, client: httpx.Client) -> str:
+        """vLLM's /metrics, and the probe's series from its files when it writes them there
+        (as the sidecar reads them): one text either way."""
+        text = client.get("/metrics").text
+        if self.files is None:
+            return text
+        assert names.PREFIX not in text  # vLLM renders none of the probe's series
+        body = read(str(self.files), 1 << 24)
+        assert body is not None
+        return text + body.decode()
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(1, False), (2, False), (1, True), (2, True)],
+    ids=["one-api-server", "two-api-servers", "one-api-server-files", "two-api-servers-files"],
+)
 def probed_vllm(
     request: pytest.FixtureRequest, real_vllm_layout: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
+) -> Iterator[Probed]:
     directory = tmp_path_factory.mktemp("probe")
     install(directory)
-    servers = request.param
-    yield from serve(
+    servers, in_files = request.param
+    env = {"PYTHONPATH": str(directory), "SPECDEC_BATCH_BUCKETS": BATCH_EDGES}
+    files = tmp_path_factory.mktemp("probe-files") if in_files else None
+    if files is not None:
+        env[PROBE_DIR_ENV] = str(files)
+    for server in serve(
         request.config,
         real_vllm_layout,
         spec=True,
-        what=f"the probe from PYTHONPATH={directory}, {servers} API server(s)",
-        name=f"probe-{servers}",
+        what=f"the probe from PYTHONPATH={directory}, {servers} API server(s)"
+        + (f", its series in {files}" if files else ""),
+        name=f"probe-{servers}" + ("-files" if files else ""),
         extra_args=["--api-server-count", str(servers)],
-        env={"PYTHONPATH": str(directory), "SPECDEC_BATCH_BUCKETS": BATCH_EDGES},
-    )
+        env=env,
+    ):
+        yield Probed(server, files)
 
 
 @dataclass(frozen=True)
@@ -208,13 +240,13 @@ def without_positions(counts: Counts) -> Counts:
 def test_the_probe_splits_exactly_what_vllm_counted(probed_vllm: Any) -> None:
     items = load()
     with httpx.Client(base_url=probed_vllm.url, timeout=120, trust_env=False) as client:
-        before_text = client.get("/metrics").text
+        before_text = probed_vllm.metrics(client)
         before = settled_reading(client, 0)
         with ThreadPoolExecutor(4) as pool:
             truths = list(pool.map(lambda item: send(client, item), items))
         sequences = sum(item.sequences for item in items)
         after = settled_reading(client, before.requests_finished + sequences)
-        text = client.get("/metrics").text
+        text = probed_vllm.metrics(client)
     start, probe = Probe(before_text), Probe(text)
 
     info = [labels for (name, labels), value in probe.found.items() if name == names.INFO]
@@ -280,11 +312,11 @@ def test_a_sequence_ended_by_a_stop_string_is_counted_without_figures(probed_vll
         text = client.post("/v1/completions", json=body).json()["choices"][0]["text"]
         stop = text[len(text) // 2 :][:4]
         assert stop, text
-        before_text = client.get("/metrics").text
+        before_text = probed_vllm.metrics(client)
         before = settled_reading(client, 0)
         response = client.post("/v1/completions", json=body | {"stop": [stop]}).json()
         after = settled_reading(client, before.requests_finished + 1)
-        probe, start = Probe(client.get("/metrics").text), Probe(before_text)
+        probe, start = Probe(probed_vllm.metrics(client)), Probe(before_text)
     assert response["choices"][0]["finish_reason"] == "stop"
     assert response.get("metrics") is None
 
@@ -306,7 +338,7 @@ def test_the_probe_exports_vllms_speculative_config_and_check_uses_it(
     """What vLLM itself read from the stage's --speculative-config (draft_model, k = 4), as the
     probe exports it; `check` with no --speculative-method takes the method, and so c, from it."""
     with httpx.Client(base_url=probed_vllm.url, timeout=120, trust_env=False) as client:
-        text = client.get("/metrics").text
+        text = probed_vllm.metrics(client)
     config = parse_probe(text).speculative_config
     assert config == EngineSpeculativeConfig(
         True,
@@ -319,8 +351,9 @@ def test_the_probe_exports_vllms_speculative_config_and_check_uses_it(
     )
     assert text.count(f"{names.SPECULATIVE_CONFIG_INFO}{{") == 1  # one, with two API servers too
 
+    where = [] if probed_vllm.files is None else ["--probe-dir", str(probed_vllm.files)]
     done = subprocess.run(
-        [*CHECK, "--vllm-url", probed_vllm.url, "--window", "0.5", "--json"],
+        [*CHECK, "--vllm-url", probed_vllm.url, *where, "--window", "0.5", "--json"],
         check=False,
         capture_output=True,
         text=True,
