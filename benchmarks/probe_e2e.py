@@ -38,6 +38,10 @@ Variants (`--variants`, comma-separated; the ratios need `without` among them):
 - `filtered`: the probe on PYTHONPATH but filtered out by `VLLM_PLUGINS` (only the CPU fix plugin);
 - `empty`: a stat-logger plugin whose `record()` does nothing (vLLM's cost of having any plugin);
 - `probe`: the probe as users load it (`install-probe DIR`, `PYTHONPATH=DIR`), both splits on;
+- `probe-files`: the same with `SPECDEC_PROBE_DIR` (a fresh folder a run, in /dev/shm as the probe
+  component's memory-backed emptyDir), as the probe component deploys it: its series in its own
+  files, none on vLLM's /metrics; every scrape also reads the files, as the sidecar does (in this
+  process, not vLLM's);
 - `probe-before`: the probe as of git ref `--before-ref` (default `main`), to compare a change;
 - `no-temperature`, `no-batch`: the probe with one split switched off by an invalid bucket list.
 
@@ -81,6 +85,8 @@ sys.path.insert(0, str(HERE.parent / "scripts" / "real_vllm"))
 import probe_overhead  # noqa: E402
 import server as real  # noqa: E402
 
+from specdec_exporter.core.probe_files import PROBE_DIR_ENV  # noqa: E402
+from specdec_exporter.probe import files as probe_files  # noqa: E402
 from specdec_exporter.sidecar.config import Settings  # noqa: E402
 
 TEMPERATURES: tuple[float | None, ...] = (0.0, 0.3, 0.6, 0.8, 1.0, None)
@@ -91,7 +97,18 @@ it in VLLM_PLUGINS and so filters out only the probe."""
 INVALID_BUCKETS = "not-a-list"
 API_SERVER_TITLE = b"VLLM::APIServer"
 """vLLM's process title of each API server when `--api-server-count` > 1."""
-VARIANTS = ("without", "filtered", "empty", "probe", "probe-before", "no-temperature", "no-batch")
+SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
+"""Where `probe-files` runs keep their folders: memory, as the probe component's emptyDir."""
+VARIANTS = (
+    "without",
+    "filtered",
+    "empty",
+    "probe",
+    "probe-files",
+    "probe-before",
+    "no-temperature",
+    "no-batch",
+)
 
 EMPTY_PLUGIN = """
 from vllm.v1.metrics.loggers import StatLoggerBase
@@ -268,11 +285,15 @@ def variant_env(
     *,
     time_probe: bool = True,
     time_parts: bool = False,
+    files: Path | None = None,
 ) -> dict[str, str]:
     paths: list[str] = []
     env: dict[str, str] = {}
-    if variant in ("filtered", "probe", "no-temperature", "no-batch"):
+    if variant in ("filtered", "probe", "probe-files", "no-temperature", "no-batch"):
         paths.append(str(probe))
+    if variant == "probe-files":
+        assert files is not None
+        env[PROBE_DIR_ENV] = str(files)
     if variant == "probe-before":
         assert before is not None
         paths.append(str(before))
@@ -298,17 +319,23 @@ def expected_info(variant: str) -> tuple[str, str] | None:
     """(temperature_split, batch_split) the probe's info series must show; None: no probe."""
     return {
         "probe": ("on", "on"),
+        "probe-files": ("on", "on"),
         "probe-before": ("on", "on"),
         "no-temperature": ("off", "on"),
         "no-batch": ("on", "off"),
     }.get(variant)
 
 
-def check_variant(url: str, variant: str) -> None:
+def check_variant(url: str, variant: str, files: Path | None = None) -> None:
     """Fail loudly when the server does not run the variant it should (a wrong PYTHONPATH would
-    otherwise measure `without` twice)."""
+    otherwise measure `without` twice); with ``files``, the probe's series are there and none
+    is on /metrics."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
         text = response.read().decode()
+    if files is not None:
+        if "specdec_probe_" in text:
+            raise SystemExit(f"{variant}: the probe's series are on /metrics")
+        text = (probe_files.read(str(files), 1 << 24) or b"").decode()
     info = [line for line in text.splitlines() if line.startswith("specdec_probe_info{")]
     expected = expected_info(variant)
     if expected is None:
@@ -457,9 +484,10 @@ class Scraper:
     polls (5 s by default); `stop` scrapes once more, so the run's CPU window holds the work a
     scrape does for everything the load counted (the probe flushes its amounts then)."""
 
-    def __init__(self, url: str, interval: float) -> None:
+    def __init__(self, url: str, interval: float, files: Path | None = None) -> None:
         self.url = url + "/metrics"
         self.interval = interval
+        self.files = files
         self.scrapes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -467,6 +495,8 @@ class Scraper:
     def _get(self) -> None:
         with urllib.request.urlopen(self.url, timeout=60) as response:
             response.read()
+        if self.files is not None:  # as the sidecar reads them, in its own process
+            probe_files.read(str(self.files), 1 << 24)
         self.scrapes += 1
 
     def _loop(self) -> None:
@@ -525,6 +555,8 @@ def one_run(
     variant: str,
     env: Mapping[str, str],
     gc_dir: Path | None,
+    *,
+    files: Path | None = None,
 ) -> dict[str, Any]:
     extra = ["--enforce-eager"]
     if args.api_servers > 1:
@@ -532,7 +564,7 @@ def one_run(
     load = os.getloadavg()[0]
     server = real.start(layout, name="bench-probe-e2e", env=env, extra_args=extra)
     try:
-        check_variant(server.url, variant)
+        check_variant(server.url, variant, files)
         probe_overhead.send_load(
             server.url, args.warmup, args.concurrency, args.tokens, TEMPERATURES
         )
@@ -546,7 +578,7 @@ def one_run(
         idle_ns_per_s = (cpu_snapshot(pids)[0] - idle_before) / (time.perf_counter() - idle_started)
         spies = start_py_spy(args, variant, pids)
         ns_before, ticks_before = cpu_snapshot(pids)
-        with Scraper(server.url, args.scrape_interval) as scraper:
+        with Scraper(server.url, args.scrape_interval, files) as scraper:
             wall, tokens = probe_overhead.send_load(
                 server.url, args.requests, args.concurrency, args.tokens, TEMPERATURES
             )
@@ -621,6 +653,9 @@ def run(args: argparse.Namespace) -> None:
         for index in range(args.rounds):
             order = variants if index % 2 == 0 else list(reversed(variants))
             for variant in order:
+                files = None
+                if variant == "probe-files":  # a fresh folder a run, as an emptyDir a pod
+                    files = Path(tempfile.mkdtemp(prefix="specdec-probe-files-", dir=SHM))
                 env = variant_env(
                     variant,
                     probe,
@@ -629,12 +664,13 @@ def run(args: argparse.Namespace) -> None:
                     before,
                     time_probe=not args.untimed_probe,
                     time_parts=args.time_parts,
+                    files=files,
                 )
                 row = {
                     "round": index,
                     "invocation": invocation,
                     "probe_timed": not args.untimed_probe,
-                    **one_run(layout, args, variant, env, gc_dir),
+                    **one_run(layout, args, variant, env, gc_dir, files=files),
                 }
                 rows.append(row)
                 line = json.dumps(row)

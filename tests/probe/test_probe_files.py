@@ -311,3 +311,55 @@ def test_the_probe_in_vllm_counts_into_its_files_and_vllms_registry_gets_none(
     assert f'specdec_probe_time_to_first_token_seconds_bucket{{le="0.4",{bucket}}}' not in lines
     assert f"specdec_probe_time_to_first_token_seconds_count{{{bucket}}} 1.0" in lines
     assert any(line.startswith(names.SPECULATIVE_CONFIG_INFO) for line in lines)
+
+
+def test_with_files_the_hooks_keep_and_a_drain_a_second_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With its own files the probe counts many sequences and steps at once (DRAIN_EVERY): the
+    finished hook only keeps its sequence, the step hook drains once the second is up."""
+    monkeypatch.setenv(naming.PROBE_DIR_ENV, str(tmp_path))
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(served_model_name=["tiny"]),
+        speculative_config=SimpleNamespace(num_speculative_tokens=4),
+        observability_config=SimpleNamespace(per_request_spec_decode_metrics="summary"),
+    )
+
+    def sequences() -> float:
+        got = read(str(tmp_path), CAP)
+        assert got is not None
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in samples(got)
+            if line.startswith(names.SEQUENCES + "_total")
+        )
+
+    with fake.installed() as modules:
+        plugin: Any = importlib.import_module("specdec_exporter.probe.plugin")
+        plugin.REGISTRY = CollectorRegistry()
+        logger = plugin.SpecdecProbeStatLogger(config, 0)
+        state = logger.state
+        assert state.drain_every == plugin.DRAIN_EVERY
+        processor = modules["vllm.v1.engine.output_processor"].OutputProcessor()
+        spec = fake.SpecDecodingStats(4, 1, 4, 2, [1, 1, 0, 0])
+        step = fake.SchedulerStats(num_running_reqs=2, spec_decoding_stats=spec)
+        for _ in range(3):
+            processor._update_stats_from_finished(
+                fake.RequestState("r", None, 0.0, None, None), 1, None
+            )
+        assert sequences() == 0 and len(state.finished) == 3  # kept, not counted
+        logger.record(step, None)  # the first step drains (nothing drained yet)
+        assert sequences() == 3 and not state.finished
+        processor._update_stats_from_finished(
+            fake.RequestState("r", None, 0.0, None, None), 1, None
+        )
+        logger.record(step, None)  # within the second: kept
+        assert sequences() == 3 and len(state.steps) == plugin.STEP_FIELDS
+        state.next_drain = 0.0  # the second is up
+        logger.record(step, None)
+        assert sequences() == 4 and not state.steps
+        processor._update_stats_from_finished(
+            fake.RequestState("r", None, 0.0, None, None), 1, None
+        )
+        logger.log()  # vLLM's periodic call: once steps stop, the rest goes in
+        assert sequences() == 5

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,14 +59,29 @@ class Probed:
 
     def metrics(self, client: httpx.Client) -> str:
         """vLLM's /metrics, and the probe's series from its files when it writes them there
-        (as the sidecar reads them): one text either way."""
-        text = client.get("/metrics").text
-        if self.files is None:
-            return text
-        assert names.PREFIX not in text  # vLLM renders none of the probe's series
-        body = read(str(self.files), 1 << 24)
-        assert body is not None
-        return text + body.decode()
+        (as the sidecar reads them): one text either way. The files lag vLLM by up to a drain
+        (``plugin.DRAIN_EVERY``, or vLLM's 10 s ``log()`` once it idles): read until the probe
+        has every sequence vLLM observed a time to first token for."""
+        deadline = time.monotonic() + 30
+        while True:
+            text = client.get("/metrics").text
+            if self.files is None:
+                return text
+            assert names.PREFIX not in text  # vLLM renders none of the probe's series
+            body = read(str(self.files), 1 << 24)
+            assert body is not None
+            text += body.decode()
+            ours, theirs = (
+                sum(
+                    float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith(f"{family}_count")
+                )
+                for family in (names.TTFT, "vllm:time_to_first_token_seconds")
+            )
+            if ours == theirs or time.monotonic() > deadline:
+                return text
+            time.sleep(0.5)
 
 
 @pytest.fixture(

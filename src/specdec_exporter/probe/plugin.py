@@ -73,6 +73,12 @@ STEP_ROWS_LIMIT = 4096
 ``max_num_seqs`` bounds the sizes); past it a step looks its row up again."""
 STEP_FLUSH_EVERY = 64
 """Under ``PROMETHEUS_MULTIPROC_DIR``: steps at most between two drains."""
+DRAIN_EVERY = 1.0
+"""With the probe's own files (``SPECDEC_PROBE_DIR``): seconds at most between two drains while
+vLLM runs steps. The hooks only keep what they see; a drain every second counts it many at a time,
+in a warm loop, where one at a time each sequence ran cold at ~30 us (BENCHMARKS.md, issue 30).
+The files lag vLLM's counters by that much (by vLLM's ``log()`` interval, 10 s, once it idles):
+nothing reads them at the instant vLLM's /metrics is read anyway."""
 INBOX_LIMIT = 1024
 """Steps, and finished sequences, at most in ``ProbeState.steps`` and ``finished`` when nobody
 scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would have spent on
@@ -103,6 +109,11 @@ class ProbeState:
     label work (at most ``STEP_ROWS_LIMIT`` entries; many keys share a row)."""
     flush_in_hooks: bool = False
     """Set when a scrape does not drain (``not Families.flush_at_scrape``)."""
+    drain_every: float | None = None
+    """Set with the probe's own files: the step hook drains every this many seconds
+    (``DRAIN_EVERY``), and the finished hook only keeps its sequence."""
+    next_drain: float = 0.0
+    """``time.monotonic()`` from which the step hook drains (with ``drain_every``)."""
     steps: deque[Any] = field(default_factory=deque)
     """Steps not counted yet, ``STEP_FIELDS`` entries each: engine index, running requests,
     vLLM's num_drafts, num_draft_tokens, num_accepted_tokens. ``deque.extend`` (of a tuple) and
@@ -134,7 +145,11 @@ class ProbeState:
             temperature, metrics = req_state.temperature, req_state.spec_decode_metrics
             stats = req_state.stats
             families = self.families
-            if families.direct_writes and families.pending_lock.acquire(blocking=False):
+            if (
+                families.direct_writes
+                and self.drain_every is None
+                and families.pending_lock.acquire(blocking=False)
+            ):
                 try:
                     if FORKS[0] != families.forks:
                         families.forked()  # a forked child: the inbox and its flush, as below
@@ -355,7 +370,10 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
     the logger, the state or the module each step.
 
     With one API server a scrape drains (``Families.on_collect``), and this hook only when
-    ``steps`` reaches ``INBOX_LIMIT`` steps. Under ``PROMETHEUS_MULTIPROC_DIR`` it drains at the
+    ``steps`` reaches ``INBOX_LIMIT`` steps. With the probe's own files it drains every
+    ``DRAIN_EVERY`` seconds while steps run (and vLLM's ``log()`` when they stop): nothing reads
+    those files with vLLM's /metrics, so the sequences and steps of a second are counted at once,
+    in a warm loop. Otherwise, under ``PROMETHEUS_MULTIPROC_DIR``, it drains at the
     first step that finishes a request, at a step that brings no outputs, at least every
     ``STEP_FLUSH_EVERY`` steps, and at vLLM's periodic ``log()``: the probe's counters have every
     step and sequence of a request by the time vLLM counts it finished (this logger records
@@ -369,6 +387,8 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
     limit = INBOX_LIMIT * STEP_FIELDS
     flush_every = STEP_FLUSH_EVERY * STEP_FIELDS
     record_hook = names.HOOK_RECORD
+    every = state.drain_every
+    monotonic = time.monotonic
 
     def record(
         scheduler_stats: Any,
@@ -391,7 +411,12 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
                             spec.num_accepted_tokens,
                         )
                     )
-            if state.flush_in_hooks:
+            if every is not None:
+                now = monotonic()
+                if now >= state.next_drain or len(steps) >= limit:
+                    state.next_drain = now + every
+                    drain(blocking=False)
+            elif state.flush_in_hooks:
                 if (
                     iteration_stats is None
                     or len(steps) >= flush_every
@@ -479,6 +504,7 @@ def _start(vllm_config: Any, engine_index: int, environ: Mapping[str, str]) -> P
         batch_buckets=batch_buckets,
         positions=positions,
         flush_in_hooks=not families.flush_at_scrape,
+        drain_every=None if files is None else DRAIN_EVERY,
     )
     families.on_collect = state.drain
     if temperature_buckets is not None:
