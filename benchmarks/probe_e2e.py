@@ -66,6 +66,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -672,6 +673,8 @@ def run(args: argparse.Namespace) -> None:
                     "probe_timed": not args.untimed_probe,
                     **one_run(layout, args, variant, env, gc_dir, files=files),
                 }
+                if files is not None:
+                    shutil.rmtree(files, ignore_errors=True)
                 rows.append(row)
                 line = json.dumps(row)
                 print(line, flush=True)
