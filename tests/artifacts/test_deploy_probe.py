@@ -37,6 +37,7 @@ from test_deploy import (
 )
 
 from specdec_exporter.core.buckets import BATCH_BUCKETS_ENV, TEMPERATURE_BUCKETS_ENV
+from specdec_exporter.core.probe_files import PROBE_DIR_ENV
 
 REPO = COMPONENTS.parents[1]
 PROBE = "specdec-probe"
@@ -52,14 +53,27 @@ def injection() -> Manifest:
 def declared() -> tuple[Manifest, Manifest, Manifest, dict[str, Manifest]]:
     """(the volume, the init container, the vLLM container's mount, its env entries by name)."""
     spec = injection()["spec"]
-    (volume,) = spec["volumes"]
+    volume = {v["name"]: v for v in spec["volumes"]}[PROBE]
     (init,) = spec["initContainers"]
-    (vllm,) = spec["containers"]
-    (mount,) = vllm["volumeMounts"]
+    vllm = spec["containers"][0]
+    mount = {m["name"]: m for m in vllm["volumeMounts"]}[PROBE]
     return volume, init, mount, {e["name"]: e for e in vllm["env"]}
 
 
-ADDED_TO_VLLM = ("PYTHONPATH", TEMPERATURE_BUCKETS_ENV, BATCH_BUCKETS_ENV)
+def declared_files() -> tuple[Manifest, Manifest, Manifest, Manifest]:
+    """The probe's files: (the volume, vLLM's mount of it, the sidecar's, the sidecar's env)."""
+    spec = injection()["spec"]
+    volume = {v["name"]: v for v in spec["volumes"]}[FILES]
+    vllm, sidecar = spec["containers"]
+    assert sidecar["name"] == SIDECAR
+    (sidecar_mount,) = sidecar["volumeMounts"]
+    (sidecar_env,) = sidecar["env"]
+    vllm_mount = {m["name"]: m for m in vllm["volumeMounts"]}[FILES]
+    return volume, vllm_mount, sidecar_mount, sidecar_env
+
+
+FILES = "specdec-probe-files"
+ADDED_TO_VLLM = ("PYTHONPATH", TEMPERATURE_BUCKETS_ENV, BATCH_BUCKETS_ENV, PROBE_DIR_ENV)
 ADDED_TO_SIDECAR = (TEMPERATURE_BUCKETS_ENV, BATCH_BUCKETS_ENV)
 
 
@@ -97,16 +111,23 @@ def undo_probe(rendered_workload: Manifest, original: Manifest) -> Manifest:
     if pod is None or original_pod is None or not opted_in(result):
         return result
     volume, init, mount, env = declared()
+    files_volume, files_mount, sidecar_mount, sidecar_env = declared_files()
     assert take(pod["volumes"], PROBE) == volume
+    assert take(pod["volumes"], FILES) == files_volume
     assert take(pod["initContainers"], PROBE) == init
     vllm = pod["containers"][0]
     original_vllm = original_pod["containers"][0]
     assert take(vllm["volumeMounts"], PROBE) == mount
+    assert take(vllm["volumeMounts"], FILES) == files_mount
     for name in ADDED_TO_VLLM:
         assert take(vllm["env"], name) == env[name]
     sidecar = containers_by_name(pod)[SIDECAR]
     for name in ADDED_TO_SIDECAR:
         assert take(sidecar["env"], name) == env[name]
+    assert take(sidecar["env"], PROBE_DIR_ENV) == sidecar_env
+    assert take(sidecar["volumeMounts"], FILES) == sidecar_mount
+    if not sidecar["volumeMounts"]:
+        del sidecar["volumeMounts"]
     for field, holder, before in (
         ("volumes", pod, original_pod),
         ("volumeMounts", vllm, original_vllm),
@@ -185,6 +206,14 @@ def test_vllm_reads_the_copy_and_both_containers_read_one_source_of_edges(
             assert env[name]["valueFrom"] == sidecar_env[name]["valueFrom"]
             assert env[name]["valueFrom"]["configMapKeyRef"]["optional"] is True
         assert copier["image"] == sidecar["image"]
+        # The probe writes its files where the sidecar reads them, and the sidecar only reads.
+        (writes,) = [m for m in vllm["volumeMounts"] if m["name"] == FILES]
+        (reads,) = [m for m in sidecar["volumeMounts"] if m["name"] == FILES]
+        assert "readOnly" not in writes and reads["readOnly"] is True
+        assert writes["mountPath"] == reads["mountPath"] == env[PROBE_DIR_ENV]["value"]
+        assert sidecar_env[PROBE_DIR_ENV] == env[PROBE_DIR_ENV]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == FILES]
+        assert volume["emptyDir"]["medium"] == "Memory"
         # The copier runs after the team's own init containers, and never as a sidecar.
         assert [c["name"] for c in pod["initContainers"]][-1] == PROBE
         assert "restartPolicy" not in copier
@@ -248,7 +277,11 @@ def test_annotated_the_probe_goes_in_front_of_the_teams_pythonpath(tmp_path: Pat
         {"name": "A", "value": "a"},
         {"name": "PYTHONPATH", "value": "/specdec-probe:/opt/team:/opt/more"},
     ]
-    assert [e["name"] for e in env[2:]] == [TEMPERATURE_BUCKETS_ENV, BATCH_BUCKETS_ENV]
+    assert [e["name"] for e in env[2:]] == [
+        TEMPERATURE_BUCKETS_ENV,
+        BATCH_BUCKETS_ENV,
+        PROBE_DIR_ENV,
+    ]
 
 
 def test_annotated_without_a_pythonpath_stops_the_build(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from specdec_exporter.core.buckets import (
     TEMPERATURE_BUCKETS_ENV,
     format_edge,
 )
+from specdec_exporter.core.probe_files import PROBE_DIR_ENV
 from specdec_exporter.probe.install import ENTRY_POINT_NAME
 
 DOCS = DEPLOY.parent / "docs"
@@ -379,6 +380,14 @@ def test_docker_writes_the_probe_and_vllm_loads_it_from_there() -> None:
     assert flag(vllm, FLAG) == "summary"
     for name in BUCKET_ENV:  # passed through from the host to both, or to neither
         assert name in env and name in option_values(sidecar, "-e")
+    # The probe's files: one volume, written by vLLM, read by the sidecar, at the directory both
+    # are told (SPECDEC_PROBE_DIR), as deploy/components/probe sets them.
+    (writes,) = option_values(vllm, "--mount")
+    (reads,) = option_values(sidecar, "--mount")
+    assert reads == writes + ",readonly"
+    target = dict(part.split("=") for part in writes.split(","))["target"]
+    assert f"{PROBE_DIR_ENV}={target}" in env
+    assert f"{PROBE_DIR_ENV}={target}" in option_values(sidecar, "-e")
     assert "--proxy-listen" not in sidecar  # no tap: every request reaches vLLM directly
     assert flag(sidecar, "--network") == "container:vllm"
     assert flag(sidecar, "--vllm-url") == f"http://127.0.0.1:{flag(vllm, '--port')}"
