@@ -75,7 +75,7 @@ async def test_the_method_follows_the_probe_and_is_kept_while_vllm_is_down(
         assert (chosen(poll).method, chosen(poll).source) == (None, "none")
         assert chosen(poll).cost == DraftCost(0.1, "default")
     messages = [r.getMessage() for r in caplog.records if r.name == ENGINE_CONFIG_LOGGER]
-    assert messages == ["engine probe", "no engine probe on vLLM's /metrics"]
+    assert messages == ["engine probe", "no engine probe on vLLM's /metrics nor in --probe-dir"]
 
 
 async def test_a_flag_vllm_contradicts_is_warned_once_over_many_polls(

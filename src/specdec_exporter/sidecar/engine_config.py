@@ -33,7 +33,11 @@ class EngineConfigWatch:
         seen = (probe.info, choice)
         if seen != self._logged:
             self._logged = seen
-            message = "engine probe" if probe.info else "no engine probe on vLLM's /metrics"
+            message = (
+                "engine probe"
+                if probe.info
+                else "no engine probe on vLLM's /metrics nor in --probe-dir"
+            )
             log.info(message, extra=probe_state_fields(probe.info, choice))
         if choice.mismatch is not None and choice.mismatch != self._warned:
             self._warned = choice.mismatch
@@ -68,7 +72,7 @@ def probe_state_lines(info: ProbeInfo | None, choice: SpeculativeChoice) -> list
     """The engine probe's state, vLLM's speculative config as it read it, and the method and c
     the figures rest on, in words (`check` prints them, the live page joins them)."""
     if info is None:
-        lines = ["engine probe: not on vLLM's /metrics"]
+        lines = ["engine probe: not on vLLM's /metrics nor in --probe-dir"]
     else:
         splits = ", ".join(
             f"{name} split {'on' if on else 'off'}"
