@@ -259,6 +259,18 @@ def test_files_past_the_cap_or_not_prometheus_clients_are_refused(tmp_path: Path
         os.close(held)
 
 
+def test_a_name_of_ours_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not the probe's")
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    (folder / naming.file_name("counter", 1, "ab" * 8)).symlink_to(secret)
+    with pytest.raises(ValueError, match="not a regular file"):
+        read(str(folder), CAP)
+    assert remove_dead(str(folder)) == 0  # a link is never followed, nor deleted
+    assert secret.read_bytes() == b"not the probe's"
+
+
 @pytest.mark.parametrize(
     ("setting", "where"),
     [

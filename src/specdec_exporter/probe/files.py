@@ -23,6 +23,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 import struct
 import threading
 import time
@@ -41,8 +42,9 @@ M = TypeVar("M")
 
 def writer_alive(path: str) -> bool:
     """True while a process holds ``path``'s lock (its writer lives, or someone checks it this
-    instant); OSError when it cannot be opened (FileNotFoundError: gone)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    instant); OSError when it cannot be opened (FileNotFoundError: gone; a symbolic link is
+    never followed)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -260,9 +262,12 @@ def read(folder: str, cap: int) -> bytes | None:
                 continue
             path = os.path.join(folder, name)
             try:
+                found = os.lstat(path)
+                if not stat.S_ISREG(found.st_mode):
+                    raise ValueError(f"{name} in {folder} is not a regular file")
                 if not writer_alive(path):
                     continue
-                size += os.stat(path).st_size
+                size += found.st_size
             except FileNotFoundError:
                 continue
             live.append(path)
