@@ -36,6 +36,7 @@ from real_vllm.traffic import (
     spec_counts,
     stream_events,
 )
+from sidecar_process import sidecar, wait_for
 from specdec_exporter.core import probe_names as names
 from specdec_exporter.core.probe_files import PROBE_DIR_ENV
 from specdec_exporter.core.probe_parse import parse_probe
@@ -383,3 +384,37 @@ def test_the_probe_exports_vllms_speculative_config_and_check_uses_it(
     assert (result["draft_cost_ratio"], result["draft_cost_ratio_source"]) == (0.1, "method")
     assert result["engine_speculative_config"]["num_speculative_tokens"] == "4"
     assert result["engine_probe"]["vllm_version"] == "0.32.0"
+
+
+def test_the_sidecar_reads_the_probe_where_it_writes(probed_vllm: Probed) -> None:
+    """`run`, told the probe's directory when the probe writes one (as the probe component
+    tells it): the split comes from the probe, and what the sidecar counts for a bucket grows by
+    exactly the sequences sent to it."""
+    where = [] if probed_vllm.files is None else ["--probe-dir", str(probed_vllm.files)]
+    sent = 3
+
+    def counted(text: str) -> float:
+        found = samples(text, ["specdec_requests_total"])
+        return sum(
+            value for (_, labels), value in found.items() if ("temperature_bucket", "0") in labels
+        )
+
+    with (
+        sidecar(probed_vllm.url, *where) as (url, _records),
+        httpx.Client(base_url=probed_vllm.url, timeout=120, trust_env=False) as client,
+    ):
+        before = counted(wait_for(f"{url}/metrics", SPLIT_FROM_PROBE, timeout=60))
+        finished = settled_reading(client, 0).requests_finished
+        for seed in range(sent):
+            client.post("/v1/chat/completions", json=chat_body(20 + seed, 0.0)).raise_for_status()
+        settled_reading(client, finished + sent)
+        probed_vllm.metrics(client)  # the probe has them (its files lag by up to a drain)
+        deadline = time.monotonic() + 30
+        while (now := counted(httpx.get(f"{url}/metrics", timeout=5).text)) < before + sent:
+            assert time.monotonic() < deadline, (before, now)
+            time.sleep(0.2)
+        time.sleep(1)  # a few more polls: nothing more comes
+        assert counted(httpx.get(f"{url}/metrics", timeout=5).text) == before + sent
+
+
+SPLIT_FROM_PROBE = 'specdec_temperature_split_info{source="probe"} 1.0'

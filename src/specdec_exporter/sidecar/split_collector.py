@@ -37,7 +37,8 @@ class SplitCollector(Collector):
         info = GaugeMetricFamily(
             "specdec_temperature_split_info",
             "Where the specdec_request* families (acceptance by temperature bucket) come from: "
-            "probe (the engine probe on vLLM's /metrics; wins when both are on), tap (the "
+            "probe (the engine probe, on vLLM's /metrics or in its files; wins when both "
+            "are on), tap (the "
             "request tap) or none; always 1.",
             labels=["source"],
         )
