@@ -388,33 +388,50 @@ def test_the_probe_exports_vllms_speculative_config_and_check_uses_it(
 
 def test_the_sidecar_reads_the_probe_where_it_writes(probed_vllm: Probed) -> None:
     """`run`, told the probe's directory when the probe writes one (as the probe component
-    tells it): the split comes from the probe, and what the sidecar counts for a bucket grows by
-    exactly the sequences sent to it."""
+    tells it): the split comes from the probe, what the sidecar counts for a bucket is what the
+    probe counted, and it grows by exactly the sequences sent to it."""
     where = [] if probed_vllm.files is None else ["--probe-dir", str(probed_vllm.files)]
     sent = 3
 
-    def counted(text: str) -> float:
-        found = samples(text, ["specdec_requests_total"])
+    def counted(text: str, family: str = "specdec_requests_total") -> float:
+        found = samples(text, [family])
         return sum(
             value for (_, labels), value in found.items() if ("temperature_bucket", "0") in labels
         )
 
+    def sidecar_reaches(url: str, expected: float, records: list[dict[str, object]]) -> None:
+        deadline = time.monotonic() + 30
+        while (now := counted(httpx.get(f"{url}/metrics", timeout=5).text)) != expected:
+            assert now < expected and time.monotonic() < deadline, (
+                expected,
+                now,
+                complaints(records),
+            )
+            time.sleep(0.2)
+        time.sleep(1)  # a few more polls: nothing more comes
+        now = counted(httpx.get(f"{url}/metrics", timeout=5).text)
+        assert now == expected, (expected, now, complaints(records))
+
     with (
-        sidecar(probed_vllm.url, *where) as (url, _records),
+        sidecar(probed_vllm.url, *where) as (url, records),
         httpx.Client(base_url=probed_vllm.url, timeout=120, trust_env=False) as client,
     ):
-        before = counted(wait_for(f"{url}/metrics", SPLIT_FROM_PROBE, timeout=60))
+        wait_for(f"{url}/metrics", SPLIT_FROM_PROBE, timeout=60)
         finished = settled_reading(client, 0).requests_finished
+        # the probe has every sequence vLLM finished (its files lag by up to a drain)
+        before = counted(probed_vllm.metrics(client), f"{names.SEQUENCES}_total")
+        sidecar_reaches(url, before, records)
         for seed in range(sent):
             client.post("/v1/chat/completions", json=chat_body(20 + seed, 0.0)).raise_for_status()
         settled_reading(client, finished + sent)
-        probed_vllm.metrics(client)  # the probe has them (its files lag by up to a drain)
-        deadline = time.monotonic() + 30
-        while (now := counted(httpx.get(f"{url}/metrics", timeout=5).text)) < before + sent:
-            assert time.monotonic() < deadline, (before, now)
-            time.sleep(0.2)
-        time.sleep(1)  # a few more polls: nothing more comes
-        assert counted(httpx.get(f"{url}/metrics", timeout=5).text) == before + sent
+        after = counted(probed_vllm.metrics(client), f"{names.SEQUENCES}_total")
+        assert after == before + sent
+        sidecar_reaches(url, after, records)
+
+
+def complaints(records: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The sidecar's log lines above info."""
+    return [record for record in records if record.get("level") not in ("debug", "info")]
 
 
 SPLIT_FROM_PROBE = 'specdec_temperature_split_info{source="probe"} 1.0'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import time
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from specdec_exporter.probe import files as probe_files
 from specdec_exporter.probe.families import Families
 from specdec_exporter.probe.files import ProbeFiles
 from specdec_exporter.sidecar.scraper import Scrape, ScrapeError, Scraper
@@ -221,3 +223,49 @@ batch_split="on",reason=""} 1.0
 # TYPE specdec_probe_drafts_total counter
 specdec_probe_drafts_total{model_name="m",temperature_bucket="0"} 1.0
 """
+
+
+async def test_files_that_cannot_be_read_for_a_poll_hold_the_probes_last_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In files mode vLLM's /metrics shows no probe: a poll whose read of the files fails (an
+    error, a timeout) is not a probe that went away, which the split would take for a restart
+    and count again in full when the files came back. The last reading is held (one line
+    says so); what the probe counted meanwhile comes with the next read."""
+    client = httpx.AsyncClient(transport=answer(200, capture("t3").encode()))
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    scraper = Scraper(
+        client, "http://vllm:8000/", timeout=0.2, max_body_bytes=1 << 20, probe_dir=str(folder)
+    )
+    assert not (await scraper.scrape()).probe.temperature_split  # nothing yet: no probe at all
+    files = ProbeFiles(str(folder))
+    families = Families(CollectorRegistry(), files)
+    families.set_info("0.1.0", "0.32.0", {})
+    families.temperature_series("m", "0", 4).drafts.inc(7)
+    reads = iter([OSError("EIO"), "slow", None, OSError("EIO")])
+    real_read = probe_files.read
+
+    def failing_read(where: str, cap: int) -> bytes | None:
+        fault = next(reads, None)
+        if isinstance(fault, OSError):
+            raise fault
+        if fault == "slow":
+            time.sleep(0.5)
+        return real_read(where, cap)
+
+    try:
+        assert (await scraper.scrape()).probe.temperature[("m", "0")].totals.drafts == 7
+        monkeypatch.setattr(probe_files, "read", failing_read)
+        with caplog.at_level("WARNING", logger="specdec_exporter.sidecar.scraper"):
+            for _ in range(2):  # an error, then a timeout: held
+                held = (await scraper.scrape()).probe
+                assert held.temperature_split and held.temperature[("m", "0")].totals.drafts == 7
+            families.temperature_series("m", "0", 4).drafts.inc(2)
+            assert (await scraper.scrape()).probe.temperature[("m", "0")].totals.drafts == 9
+            assert (await scraper.scrape()).probe.temperature[("m", "0")].totals.drafts == 9
+        warned = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+        assert len(warned) == 3 and all("held" in line for line in warned), warned
+    finally:
+        files.close()
+    assert not (await scraper.scrape()).probe.temperature_split  # the writer gone: no probe

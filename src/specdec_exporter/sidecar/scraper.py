@@ -11,7 +11,7 @@ import logging
 import time
 import zlib
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import httpx
@@ -57,7 +57,8 @@ class Scrape:
     snapshot: Snapshot
     duration: float
     probe: ProbeSnapshot = NO_PROBE
-    """The engine probe's families, from its files (``probe_dir``) or vLLM's /metrics."""
+    """The engine probe's families, from its files (``probe_dir``; their last reading while
+    they cannot be read) or vLLM's /metrics."""
 
 
 class Scraper:
@@ -79,6 +80,8 @@ class Scraper:
         come from there while a live file is there, else from vLLM's /metrics."""
         self._probe_dir = probe_dir
         self._probe_dir_problem: str | None = None
+        self._files_probe: ProbeSnapshot | None = None
+        """The probe as its files last showed it (None: no live file at the last read)."""
         self._temperature_labels = temperature_labels
         self._client = client
         self._url = vllm_url.rstrip("/") + "/metrics"
@@ -101,16 +104,33 @@ class Scraper:
             snapshot = parse(text)
         except (UnicodeDecodeError, ExpositionError) as exc:
             raise ScrapeError("parse", str(exc)) from None
-        files_text = await self._probe_files_text() if self._probe_dir is not None else None
         try:
-            probe = parse_probe(files_text or text, self._temperature_labels)
+            probe = await self._probe(text)
         except ExpositionError as exc:
             raise ScrapeError("parse", str(exc)) from None
         return Scrape(snapshot, time.perf_counter() - started, probe)
 
-    async def _probe_files_text(self) -> str | None:
-        """The probe's series from its files, None when none is live or they cannot be read
-        (the families then come from vLLM's /metrics, and one line says why, once a cause)."""
+    async def _probe(self, text: str) -> ProbeSnapshot:
+        """The probe's families: from its files while a live one is there, else from vLLM's
+        /metrics (``text``). Files that cannot be read this poll (a timeout, an error) are not a
+        probe that went away: unless /metrics shows the probe, its last reading from the files is
+        held (so nothing it counted is counted twice when they can be read again, and nothing
+        is lost: its counters are cumulative)."""
+        if self._probe_dir is None:
+            return parse_probe(text, self._temperature_labels)
+        readable, files_text = await self._probe_files_text()
+        if files_text is not None:
+            self._files_probe = parse_probe(files_text, self._temperature_labels)
+            return self._files_probe
+        on_metrics = parse_probe(text, self._temperature_labels)
+        if readable or on_metrics.info is not None or self._files_probe is None:
+            self._files_probe = None
+            return on_metrics
+        return replace(self._files_probe, invalid=())  # held: its invalid series counted once
+
+    async def _probe_files_text(self) -> tuple[bool, str | None]:
+        """Whether the probe's files could be read, and their series (None: none is live, or
+        they could not be read; one line says why, once a cause)."""
         assert self._probe_dir is not None
         try:
             body = await asyncio.wait_for(
@@ -126,15 +146,16 @@ class Scraper:
         if problem != self._probe_dir_problem:
             if problem is not None:
                 LOG.warning(
-                    "engine probe files in %s unreadable (%s); its series are read from "
-                    "vLLM's /metrics until they can be read",
+                    "engine probe files in %s unreadable (%s); until they can be read, the "
+                    "probe's last reading from them is held (its series from vLLM's /metrics "
+                    "if vLLM shows them there)",
                     self._probe_dir,
                     problem,
                 )
             else:
                 LOG.info("engine probe files in %s readable again", self._probe_dir)
             self._probe_dir_problem = problem
-        return text
+        return problem is None, text
 
     async def _fetch(self) -> bytearray:
         headers = {"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING}
