@@ -159,9 +159,11 @@ def test_the_kserve_sidecar_is_the_components_container_as_a_plain_container() -
     vllm, sidecar = spec["containers"]
     expected = copy.deepcopy(component_container())
     del expected["restartPolicy"]
-    assert {k: v for k, v in sidecar.items() if k != "env"} == {
+    # env and volumeMounts: the component's plus the probe's (test_integrations_probe.py)
+    assert {k: v for k, v in sidecar.items() if k not in ("env", "volumeMounts")} == {
         k: v for k, v in expected.items() if k != "env"
     }
+    assert "volumeMounts" not in expected
     env = {e["name"]: e["value"] for e in sidecar["env"] if "value" in e}
     assert parse_host_port(env["SPECDEC_VLLM_URL"].removeprefix("http://"))[1] == int(
         flag(vllm["args"], "--port")

@@ -25,7 +25,7 @@ from specdec_artifacts.deploycheck import (
     find,
     pod_spec,
 )
-from test_deploy_probe import PROBE, declared, injection
+from test_deploy_probe import PROBE, declared, declared_files, injection
 from test_integrations import FIXTURES, INTEGRATIONS, SIDECAR, documents, flag
 
 from specdec_exporter.core import probe_names
@@ -330,12 +330,17 @@ def kserve_pod() -> tuple[Manifest, Manifest, Manifest]:
 def test_kserve_carries_the_probes_pieces_and_the_flag() -> None:
     pod, _, _ = kserve_pod()
     volume, init, mount, env = declared()
+    files, vllm_files, sidecar_files, sidecar_env = declared_files()
     vllm, sidecar = pod["spec"]["containers"]
     assert vllm["name"] == "kserve-container"
-    assert pod["spec"]["volumes"] == [volume]
+    assert pod["spec"]["volumes"] == [volume, files]
     assert pod["spec"]["initContainers"] == [init]
-    assert vllm["volumeMounts"] == [mount]
-    assert env_by_name(vllm) == {name: env[name] for name in ("PYTHONPATH", *BUCKET_ENV)}
+    assert vllm["volumeMounts"] == [mount, vllm_files]
+    assert env_by_name(vllm) == {
+        name: env[name] for name in ("PYTHONPATH", *BUCKET_ENV, PROBE_DIR_ENV)
+    }
+    assert sidecar["volumeMounts"] == [sidecar_files]  # read-only, the path vLLM writes to
+    assert env_by_name(sidecar)[PROBE_DIR_ENV] == sidecar_env
     for name in BUCKET_ENV:
         assert env_by_name(sidecar)[name] == env[name]
     assert flag(vllm["args"], FLAG) == "summary"
