@@ -384,6 +384,19 @@ def cpu_snapshot(pids: Sequence[int]) -> tuple[int, float]:
     )
 
 
+def server_cpu(leader: int) -> dict[str, int]:
+    """CPU nanoseconds of every process of the server (API servers, engine core, workers), by
+    process title (``/proc/PID/comm``; pids of one title summed)."""
+    found: dict[str, int] = {}
+    for pid in real.group_members(leader):
+        try:
+            title = Path(f"/proc/{pid}/comm").read_text().strip()
+            found[title] = found.get(title, 0) + schedstat_ns(pid)
+        except OSError:
+            continue  # the process ended
+    return found
+
+
 def read_gc(gc_dir: Path, pids: Sequence[int]) -> list[dict[str, Any]]:
     out = []
     for pid in pids:
@@ -436,7 +449,7 @@ def start_py_spy(
                 "--format",
                 "raw",
                 "--rate",
-                "100",
+                str(args.py_spy_rate),
                 "--pid",
                 str(pid),
                 "--output",
@@ -547,6 +560,42 @@ def profile(directory: Path) -> None:
         print(f"{variant}: {counts['all']} samples; {shares}")
 
 
+def profile_difference(directory: Path, top: int) -> None:
+    """Per variant other than ``without``: the frames (function, file) whose samples a run differ
+    most from ``without``'s, a frame counted once a sample whatever its depth (inclusive), with
+    the samples a run of both. Runs of one variant are averaged (one file a run and API server).
+    py-spy samples only threads that run, so samples a run stand for CPU a run."""
+    frames: dict[str, dict[str, int]] = {}
+    runs: dict[str, int] = {}
+    for path in sorted(directory.glob("*.txt")):
+        variant = path.name.rsplit("-", 2)[0]
+        runs[variant] = runs.get(variant, 0) + 1
+        counts = frames.setdefault(variant, {})
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
+            counts["(all)"] = counts.get("(all)", 0) + int(count)
+            for frame in {part.rsplit(":", 1)[0] for part in stack.split(";")}:
+                counts[frame] = counts.get(frame, 0) + int(count)
+    if "without" not in frames:
+        raise SystemExit("profile --top needs runs of `without` in the folder")
+    base = {frame: n / runs["without"] for frame, n in frames["without"].items()}
+    for variant, counts in frames.items():
+        if variant == "without":
+            continue
+        mine = {frame: n / runs[variant] for frame, n in counts.items()}
+        print(f"{variant} ({runs[variant]} runs) against without ({runs['without']} runs):")
+        print(f"  (all): {mine.get('(all)', 0):.0f} / {base.get('(all)', 0):.0f} samples a run")
+        moved = sorted(
+            (frame for frame in mine.keys() | base.keys() if frame != "(all)"),
+            key=lambda frame: -abs(mine.get(frame, 0) - base.get(frame, 0)),
+        )
+        for frame in moved[:top]:
+            before, after = base.get(frame, 0.0), mine.get(frame, 0.0)
+            print(f"  {after - before:+8.1f}  {after:8.1f} / {before:8.1f}  {frame}")
+
+
 # --- one run -----------------------------------------------------------------------------------
 
 
@@ -579,11 +628,13 @@ def one_run(
         idle_ns_per_s = (cpu_snapshot(pids)[0] - idle_before) / (time.perf_counter() - idle_started)
         spies = start_py_spy(args, variant, pids)
         ns_before, ticks_before = cpu_snapshot(pids)
+        whole_before = server_cpu(server.pid)
         with Scraper(server.url, args.scrape_interval, files) as scraper:
             wall, tokens = probe_overhead.send_load(
                 server.url, args.requests, args.concurrency, args.tokens, TEMPERATURES
             )
         ns_after, ticks_after = cpu_snapshot(pids)
+        whole_after = server_cpu(server.pid)
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
             spy.wait(timeout=120)
@@ -604,6 +655,11 @@ def one_run(
         "api_server_pids": len(pids),
         "cpu_ms_per_request": (ns_after - ns_before) / args.requests / 1e6,
         "idle_cpu_ms_per_s": idle_ns_per_s / 1e6,
+        # the whole server's CPU, every process (the engine core and its worker too)
+        "server_cpu_ms_per_request": {
+            title: (ns - whole_before.get(title, 0)) / args.requests / 1e6
+            for title, ns in whole_after.items()
+        },
         "wall_s": wall,
         "stat_cpu_ms_per_request": (ticks_after - ticks_before) / args.requests * 1e3,
         "req_per_s": args.requests / wall,
@@ -987,8 +1043,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")
     measure.add_argument("--py-spy", help="profile each run's API server(s) into this folder")
     measure.add_argument("--py-spy-binary", default="py-spy")
+    measure.add_argument(
+        "--py-spy-rate", type=int, default=100, help="py-spy's samples a second (default 100)"
+    )
     shares = commands.add_parser("profile", help="sample shares from a --py-spy folder")
     shares.add_argument("folder")
+    shares.add_argument(
+        "--top",
+        type=int,
+        default=0,
+        help="also the N frames whose samples a run differ most from without's",
+    )
     commands.add_parser("timer", help="what the timer adds to each timed call (hot, us)")
     render = commands.add_parser(
         "render", help="what rendering the probe's series costs (in process)"
@@ -1011,6 +1076,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         run(args)
     elif args.command == "profile":
         profile(Path(args.folder))
+        if args.top:
+            profile_difference(Path(args.folder), args.top)
     elif args.command == "render":
         render_cost(args.processes)
     elif args.command == "timer":
