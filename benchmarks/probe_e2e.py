@@ -54,6 +54,15 @@ measured requests (`--nonblocking`, raw collapsed stacks into DIR): `profile DIR
 share of the samples under vLLM's output handler, its `process_outputs`, the stat loggers'
 `record` and the probe's frames, per variant. Profiled runs are for shares, not for CPU figures.
 
+With `--toggle SECONDS` (not with `--gc-stats`), a within-process A/B: a `sitecustomize` in every
+variant switches the probe's two hooks and its drain off in every other window of SECONDS of the
+system-wide monotonic clock (they return at once), and records each window's process CPU (every
+thread of the API server), finished sequences and engine steps. Adjacent windows share the
+machine's state, so its drift (it moves whole runs by +-15% here) cancels, and one run gives a
+pair of windows every 2 x SECONDS. In `without` the same windows toggle nothing: an A/A control
+of the method. What it cannot see: what loading the probe costs with its hooks idle (the `empty`
+and `filtered` controls, whole runs, are for that).
+
 Output: one JSON line per run (`--out`, appended), then per variant the medians and ranges of CPU
 ms per request and tokens/s over the rounds, and the median and range of the per-round ratio to
 `without`. A single run moves by several percent on a loaded 2-core machine: use 10 rounds or more
@@ -63,6 +72,7 @@ to resolve 1%, and read the load averages.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -125,6 +135,105 @@ class EmptyStatLogger(StatLoggerBase):
     def log_engine_initialized(self):
         pass
 """
+
+TOGGLE_SITECUSTOMIZE = """
+import functools, gc, json, os, sys, threading, time
+
+_T = float(os.environ["SPECDEC_E2E_TOGGLE"])
+_DIR = os.environ["SPECDEC_E2E_TOGGLE_DIR"]
+_counts = [0, 0]  # finished sequences, output-processor calls (engine steps), this process
+
+
+def _off():
+    # odd windows of the system-wide monotonic clock: the probe's hooks return at once
+    return int(time.monotonic() / _T) % 2 == 1
+
+
+def _unless_off(original):
+    def hook(*args, **kwargs):
+        if _off():
+            return None
+        return original(*args, **kwargs)
+
+    hook.__specdec_toggled__ = True
+    return hook
+
+
+def _counted(original, slot):
+    @functools.wraps(original)  # the probe's mark too: it never wraps its own wrapper twice
+    def counted(*args, **kwargs):
+        _counts[slot] += 1
+        return original(*args, **kwargs)
+
+    return counted
+
+
+def _toggle_logger(logger):
+    own = logger.__dict__.get("record")
+    if own is not None and not getattr(own, "__specdec_toggled__", False):
+        logger.record = _unless_off(own)
+
+
+def _patch():
+    output = probe = False
+    started = time.monotonic()
+    while not (output and probe) and time.monotonic() - started < 300:
+        time.sleep(0.05)
+        if not output:
+            module = sys.modules.get("vllm.v1.engine.output_processor")
+            cls = getattr(module, "OutputProcessor", None) if module is not None else None
+            if cls is not None:
+                cls.process_outputs = _counted(cls.process_outputs, 1)
+                cls._update_stats_from_finished = _counted(cls._update_stats_from_finished, 0)
+                output = True
+        if not probe:
+            module = sys.modules.get("specdec_exporter.probe.plugin")
+            state = getattr(module, "ProbeState", None) if module is not None else None
+            logger = getattr(module, "SpecdecProbeStatLogger", None) if module else None
+            if state is not None and logger is not None:
+                state.observe_finished = _unless_off(state.observe_finished)
+                state.drain = _unless_off(state.drain)
+                original_init = logger.__init__
+
+                def init(self, *args, **kwargs):
+                    original_init(self, *args, **kwargs)
+                    _toggle_logger(self)
+
+                logger.__init__ = init
+                for found in gc.get_objects():  # a logger made before this thread saw it
+                    if isinstance(found, logger):
+                        _toggle_logger(found)
+                probe = True
+
+
+def _windows():
+    path = os.path.join(_DIR, f"{os.getpid()}.json")
+    rows = []
+    index = int(time.monotonic() / _T) + 1
+    time.sleep(max(0.0, index * _T - time.monotonic()))
+    last = (time.process_time_ns(), _counts[0], _counts[1])
+    while True:
+        index += 1
+        time.sleep(max(0.0, index * _T - time.monotonic()))
+        now = (time.process_time_ns(), _counts[0], _counts[1])
+        # the window that ended: [(index - 1) T, index T), its phase (1: the hooks were off)
+        start = (index - 1) * _T
+        rows.append([start, (index - 1) % 2, *(b - a for a, b in zip(last, now))])
+        last = now
+        with open(path + ".tmp", "w") as out:
+            json.dump(rows, out)
+        os.replace(path + ".tmp", path)
+
+
+threading.Thread(target=_patch, daemon=True, name="specdec-e2e-toggle-patch").start()
+threading.Thread(target=_windows, daemon=True, name="specdec-e2e-toggle").start()
+"""
+"""With ``--toggle T``: in the API server the probe's two hooks and its drain return at once in
+every other window of T seconds of the system-wide monotonic clock, and each window's process
+CPU (every thread), finished sequences and engine steps (output-processor calls) are written to
+``SPECDEC_E2E_TOGGLE_DIR/<pid>.json``. A within-process A/B: adjacent windows share the machine's
+state, so its drift, which moves whole runs by +-15% here, cancels. In ``without`` the same
+windows toggle nothing: the method's own noise (an A/A control)."""
 
 GC_SITECUSTOMIZE = """
 import gc, json, os, sys, threading, time
@@ -287,7 +396,9 @@ def variant_env(
     time_probe: bool = True,
     time_parts: bool = False,
     files: Path | None = None,
+    toggle: tuple[float, Path] | None = None,
 ) -> dict[str, str]:
+    """``toggle``: (seconds, the folder its windows are written to)."""
     paths: list[str] = []
     env: dict[str, str] = {}
     if variant in ("filtered", "probe", "probe-files", "no-temperature", "no-batch"):
@@ -311,6 +422,10 @@ def variant_env(
         env["SPECDEC_E2E_GC_DIR"] = str(gc_dir)
         env["SPECDEC_E2E_TIME_PROBE"] = "1" if time_probe else "0"
         env["SPECDEC_E2E_TIME_PARTS"] = "1" if time_parts else "0"
+    if toggle is not None:
+        paths.append(str(toggle[1].parent / "toggle-site"))
+        env["SPECDEC_E2E_TOGGLE"] = str(toggle[0])
+        env["SPECDEC_E2E_TOGGLE_DIR"] = str(toggle[1])
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
@@ -395,6 +510,27 @@ def server_cpu(leader: int) -> dict[str, int]:
         except OSError:
             continue  # the process ended
     return found
+
+
+def toggle_windows(
+    folder: Path, pids: Sequence[int], seconds: float, started: float, ended: float
+) -> list[list[float]]:
+    """The ``--toggle`` windows that lie wholly inside the measured load (monotonic times, the
+    same clock in every process here), summed over the API servers by window:
+    [start, phase (1: the hooks off), process CPU ns, finished sequences, engine steps]."""
+    summed: dict[float, list[float]] = {}
+    for pid in pids:
+        try:
+            rows = json.loads((folder / f"{pid}.json").read_text())
+        except (OSError, ValueError):
+            continue
+        for start, phase, cpu, finished, steps in rows:
+            if start >= started and start + seconds <= ended:
+                slot = summed.setdefault(start, [start, phase, 0, 0, 0])
+                slot[2] += cpu
+                slot[3] += finished
+                slot[4] += steps
+    return [summed[start] for start in sorted(summed)]
 
 
 def read_gc(gc_dir: Path, pids: Sequence[int]) -> list[dict[str, Any]]:
@@ -607,6 +743,7 @@ def one_run(
     gc_dir: Path | None,
     *,
     files: Path | None = None,
+    toggle_dir: Path | None = None,
 ) -> dict[str, Any]:
     extra = ["--enforce-eager"]
     if args.api_servers > 1:
@@ -629,12 +766,18 @@ def one_run(
         spies = start_py_spy(args, variant, pids)
         ns_before, ticks_before = cpu_snapshot(pids)
         whole_before = server_cpu(server.pid)
+        load_started = time.monotonic()
         with Scraper(server.url, args.scrape_interval, files) as scraper:
             wall, tokens = probe_overhead.send_load(
                 server.url, args.requests, args.concurrency, args.tokens, TEMPERATURES
             )
+        load_ended = time.monotonic()
         ns_after, ticks_after = cpu_snapshot(pids)
         whole_after = server_cpu(server.pid)
+        windows = None
+        if toggle_dir is not None:
+            time.sleep(args.toggle + 0.5)  # the last window under load is written
+            windows = toggle_windows(toggle_dir, pids, args.toggle, load_started, load_ended)
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
             spy.wait(timeout=120)
@@ -665,6 +808,7 @@ def one_run(
         "req_per_s": args.requests / wall,
         "tokens_per_s": tokens / wall,
         "gc": gc_stats,
+        "toggle": None if windows is None else {"seconds": args.toggle, "windows": windows},
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -701,6 +845,14 @@ def run(args: argparse.Namespace) -> None:
         if "probe-before" in variants:
             before = Path(scratch) / "before"
             install_probe_at(args.before_ref, before, Path(scratch) / "before-src")
+        toggle_dir = None
+        if args.toggle:
+            if args.gc_stats:
+                raise SystemExit("--toggle: without --gc-stats (its timers would be toggled too)")
+            toggle_dir = Path(scratch) / "toggle"
+            toggle_dir.mkdir()
+            (Path(scratch) / "toggle-site").mkdir()
+            (Path(scratch) / "toggle-site" / "sitecustomize.py").write_text(TOGGLE_SITECUSTOMIZE)
         gc_dir = None
         if args.gc_stats:
             gc_dir = Path(scratch) / "gc"
@@ -722,12 +874,15 @@ def run(args: argparse.Namespace) -> None:
                     time_probe=not args.untimed_probe,
                     time_parts=args.time_parts,
                     files=files,
+                    toggle=None if toggle_dir is None else (args.toggle, toggle_dir),
                 )
                 row = {
                     "round": index,
                     "invocation": invocation,
                     "probe_timed": not args.untimed_probe,
-                    **one_run(layout, args, variant, env, gc_dir, files=files),
+                    **one_run(
+                        layout, args, variant, env, gc_dir, files=files, toggle_dir=toggle_dir
+                    ),
                 }
                 if files is not None:
                     shutil.rmtree(files, ignore_errors=True)
@@ -783,10 +938,68 @@ def render_share(row: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[float
     return mine - theirs, (mine - theirs) / per_poll * 100
 
 
+def toggle_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """``--toggle`` runs' windows, pooled: the process CPU a finished sequence and an engine
+    step with the hooks on over the same with them off (ratio of sums), and per pair of
+    adjacent windows (on then off) the ratio of CPU an engine step: their median, the share
+    above 1, and the mean and standard error of their logarithm. None: no windows."""
+    on = [0.0, 0.0, 0.0]
+    off = [0.0, 0.0, 0.0]
+    logs: list[float] = []
+    for row in rows:
+        windows = (row.get("toggle") or {}).get("windows") or []
+        for window in windows:
+            sums = off if window[1] else on
+            for i in range(3):
+                sums[i] += window[2 + i]
+        seconds = row["toggle"]["seconds"]
+        for first, second in itertools.pairwise(windows):
+            adjacent = abs(second[0] - first[0] - seconds) < seconds / 10
+            if adjacent and first[1] == 0 and second[1] == 1 and first[4] and second[4]:
+                logs.append(math.log((first[2] / first[4]) / (second[2] / second[4])))
+    if not logs or not (on[1] and off[1] and on[2] and off[2]):
+        return None
+    mean = statistics.fmean(logs)
+    spread = statistics.stdev(logs) if len(logs) > 1 else math.nan
+    return {
+        "pairs": len(logs),
+        "per_sequence": (on[0] / on[1]) / (off[0] / off[1]),
+        "per_step": (on[0] / on[2]) / (off[0] / off[2]),
+        "pair_median": math.exp(statistics.median(logs)),
+        "pairs_above": sum(x > 0 for x in logs) / len(logs),
+        "mean": math.exp(mean),
+        "se": spread / math.sqrt(len(logs)),
+        "on_ms_per_sequence": on[0] / on[1] / 1e6,
+    }
+
+
+def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
+    """The ``--toggle`` figures per grid point and variant (``without``: the A/A control)."""
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row.get("toggle"):
+            point = (row["tokens"], row["concurrency"], row["api_servers"], row["variant"])
+            groups.setdefault(point, []).append(row)
+    for (tokens, concurrency, servers, variant), group in sorted(groups.items()):
+        figures = toggle_figures(group)
+        if figures is None:
+            continue
+        print(
+            f"toggle, {tokens} tokens, concurrency {concurrency}, {servers} API server(s), "
+            f"{variant} ({len(group)} runs, {figures['pairs']} window pairs): hooks on / off, "
+            f"process CPU a finished sequence {figures['per_sequence']:.4f}, an engine step "
+            f"{figures['per_step']:.4f}; a step's, pair by pair: median "
+            f"{figures['pair_median']:.4f}, above 1 in {figures['pairs_above'] * 100:.0f}%, "
+            f"geometric mean {figures['mean']:.4f} (standard error {figures['se'] * 100:.2f} "
+            f"points); {figures['on_ms_per_sequence']:.3f} ms a sequence with the hooks on"
+        )
+
+
 def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
     """Per grid point and variant: medians (ranges) over the rounds, and per-round ratios to
     `without` of the same round. ``timer_us``: what the timer adds to a timed call (default:
     measured now, ``timer_overhead``)."""
+    toggle_report(rows)
     if timer_us is None:
         timer_us = timer_overhead() if any(r.get("gc") for r in rows) else 0.0
     points = sorted({(r["tokens"], r["concurrency"], r["api_servers"]) for r in rows})
@@ -1038,6 +1251,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="with --gc-stats, also time the parts of a drain (counting the sequences, the "
         "steps, the flush), inside the probe's timed calls: to explain a drain, not for shares",
+    )
+    measure.add_argument(
+        "--toggle",
+        type=float,
+        default=0.0,
+        help="SECONDS: switch the probe's hooks off in every other window of this length inside "
+        "each served process and compare the windows (a within-process A/B; not with --gc-stats)",
     )
     measure.add_argument("--out", help="append each run's JSON line to this file")
     measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")
