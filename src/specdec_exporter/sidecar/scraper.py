@@ -81,7 +81,8 @@ class Scraper:
         self._probe_dir = probe_dir
         self._probe_dir_problem: str | None = None
         self._files_probe: ProbeSnapshot | None = None
-        """The probe as its files last showed it (None: no live file at the last read)."""
+        """The probe as its files showed it at the last poll that read it from them (None: the
+        last poll read no live file, or took the probe from vLLM's /metrics)."""
         self._temperature_labels = temperature_labels
         self._client = client
         self._url = vllm_url.rstrip("/") + "/metrics"
