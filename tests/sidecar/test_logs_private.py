@@ -83,11 +83,15 @@ def test_debug_logs_hold_no_body_prompt_completion_or_key() -> None:
                     f"a logged scrape failure under the {kind} fault",
                 )
                 httpx.post(f"{sim.url}/sim/fault", json={"kind": "none"})
-            # vLLM refusing connections: the tap answers 502 and logs its connect failure
+            # vLLM refusing connections: the tap answers 502 and logs its connect failure. The
+            # first POST may go out on a pooled connection the simulator is closing that moment:
+            # a 502 with the not-resent warning (a written POST is never sent twice), so ask
+            # until a fresh connection is refused
             httpx.post(f"{sim.url}/sim/fault", json={"kind": "refuse", "seconds": 3})
             wait_for(
-                lambda: client.post("/v1/chat/completions", json=chat).status_code == 502,
-                "a 502 from the tap while vLLM refuses connections",
+                lambda: client.post("/v1/chat/completions", json=chat).status_code == 502
+                and any("cannot connect to vLLM" in json.dumps(record) for record in records),
+                "a 502 from the tap and its connect failure logged while vLLM refuses connections",
             )
     assert all(len(completion) > 10 for completion in completions), completions
     logged = "\n".join(json.dumps(record) for record in records)
