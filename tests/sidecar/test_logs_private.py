@@ -89,8 +89,10 @@ def test_debug_logs_hold_no_body_prompt_completion_or_key() -> None:
             # until a fresh connection is refused
             httpx.post(f"{sim.url}/sim/fault", json={"kind": "refuse", "seconds": 3})
             wait_for(
-                lambda: client.post("/v1/chat/completions", json=chat).status_code == 502
-                and any("cannot connect to vLLM" in json.dumps(record) for record in records),
+                lambda: (
+                    client.post("/v1/chat/completions", json=chat).status_code == 502
+                    and any("cannot connect to vLLM" in json.dumps(record) for record in records)
+                ),
                 "a 502 from the tap and its connect failure logged while vLLM refuses connections",
             )
     assert all(len(completion) > 10 for completion in completions), completions

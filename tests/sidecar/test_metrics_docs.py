@@ -41,6 +41,7 @@ async def real_families() -> set[Family]:
     _, registry = await poll_all(
         [capture("t0"), with_engines(capture("t3"), 2) + probe_text()],
         tap_counts={(MODEL, "0"): Totals()},
+        probe_files=True,  # --probe-dir: its read failures too
     )
     v0 = (FIXTURES / "vllm-0.7.3/v0_spec_ngram_k4.t3.prom").read_text()
     _, v0_registry = await poll_all([v0])

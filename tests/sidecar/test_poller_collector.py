@@ -21,7 +21,7 @@ from specdec_exporter.core.probe_parse import parse_probe
 from specdec_exporter.core.report import BucketKey
 from specdec_exporter.sidecar.collector import SpecDecodeCollector
 from specdec_exporter.sidecar.poller import Poller
-from specdec_exporter.sidecar.scraper import Scrape, ScrapeError
+from specdec_exporter.sidecar.scraper import ProbeFilesFailure, Scrape, ScrapeError
 from specdec_exporter.sidecar.split_collector import SplitCollector
 from variants import FIXTURES, MODEL, capture, with_engines
 
@@ -60,6 +60,7 @@ async def poll_all(
     tap_counts: dict[BucketKey, Totals] | None = None,
     interval: float = 5,
     cost: DraftCost = COST,
+    probe_files: bool = False,
 ) -> tuple[Poller, CollectorRegistry]:
     clock = Clock()
     poller = Poller(
@@ -70,6 +71,7 @@ async def poll_all(
         log_interval=60,
         clock=clock,
         tap_counts=(lambda _state: dict(tap_counts)) if tap_counts is not None else None,
+        probe_files=probe_files,
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
@@ -142,6 +144,54 @@ async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
     await poller.poll_once()
     assert value(registry, "specdec_up") == 1.0
     assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") == 4796.0
+
+
+class FilesFailingSource:
+    """Polls of vLLM that succeed while the probe's files fail to be read as scripted."""
+
+    def __init__(self, failures: Iterable[ProbeFilesFailure | None]) -> None:
+        self._failures = list(failures)
+
+    async def scrape(self) -> Scrape:
+        body = capture("t1")
+        failure = self._failures.pop(0)
+        return Scrape(parse(body), 0.0125, parse_probe(body), probe_files_failure=failure)
+
+
+async def test_probe_files_read_failures_are_counted_by_reason_from_the_start() -> None:
+    """With --probe-dir, a poll whose read of the probe's files failed is counted (the poll
+    itself succeeded: vLLM is up); the counter is there, at 0, before the first failure, so a
+    rate() sees the first one. Without --probe-dir there is no such family."""
+    script: list[ProbeFilesFailure | None] = [None, "timeout", "error", "error", None]
+    poller = Poller(
+        FilesFailingSource(script),
+        interval=5,
+        window=3600,
+        cost=COST,
+        log_interval=60,
+        probe_files=True,
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        SpecDecodeCollector(
+            poller.state,
+            cost=COST,
+            method="ngram",
+            interval=5,
+            window=3600,
+            restarts=dict.fromkeys(("poller", "metrics_server", "tap"), 0),
+        )
+    )
+    name = "specdec_probe_files_read_failures_total"
+    assert value(registry, name, reason="timeout") == 0.0
+    for _ in script:
+        await poller.poll_once()
+    assert value(registry, name, reason="timeout") == 1.0
+    assert value(registry, name, reason="error") == 2.0
+    assert value(registry, "specdec_up") == 1.0
+    assert value(registry, "specdec_scrape_failures_total", reason="internal") == 0.0
+    _, without = await poll_all([capture("t1")])
+    assert value(without, name, reason="timeout") is None
 
 
 async def test_before_the_first_success_vllm_is_still_starting() -> None:

@@ -258,12 +258,18 @@ async def test_files_that_cannot_be_read_for_a_poll_hold_the_probes_last_reading
         assert (await scraper.scrape()).probe.temperature[("m", "0")].totals.drafts == 7
         monkeypatch.setattr(probe_files, "read", failing_read)
         with caplog.at_level("WARNING", logger="specdec_exporter.sidecar.scraper"):
-            for _ in range(2):  # an error, then a timeout: held
-                held = (await scraper.scrape()).probe
+            for why in ("error", "timeout"):  # held, and the poll says why
+                scrape = await scraper.scrape()
+                held = scrape.probe
                 assert held.temperature_split and held.temperature[("m", "0")].totals.drafts == 7
+                assert scrape.probe_files_failure == why
             families.temperature_series("m", "0", 4).drafts.inc(2)
-            assert (await scraper.scrape()).probe.temperature[("m", "0")].totals.drafts == 9
-            assert (await scraper.scrape()).probe.temperature[("m", "0")].totals.drafts == 9
+            scrape = await scraper.scrape()
+            assert scrape.probe.temperature[("m", "0")].totals.drafts == 9
+            assert scrape.probe_files_failure is None
+            scrape = await scraper.scrape()
+            assert scrape.probe.temperature[("m", "0")].totals.drafts == 9
+            assert scrape.probe_files_failure == "error"
         warned = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
         assert len(warned) == 3 and all("held" in line for line in warned), warned
     finally:

@@ -110,6 +110,17 @@ class SpecDecodeCollector(Collector):
         for reason, count in state.failures.items():
             failures.add_metric([reason], count)
         yield failures
+        if state.probe_files_failures is not None:
+            files = CounterMetricFamily(
+                "specdec_probe_files_read_failures",
+                "Polls that could not read the engine probe's files (--probe-dir), by reason: "
+                "timeout (no read within --scrape-timeout), error (an OS or decoding error); each "
+                "such poll held the probe's last reading.",
+                labels=["reason"],
+            )
+            for files_reason, count in state.probe_files_failures.items():
+                files.add_metric([files_reason], count)
+            yield files
         invalid = CounterMetricFamily(
             "specdec_invalid_series",
             "vLLM series left out because no count can be them (NaN, infinite, negative, or more "

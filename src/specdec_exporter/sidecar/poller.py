@@ -45,7 +45,14 @@ from specdec_exporter.logs import RateLimiter
 from specdec_exporter.sidecar.config import DEFAULT_MAX_MODELS, DEFAULT_MODEL_EXPIRY
 from specdec_exporter.sidecar.engine_config import EngineConfigWatch
 from specdec_exporter.sidecar.history import AcceptanceHistory, SeriesId
-from specdec_exporter.sidecar.scraper import FAILURE_REASONS, FailureReason, Scrape, ScrapeError
+from specdec_exporter.sidecar.scraper import (
+    FAILURE_REASONS,
+    PROBE_FILES_FAILURES,
+    FailureReason,
+    ProbeFilesFailure,
+    Scrape,
+    ScrapeError,
+)
 from specdec_exporter.sidecar.split import SplitSource, SplitWindows, TapFamilies
 
 log = logging.getLogger("specdec_exporter.sidecar.poller")
@@ -81,6 +88,9 @@ class PollState:
     failures: dict[FailureReason, int] = field(
         default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0)
     )
+    probe_files_failures: dict[ProbeFilesFailure, int] | None = None
+    """Polls that could not read the engine probe's files, by reason (the poll went on with the
+    probe's last reading held); None: the sidecar does not read them (no ``--probe-dir``)."""
     snapshot: Snapshot | None = None
     report: list[Entry] = field(default_factory=list)
     window_seconds: float = 0.0
@@ -204,9 +214,14 @@ class Poller:
         max_models: int = DEFAULT_MAX_MODELS,
         model_expiry: float = DEFAULT_MODEL_EXPIRY,
         engine_config: EngineConfigWatch | None = None,
+        probe_files: bool = False,
     ) -> None:
-        """``engine_config``: c follows the method vLLM's config shows (else ``cost`` stays)."""
+        """``engine_config``: c follows the method vLLM's config shows (else ``cost`` stays).
+        ``probe_files``: the scraper reads the engine probe's files (its read failures are
+        counted from the start)."""
         self.state = PollState(history=AcceptanceHistory(interval))
+        if probe_files:
+            self.state.probe_files_failures = dict.fromkeys(PROBE_FILES_FAILURES, 0)
         self._engine_config = engine_config
         if engine_config is not None:
             self.state.speculative = engine_config.choice
@@ -242,6 +257,9 @@ class Poller:
         the poller; the next poll runs."""
         try:
             scrape = await self._scraper.scrape()
+            files_failures = self.state.probe_files_failures
+            if scrape.probe_files_failure is not None and files_failures is not None:
+                files_failures[scrape.probe_files_failure] += 1
             self._record(scrape.snapshot, scrape.duration, scrape.probe)
         except ScrapeError as failure:
             self._record_failure(failure)

@@ -34,6 +34,10 @@ FAILURE_REASONS: tuple[FailureReason, ...] = (
 )
 """Why a poll failed; ``internal``: a bug of the sidecar's in the poll's fold (vLLM answered),
 counted and logged with its type and file:line (sidecar/poller.py)."""
+ProbeFilesFailure = Literal["timeout", "error"]
+PROBE_FILES_FAILURES: tuple[ProbeFilesFailure, ...] = ("timeout", "error")
+"""Why a poll could not read the engine probe's files (``--probe-dir``): no read within the
+scrape timeout, or an OS or decoding error. The poll goes on, the probe's last reading held."""
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5,*/*;q=0.1"
 ACCEPT_ENCODING = "gzip"
 """prometheus_client (vLLM's /metrics) gzips when asked: a 60 KB page travels as ~8 KB."""
@@ -59,6 +63,8 @@ class Scrape:
     probe: ProbeSnapshot = NO_PROBE
     """The engine probe's families, from its files (``probe_dir``; their last reading while
     they cannot be read) or vLLM's /metrics."""
+    probe_files_failure: ProbeFilesFailure | None = None
+    """Why this poll could not read the probe's files (None: read, or no ``probe_dir``)."""
 
 
 class Scraper:
@@ -106,33 +112,35 @@ class Scraper:
         except (UnicodeDecodeError, ExpositionError) as exc:
             raise ScrapeError("parse", str(exc)) from None
         try:
-            probe = await self._probe(text)
+            probe, files_failure = await self._probe(text)
         except ExpositionError as exc:
             raise ScrapeError("parse", str(exc)) from None
-        return Scrape(snapshot, time.perf_counter() - started, probe)
+        return Scrape(snapshot, time.perf_counter() - started, probe, files_failure)
 
-    async def _probe(self, text: str) -> ProbeSnapshot:
+    async def _probe(self, text: str) -> tuple[ProbeSnapshot, ProbeFilesFailure | None]:
         """The probe's families: from its files while a live one is there, else from vLLM's
-        /metrics (``text``). Files that cannot be read this poll (a timeout, an error) are not a
-        probe that went away: unless /metrics shows the probe, its last reading from the files is
-        held (so nothing it counted is counted twice when they can be read again, and nothing
-        is lost: its counters are cumulative)."""
+        /metrics (``text``); and why its files could not be read this poll. Files that cannot be
+        read (a timeout, an error) are not a probe that went away: unless /metrics shows the
+        probe, its last reading from the files is held (so nothing it counted is counted twice
+        when they can be read again, and nothing is lost: its counters are cumulative)."""
         if self._probe_dir is None:
-            return parse_probe(text, self._temperature_labels)
-        readable, files_text = await self._probe_files_text()
+            return parse_probe(text, self._temperature_labels), None
+        failure, files_text = await self._probe_files_text()
         if files_text is not None:
             self._files_probe = parse_probe(files_text, self._temperature_labels)
-            return self._files_probe
+            return self._files_probe, None
         on_metrics = parse_probe(text, self._temperature_labels)
-        if readable or on_metrics.info is not None or self._files_probe is None:
+        if failure is None or on_metrics.info is not None or self._files_probe is None:
             self._files_probe = None
-            return on_metrics
-        return replace(self._files_probe, invalid=())  # held: its invalid series counted once
+            return on_metrics, failure
+        # held: its invalid series counted once
+        return replace(self._files_probe, invalid=()), failure
 
-    async def _probe_files_text(self) -> tuple[bool, str | None]:
-        """Whether the probe's files could be read, and their series (None: none is live, or
-        they could not be read; one line says why, once a cause)."""
+    async def _probe_files_text(self) -> tuple[ProbeFilesFailure | None, str | None]:
+        """Why the probe's files could not be read (None: they could), and their series (None:
+        none is live, or they could not be read; one line says why, once a cause)."""
         assert self._probe_dir is not None
+        failure: ProbeFilesFailure | None = None
         try:
             body = await asyncio.wait_for(
                 asyncio.to_thread(probe_files.read, self._probe_dir, self._max_body_bytes),
@@ -141,9 +149,9 @@ class Scraper:
             text = None if body is None else body.decode("utf-8")
             problem = None
         except TimeoutError:
-            text, problem = None, f"no read within {self._timeout:g} s"
+            failure, text, problem = "timeout", None, f"no read within {self._timeout:g} s"
         except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            text, problem = None, f"{type(exc).__name__}: {exc}"
+            failure, text, problem = "error", None, f"{type(exc).__name__}: {exc}"
         if problem != self._probe_dir_problem:
             if problem is not None:
                 LOG.warning(
@@ -156,7 +164,7 @@ class Scraper:
             else:
                 LOG.info("engine probe files in %s readable again", self._probe_dir)
             self._probe_dir_problem = problem
-        return problem is None, text
+        return failure, text
 
     async def _fetch(self) -> bytearray:
         headers = {"Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING}

@@ -75,6 +75,7 @@ async def serve(settings: Settings) -> int:
             max_models=settings.max_models,
             model_expiry=settings.model_expiry,
             engine_config=EngineConfigWatch(settings.speculative_choice),
+            probe_files=settings.probe_dir is not None,
         )
         supervisor = Supervisor()
         registry.register(
