@@ -76,6 +76,7 @@ import itertools
 import json
 import math
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -141,7 +142,9 @@ import functools, gc, json, os, sys, threading, time
 
 _T = float(os.environ["SPECDEC_E2E_TOGGLE"])
 _DIR = os.environ["SPECDEC_E2E_TOGGLE_DIR"]
-_counts = [0, 0]  # finished sequences, output-processor calls (engine steps), this process
+# this process's finished sequences, output-processor calls (engine steps), requests added,
+# and sequence-steps (the engine outputs those calls carried)
+_counts = [0, 0, 0, 0]
 
 
 def _off():
@@ -159,10 +162,15 @@ def _unless_off(original):
     return hook
 
 
-def _counted(original, slot):
+def _counted(original, slot, sized=None):
     @functools.wraps(original)  # the probe's mark too: it never wraps its own wrapper twice
     def counted(*args, **kwargs):
         _counts[slot] += 1
+        if sized is not None and len(args) > 1:
+            try:
+                _counts[sized] += len(args[1])
+            except TypeError:
+                pass
         return original(*args, **kwargs)
 
     return counted
@@ -183,8 +191,9 @@ def _patch():
             module = sys.modules.get("vllm.v1.engine.output_processor")
             cls = getattr(module, "OutputProcessor", None) if module is not None else None
             if cls is not None:
-                cls.process_outputs = _counted(cls.process_outputs, 1)
+                cls.process_outputs = _counted(cls.process_outputs, 1, sized=3)
                 cls._update_stats_from_finished = _counted(cls._update_stats_from_finished, 0)
+                cls.add_request = _counted(cls.add_request, 2)
                 output = True
         if not probe:
             module = sys.modules.get("specdec_exporter.probe.plugin")
@@ -211,11 +220,11 @@ def _windows():
     rows = []
     index = int(time.monotonic() / _T) + 1
     time.sleep(max(0.0, index * _T - time.monotonic()))
-    last = (time.process_time_ns(), _counts[0], _counts[1])
+    last = (time.process_time_ns(), *_counts)
     while True:
         index += 1
         time.sleep(max(0.0, index * _T - time.monotonic()))
-        now = (time.process_time_ns(), _counts[0], _counts[1])
+        now = (time.process_time_ns(), *_counts)
         # the window that ended: [(index - 1) T, index T), its phase (1: the hooks were off)
         start = (index - 1) * _T
         rows.append([start, (index - 1) % 2, *(b - a for a, b in zip(last, now))])
@@ -230,9 +239,10 @@ threading.Thread(target=_windows, daemon=True, name="specdec-e2e-toggle").start(
 """
 """With ``--toggle T``: in the API server the probe's two hooks and its drain return at once in
 every other window of T seconds of the system-wide monotonic clock, and each window's process
-CPU (every thread), finished sequences and engine steps (output-processor calls) are written to
-``SPECDEC_E2E_TOGGLE_DIR/<pid>.json``. A within-process A/B: adjacent windows share the machine's
-state, so its drift, which moves whole runs by +-15% here, cancels. In ``without`` the same
+CPU (every thread), finished sequences, engine steps (output-processor calls), requests added and
+sequence-steps (engine outputs) are written to ``SPECDEC_E2E_TOGGLE_DIR/<pid>.json``. A
+within-process A/B: adjacent windows share the machine's state, so its drift, which moves whole
+runs by +-15% here, cancels. In ``without`` the same
 windows toggle nothing: the method's own noise (an A/A control)."""
 
 GC_SITECUSTOMIZE = """
@@ -516,20 +526,20 @@ def toggle_windows(
     folder: Path, pids: Sequence[int], seconds: float, started: float, ended: float
 ) -> list[list[float]]:
     """The ``--toggle`` windows that lie wholly inside the measured load (monotonic times, the
-    same clock in every process here), summed over the API servers by window:
-    [start, phase (1: the hooks off), process CPU ns, finished sequences, engine steps]."""
+    same clock in every process here), summed over the API servers by window: [start, phase
+    (1: the hooks off), process CPU ns, finished sequences, engine steps, requests added,
+    sequence-steps]."""
     summed: dict[float, list[float]] = {}
     for pid in pids:
         try:
             rows = json.loads((folder / f"{pid}.json").read_text())
         except (OSError, ValueError):
             continue
-        for start, phase, cpu, finished, steps in rows:
+        for start, phase, *figures in rows:
             if start >= started and start + seconds <= ended:
-                slot = summed.setdefault(start, [start, phase, 0, 0, 0])
-                slot[2] += cpu
-                slot[3] += finished
-                slot[4] += steps
+                slot = summed.setdefault(start, [start, phase] + [0] * len(figures))
+                for i, figure in enumerate(figures):
+                    slot[2 + i] += figure
     return [summed[start] for start in sorted(summed)]
 
 
@@ -973,6 +983,103 @@ def toggle_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, float] | None
     }
 
 
+def solve(matrix: list[list[float]], vector: list[float]) -> list[float] | None:
+    """``matrix`` x = ``vector`` by Gaussian elimination with partial pivoting; None: singular."""
+    n = len(vector)
+    a = [[*matrix[i], vector[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-12 * max(1.0, *(abs(v) for v in a[pivot])):
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(col + 1, n):
+            factor = a[r][col] / a[col][col]
+            for c in range(col, n + 1):
+                a[r][c] -= factor * a[col][c]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (a[r][n] - sum(a[r][c] * x[c] for c in range(r + 1, n))) / a[r][r]
+    return x
+
+
+TOGGLE_COVARIATES = ("finished sequences", "engine steps", "requests added", "sequence-steps")
+"""What a ``--toggle`` window counts besides its CPU, in its row's order (after phase, CPU)."""
+
+
+def toggle_blocks(rows: Sequence[Mapping[str, Any]], block_pairs: int) -> list[list[list[float]]]:
+    """The windows of ``rows`` that carry every covariate, grouped by run into blocks of
+    ``block_pairs`` on/off pairs of the monotonic clock; each window [on, CPU ns, *covariates].
+    A block with only one phase in it says nothing about the hooks and is left out."""
+    blocks: dict[tuple[int, int], list[list[float]]] = {}
+    for number, row in enumerate(rows):
+        toggle = row.get("toggle") or {}
+        seconds = toggle.get("seconds") or 0
+        for window in toggle.get("windows") or []:
+            if seconds and len(window) == 2 + 1 + len(TOGGLE_COVARIATES):
+                block = round(window[0] / seconds) // (2 * block_pairs)
+                on = 0.0 if window[1] else 1.0
+                blocks.setdefault((number, block), []).append([on, *window[2:]])
+    return [
+        block
+        for _, block in sorted(blocks.items())
+        if len(block) > 1 and 0 < sum(w[0] for w in block) < len(block)
+    ]
+
+
+def adjusted_share(blocks: Sequence[Sequence[Sequence[float]]]) -> float | None:
+    """What the hooks add to a window's process CPU, as a share of an off window's, at equal
+    work: least squares of CPU on [on, *covariates] within blocks (each block's means taken
+    out, so the machine's drift between blocks cancels, as in a paired design). None: too few
+    windows, or the covariates do not separate."""
+    k = 1 + len(TOGGLE_COVARIATES)
+    xtx = [[0.0] * k for _ in range(k)]
+    xty = [0.0] * k
+    off_cpu = off_n = 0.0
+    for block in blocks:
+        means = [statistics.fmean(w[i] for w in block) for i in range(k + 1)]
+        for w in block:
+            x = [w[0] - means[0], *(w[2 + j] - means[2 + j] for j in range(k - 1))]
+            y = w[1] - means[1]
+            for i in range(k):
+                xty[i] += x[i] * y
+                for j in range(k):
+                    xtx[i][j] += x[i] * x[j]
+            if not w[0]:
+                off_cpu += w[1]
+                off_n += 1
+    coefficients = solve(xtx, xty)
+    if coefficients is None or not off_n or not off_cpu:
+        return None
+    return coefficients[0] / (off_cpu / off_n)
+
+
+def toggle_adjusted(
+    rows: Sequence[Mapping[str, Any]], block_pairs: int = 5, resamples: int = 200
+) -> dict[str, float] | None:
+    """The covariate-adjusted figure of ``adjusted_share`` and its standard error, from
+    ``resamples`` bootstrap draws of whole blocks (seeded: the same rows give the same
+    figures). The covariates take out what a window's work explains of its CPU (the requests
+    that started and ended in it, its steps), the noise the raw pair ratios keep."""
+    blocks = toggle_blocks(rows, block_pairs)
+    share = adjusted_share(blocks) if len(blocks) > 2 else None
+    if share is None:
+        return None
+    draws = random.Random(0)
+    shares = [
+        value
+        for value in (
+            adjusted_share([draws.choice(blocks) for _ in blocks]) for _ in range(resamples)
+        )
+        if value is not None
+    ]
+    return {
+        "blocks": len(blocks),
+        "windows": sum(len(block) for block in blocks),
+        "share": share,
+        "se": statistics.stdev(shares) if len(shares) > 1 else math.nan,
+    }
+
+
 def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
     """The ``--toggle`` figures per grid point and variant (``without``: the A/A control)."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -993,6 +1100,14 @@ def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
             f"geometric mean {figures['mean']:.4f} (standard error {figures['se'] * 100:.2f} "
             f"points); {figures['on_ms_per_sequence']:.3f} ms a sequence with the hooks on"
         )
+        adjusted = toggle_adjusted(group)
+        if adjusted is not None:
+            print(
+                f"  adjusted for each window's work ({', '.join(TOGGLE_COVARIATES)}; "
+                f"{adjusted['windows']} windows in {adjusted['blocks']} blocks): the hooks add "
+                f"{adjusted['share'] * 100:+.2f}% to the process CPU (bootstrap standard error "
+                f"{adjusted['se'] * 100:.2f} points)"
+            )
 
 
 def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
