@@ -288,4 +288,4 @@ def read(folder: str, cap: int) -> bytes | None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Merged(list(metrics)))
         return generate_latest(registry)
-    return None
+    raise AssertionError("unreachable: the second attempt returns or raises")
