@@ -60,8 +60,15 @@ system-wide monotonic clock (they return at once), and records each window's pro
 thread of the API server), finished sequences and engine steps. Adjacent windows share the
 machine's state, so its drift (it moves whole runs by +-15% here) cancels, and one run gives a
 pair of windows every 2 x SECONDS. In `without` the same windows toggle nothing: an A/A control
-of the method. What it cannot see: what loading the probe costs with its hooks idle (the `empty`
-and `filtered` controls, whole runs, are for that).
+of the method. Each window also counts the requests added and the sequence-steps (engine outputs)
+it carried; the report gives, besides the raw pair ratios, the hooks' share adjusted for each
+window's work: least squares of window CPU on the phase and those counts within blocks of 5
+pairs (so drift cancels), with a block-bootstrap standard error. The counts explain about three
+quarters of a window's CPU variance within a block, so the adjusted figure is some 2.5-3 times
+tighter than the raw ratios (BENCHMARKS.md, session 18). What it
+cannot see: what loading the probe costs with its hooks idle (the `empty` and `filtered`
+controls, whole runs, are for that), and the calls into the probe's wrappers that return at once
+in the off windows (the finished hook's wrapper, the logger's `record`: under 1 us a request).
 
 Output: one JSON line per run (`--out`, appended), then per variant the medians and ranges of CPU
 ms per request and tokens/s over the rounds, and the median and range of the per-round ratio to
