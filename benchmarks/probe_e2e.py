@@ -145,7 +145,7 @@ class EmptyStatLogger(StatLoggerBase):
 """
 
 TOGGLE_SITECUSTOMIZE = """
-import functools, gc, json, os, sys, threading, time
+import functools, json, os, sys, threading, time
 
 _T = float(os.environ["SPECDEC_E2E_TOGGLE"])
 _DIR = os.environ["SPECDEC_E2E_TOGGLE_DIR"]
@@ -189,37 +189,58 @@ def _toggle_logger(logger):
         logger.record = _unless_off(own)
 
 
-def _patch():
-    output = probe = False
-    started = time.monotonic()
-    while not (output and probe) and time.monotonic() - started < 300:
-        time.sleep(0.05)
-        if not output:
-            module = sys.modules.get("vllm.v1.engine.output_processor")
-            cls = getattr(module, "OutputProcessor", None) if module is not None else None
-            if cls is not None:
-                cls.process_outputs = _counted(cls.process_outputs, 1, sized=3)
-                cls._update_stats_from_finished = _counted(cls._update_stats_from_finished, 0)
-                cls.add_request = _counted(cls.add_request, 2)
-                output = True
-        if not probe:
-            module = sys.modules.get("specdec_exporter.probe.plugin")
-            state = getattr(module, "ProbeState", None) if module is not None else None
-            logger = getattr(module, "SpecdecProbeStatLogger", None) if module else None
-            if state is not None and logger is not None:
-                state.observe_finished = _unless_off(state.observe_finished)
-                state.drain = _unless_off(state.drain)
-                original_init = logger.__init__
+def _patch_output(module):
+    cls = module.OutputProcessor
+    cls.process_outputs = _counted(cls.process_outputs, 1, sized=3)
+    cls._update_stats_from_finished = _counted(cls._update_stats_from_finished, 0)
+    cls.add_request = _counted(cls.add_request, 2)
 
-                def init(self, *args, **kwargs):
-                    original_init(self, *args, **kwargs)
-                    _toggle_logger(self)
 
-                logger.__init__ = init
-                for found in gc.get_objects():  # a logger made before this thread saw it
-                    if isinstance(found, logger):
-                        _toggle_logger(found)
-                probe = True
+def _patch_probe(module):
+    state, logger = module.ProbeState, module.SpecdecProbeStatLogger
+    state.observe_finished = _unless_off(state.observe_finished)
+    state.drain = _unless_off(state.drain)
+    original_init = logger.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        _toggle_logger(self)
+
+    logger.__init__ = init
+
+
+_PATCHES = {
+    "vllm.v1.engine.output_processor": _patch_output,
+    "specdec_exporter.probe.plugin": _patch_probe,
+}
+
+
+class _PatchOnImport:
+    # Each module of _PATCHES is patched the moment it has run, before any of its classes is
+    # used: no thread polling sys.modules, and no walk of the heap for objects made before the
+    # patch (gc.get_objects() from a thread holds a reference to every object, half-built
+    # tuples too: vLLM's start-up died of it once, "SystemError: bad argument to internal
+    # function" in _PyTuple_Resize)
+    def find_spec(self, name, path, target=None):
+        patch = _PATCHES.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def _windows():
@@ -241,7 +262,7 @@ def _windows():
         os.replace(path + ".tmp", path)
 
 
-threading.Thread(target=_patch, daemon=True, name="specdec-e2e-toggle-patch").start()
+sys.meta_path.insert(0, _PatchOnImport())
 threading.Thread(target=_windows, daemon=True, name="specdec-e2e-toggle").start()
 """
 """With ``--toggle T``: in the API server the probe's two hooks and its drain return at once in
@@ -990,23 +1011,33 @@ def toggle_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, float] | None
     }
 
 
-def solve(matrix: list[list[float]], vector: list[float]) -> list[float] | None:
-    """``matrix`` x = ``vector`` by Gaussian elimination with partial pivoting; None: singular."""
-    n = len(vector)
-    a = [[*matrix[i], vector[i]] for i in range(n)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
-        if abs(a[pivot][col]) < 1e-12 * max(1.0, *(abs(v) for v in a[pivot])):
-            return None
-        a[col], a[pivot] = a[pivot], a[col]
-        for r in range(col + 1, n):
-            factor = a[r][col] / a[col][col]
-            for c in range(col, n + 1):
-                a[r][c] -= factor * a[col][c]
-    x = [0.0] * n
-    for r in range(n - 1, -1, -1):
-        x[r] = (a[r][n] - sum(a[r][c] * x[c] for c in range(r + 1, n))) / a[r][r]
-    return x
+def least_squares(xtx: list[list[float]], xty: list[float]) -> list[float] | None:
+    """The least-squares coefficients from the normal equations (``xtx`` b = ``xty``, ``xtx``
+    symmetric positive semi-definite), by Cholesky in column order. A column that the columns
+    before it explain (all but 1e-9 of its sum of squares: at concurrency 1 a window's
+    sequence-steps are its steps) is left out, its coefficient 0; None when the first column
+    (the phase) is the one left out, or nothing is there."""
+    n = len(xty)
+    lower = [[0.0] * n for _ in range(n)]
+    kept: list[int] = []
+    for j in range(n):
+        rest = xtx[j][j] - sum(lower[j][k] ** 2 for k in kept)
+        if not xtx[j][j] > 0 or rest <= 1e-9 * xtx[j][j]:
+            if j == 0:
+                return None
+            continue
+        lower[j][j] = math.sqrt(rest)
+        for i in range(j + 1, n):
+            lower[i][j] = (xtx[i][j] - sum(lower[i][k] * lower[j][k] for k in kept)) / lower[j][j]
+        kept.append(j)
+    forward = [0.0] * n
+    for j in kept:
+        forward[j] = (xty[j] - sum(lower[j][k] * forward[k] for k in kept if k < j)) / lower[j][j]
+    coefficients = [0.0] * n
+    for j in reversed(kept):
+        later = sum(lower[i][j] * coefficients[i] for i in kept if i > j)
+        coefficients[j] = (forward[j] - later) / lower[j][j]
+    return coefficients
 
 
 TOGGLE_COVARIATES = ("finished sequences", "engine steps", "requests added", "sequence-steps")
@@ -1037,7 +1068,7 @@ def adjusted_share(blocks: Sequence[Sequence[Sequence[float]]]) -> float | None:
     """What the hooks add to a window's process CPU, as a share of an off window's, at equal
     work: least squares of CPU on [on, *covariates] within blocks (each block's means taken
     out, so the machine's drift between blocks cancels, as in a paired design). None: too few
-    windows, or the covariates do not separate."""
+    windows, or the phase is not separable from the covariates."""
     k = 1 + len(TOGGLE_COVARIATES)
     xtx = [[0.0] * k for _ in range(k)]
     xty = [0.0] * k
@@ -1054,7 +1085,7 @@ def adjusted_share(blocks: Sequence[Sequence[Sequence[float]]]) -> float | None:
             if not w[0]:
                 off_cpu += w[1]
                 off_n += 1
-    coefficients = solve(xtx, xty)
+    coefficients = least_squares(xtx, xty)
     if coefficients is None or not off_n or not off_cpu:
         return None
     return coefficients[0] / (off_cpu / off_n)
