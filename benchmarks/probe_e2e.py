@@ -63,12 +63,13 @@ pair of windows every 2 x SECONDS. In `without` the same windows toggle nothing:
 of the method. Each window also counts the requests added and the sequence-steps (engine outputs)
 it carried; the report gives, besides the raw pair ratios, the hooks' share adjusted for each
 window's work: least squares of window CPU on the phase and those counts within blocks of 5
-pairs (so drift cancels), with a block-bootstrap standard error. The counts explain about three
-quarters of a window's CPU variance within a block, so the adjusted figure is some 2.5-3 times
-tighter than the raw ratios (BENCHMARKS.md, session 18). What it
-cannot see: what loading the probe costs with its hooks idle (the `empty` and `filtered`
-controls, whole runs, are for that), and the calls into the probe's wrappers that return at once
-in the off windows (the finished hook's wrapper, the logger's `record`: under 1 us a request).
+pairs (so drift cancels), with a block-bootstrap standard error. The counts explain two thirds
+to three quarters of a window's CPU variance within a block, so the adjusted figure is some
+2.5-3 times tighter than the raw ratios (BENCHMARKS.md, session 18). What it cannot see: what
+loading the probe costs with its hooks idle (the `empty` and `filtered` controls, whole runs,
+are for that), the calls that still reach the probe in the off windows (the finished hook's
+wrapper, the logger's `record`, returning at once) and the toggle's own check in the on
+windows: under 2 us a request together.
 
 Output: one JSON line per run (`--out`, appended), then per variant the medians and ranges of CPU
 ms per request and tokens/s over the rounds, and the median and range of the per-round ratio to
