@@ -30,16 +30,23 @@ GOLDEN = Path(__file__).parent.parent / "golden"
 
 
 class ScriptedSource:
-    """Returns the given bodies in turn; a ScrapeError in the list is raised instead."""
+    """Returns the given bodies in turn; a ScrapeError in the list is raised instead. With
+    ``files_failures``, each scrape says in turn why the probe's files could not be read."""
 
-    def __init__(self, bodies: Iterable[str | ScrapeError]) -> None:
+    def __init__(
+        self,
+        bodies: Iterable[str | ScrapeError],
+        files_failures: Iterable[ProbeFilesFailure | None] = (),
+    ) -> None:
         self._bodies = list(bodies)
+        self._files_failures = list(files_failures)
 
     async def scrape(self) -> Scrape:
         body = self._bodies.pop(0)
+        failure = self._files_failures.pop(0) if self._files_failures else None
         if isinstance(body, ScrapeError):
             raise body
-        return Scrape(parse(body), duration=0.0125, probe=parse_probe(body))
+        return Scrape(parse(body), 0.0125, parse_probe(body), probe_files_failure=failure)
 
 
 class Clock:
@@ -61,10 +68,11 @@ async def poll_all(
     interval: float = 5,
     cost: DraftCost = COST,
     probe_files: bool = False,
+    files_failures: Iterable[ProbeFilesFailure | None] = (),
 ) -> tuple[Poller, CollectorRegistry]:
     clock = Clock()
     poller = Poller(
-        ScriptedSource(bodies),
+        ScriptedSource(bodies, files_failures),
         interval=interval,
         window=window,
         cost=cost,
@@ -146,46 +154,15 @@ async def test_failure_drops_vllm_figures_counts_reason_and_recovers(
     assert value(registry, "specdec_drafts_total", model_name=MODEL, engine="0") == 4796.0
 
 
-class FilesFailingSource:
-    """Polls of vLLM that succeed while the probe's files fail to be read as scripted."""
-
-    def __init__(self, failures: Iterable[ProbeFilesFailure | None]) -> None:
-        self._failures = list(failures)
-
-    async def scrape(self) -> Scrape:
-        body = capture("t1")
-        failure = self._failures.pop(0)
-        return Scrape(parse(body), 0.0125, parse_probe(body), probe_files_failure=failure)
-
-
 async def test_probe_files_read_failures_are_counted_by_reason_from_the_start() -> None:
     """With --probe-dir, a poll whose read of the probe's files failed is counted (the poll
     itself succeeded: vLLM is up); the counter is there, at 0, before the first failure, so a
     rate() sees the first one. Without --probe-dir there is no such family."""
-    script: list[ProbeFilesFailure | None] = [None, "timeout", "error", "error", None]
-    poller = Poller(
-        FilesFailingSource(script),
-        interval=5,
-        window=3600,
-        cost=COST,
-        log_interval=60,
-        probe_files=True,
-    )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        SpecDecodeCollector(
-            poller.state,
-            cost=COST,
-            method="ngram",
-            interval=5,
-            window=3600,
-            restarts=dict.fromkeys(("poller", "metrics_server", "tap"), 0),
-        )
-    )
     name = "specdec_probe_files_read_failures_total"
-    assert value(registry, name, reason="timeout") == 0.0
-    for _ in script:
-        await poller.poll_once()
+    _, before = await poll_all([], probe_files=True)
+    assert value(before, name, reason="timeout") == 0.0
+    script: list[ProbeFilesFailure | None] = [None, "timeout", "error", "error", None]
+    _, registry = await poll_all([capture("t1")] * 5, probe_files=True, files_failures=script)
     assert value(registry, name, reason="timeout") == 1.0
     assert value(registry, name, reason="error") == 2.0
     assert value(registry, "specdec_up") == 1.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -102,55 +102,45 @@ class SpecDecodeCollector(Collector):
                 "Duration of the last successful scrape of vLLM's /metrics.",
                 value=state.scrape_duration,
             )
-        failures = CounterMetricFamily(
+        yield _counts_by(
             "specdec_scrape_failures",
             "Failed scrapes of vLLM's /metrics, by reason.",
-            labels=["reason"],
+            "reason",
+            state.failures.items(),
         )
-        for reason, count in state.failures.items():
-            failures.add_metric([reason], count)
-        yield failures
         if state.probe_files_failures is not None:
-            files = CounterMetricFamily(
+            yield _counts_by(
                 "specdec_probe_files_read_failures",
                 "Polls that could not read the engine probe's files (--probe-dir), by reason: "
                 "timeout (no read within --scrape-timeout), error (an OS or decoding error); each "
                 "such poll held the probe's last reading.",
-                labels=["reason"],
+                "reason",
+                state.probe_files_failures.items(),
             )
-            for files_reason, count in state.probe_files_failures.items():
-                files.add_metric([files_reason], count)
-            yield files
-        invalid = CounterMetricFamily(
+        yield _counts_by(
             "specdec_invalid_series",
             "vLLM series left out because no count can be them (NaN, infinite, negative, or more "
             "accepted than drafted since start; of the engine probe's: a label the sidecar cannot "
             "read, or a temperature bucket not among --temperature-buckets), by reason, counted "
             "on each poll that shows them; nothing derived from them is exported.",
-            labels=["reason"],
+            "reason",
+            state.invalid_series.items(),
         )
-        for invalid_reason, count in state.invalid_series.items():
-            invalid.add_metric([invalid_reason], count)
-        yield invalid
-        dropped = CounterMetricFamily(
+        yield _counts_by(
             "specdec_models_dropped",
             f"Model names vLLM showed that get no per-model tap series, by reason: cap (over "
             f"--max-models), name_too_long (over {MAX_MODEL_NAME_CHARS} characters); each name "
             f'counted once while refused; their requests count as model_name="other".',
-            labels=["reason"],
+            "reason",
+            state.models_dropped.items(),
         )
-        for drop_reason, count in state.models_dropped.items():
-            dropped.add_metric([drop_reason], count)
-        yield dropped
-        restarts = CounterMetricFamily(
+        yield _counts_by(
             "specdec_component_restarts",
             "Times a component of the sidecar (poller, metrics_server, tap) failed and was "
             "restarted after a backoff; the process itself never exits on it (pre-created at 0).",
-            labels=["component"],
+            "component",
+            self._restarts.items(),
         )
-        for component, count in self._restarts.items():
-            restarts.add_metric([component], count)
-        yield restarts
         info = GaugeMetricFamily(
             "specdec_build_info", "Build of vllm-specdec-exporter; always 1.", labels=["version"]
         )
@@ -294,3 +284,13 @@ class SpecDecodeCollector(Collector):
         for model, value in sorted(self._state.coverage.items()):
             family.add_metric([model], value)
         return family
+
+
+def _counts_by(
+    name: str, documentation: str, label: str, counts: Iterable[tuple[str, int]]
+) -> CounterMetricFamily:
+    """A counter family with one sample per (label value, count) of ``counts``."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for value, count in counts:
+        family.add_metric([value], count)
+    return family
