@@ -81,7 +81,7 @@ def main() -> None:
             total = 0
             for _ in range(args.drains):
                 for _ in range(steps):
-                    state.steps.extend((0, 1, 1, 4, 2))
+                    state.steps.append((0, 1, 1, 4, 2))
                 state.finished.append((0.7, metrics, stats))
                 if cold:
                     evict[::64] = zeros  # every cache line of 48 MiB
@@ -99,7 +99,7 @@ def main() -> None:
         total = 0
         for _ in range(200):
             for index in range(480):
-                state.steps.extend((0, running[index % len(running)], 1, 4, 2))
+                state.steps.append((0, running[index % len(running)], 1, 4, 2))
             start = time.perf_counter_ns()
             state._count_steps(480)
             total += time.perf_counter_ns() - start

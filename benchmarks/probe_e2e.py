@@ -25,7 +25,7 @@ Measured over the `--requests`, per run:
   CPU while it waits, so a run the shared machine slows down costs more CPU per request;
 - the load average at the start of the run (the machine may be shared: compare within a round);
 - with `--gc-stats`, the API server's garbage collections per generation, their time and the
-  objects the collector tracks outside the frozen start-up heap, and the thread CPU time and calls
+  generations' counts at its end (`gc.get_count()`), and the thread CPU time and calls
   of vLLM's `OutputProcessor.process_outputs` and `StatLoggerManager.record` and of the probe's two
   hooks (`ProbeState.observe_finished`, `SpecdecProbeStatLogger.record`) and its `drain`, from
   which the report gives the probe's share of the same run's API-server CPU: a `sitecustomize`
@@ -398,8 +398,12 @@ if _DIR:
             # server): read it until vLLM has frozen its start-up heap, then never again.
             if not frozen:
                 frozen = gc.get_freeze_count()
-            tracked = [len(gc.get_objects(g)) for g in range(3)] if frozen else None
-            data = dict(_stats, timed=_timed_slots, frozen=frozen, tracked=tracked, at=time.time())
+            # gc.get_count(): each generation's count since its last collection, no walk. Never
+            # gc.get_objects() from this thread: the list it returns holds a reference to every
+            # object, half-built ones too, and such a walk once killed vLLM's start-up (a
+            # SystemError in _PyTuple_Resize, BENCHMARKS.md session 18)
+            counts = list(gc.get_count()) if frozen else None
+            data = dict(_stats, timed=_timed_slots, frozen=frozen, counts=counts, at=time.time())
             with open(path + ".tmp", "w") as out:
                 json.dump(data, out)
             os.replace(path + ".tmp", path)
@@ -584,7 +588,7 @@ def read_gc(gc_dir: Path, pids: Sequence[int]) -> list[dict[str, Any]]:
 
 def gc_delta(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
     """Collections, seconds and collected per generation over the window, summed over the API
-    servers, and the tracked (unfrozen) objects at its end."""
+    servers, and each generation's count (``gc.get_count()``) at its end."""
     delta: dict[str, Any] = {}
     for key in ("collections", "seconds", "collected"):
         delta[key] = [
@@ -602,7 +606,7 @@ def gc_delta(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[
             for field, (n, w) in enumerate(zip(now, was, strict=False)):
                 total[field] += n - w
     delta["timed"] = timed
-    delta["tracked_after"] = [a.get("tracked") for a in after]
+    delta["counts_after"] = [a.get("counts") for a in after]
     delta["frozen"] = [a.get("frozen") for a in after]
     return delta
 
@@ -1208,7 +1212,7 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                     statistics.median(g["collections"][i] for g in mine) for i in range(3)
                 ]
                 ms = [statistics.median(g["seconds"][i] * 1e3 for g in mine) for i in range(3)]
-                tracked = [t for g in mine for t in g["tracked_after"] if t]
+                counts = [t for g in mine for t in g.get("counts_after", ()) if t]
                 requests = statistics.median(r["requests"] for r in gc_rows)
                 timed = {
                     key: (
@@ -1267,7 +1271,7 @@ def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> Non
                 print(
                     f"  {variant}: collections gen0/1/2 {collections}, "
                     f"ms {[round(m, 1) for m in ms]}, "
-                    f"tracked after (gen0/1/2) {tracked[-1] if tracked else '-'}"
+                    f"gc counts after (gen0/1/2) {counts[-1] if counts else '-'}"
                 )
 
 

@@ -325,11 +325,13 @@ def test_the_probe_in_vllm_counts_into_its_files_and_vllms_registry_gets_none(
     assert any(line.startswith(names.SPECULATIVE_CONFIG_INFO) for line in lines)
 
 
-def test_with_files_the_hooks_keep_and_a_drain_a_second_counts(
+def test_with_files_a_finished_request_asks_for_a_drain_a_second_at_most(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With its own files the probe counts many sequences and steps at once (DRAIN_EVERY): the
-    finished hook only keeps its sequence, the step hook drains once the second is up."""
+    hooks only keep; a request that finishes a second after the last ask asks the step hook for a
+    drain, made at the step that finished it, once that step is kept; steps alone wait for
+    vLLM's log() (or INBOX_LIMIT)."""
     monkeypatch.setenv(naming.PROBE_DIR_ENV, str(tmp_path))
     config = SimpleNamespace(
         model_config=SimpleNamespace(served_model_name=["tiny"]),
@@ -337,13 +339,13 @@ def test_with_files_the_hooks_keep_and_a_drain_a_second_counts(
         observability_config=SimpleNamespace(per_request_spec_decode_metrics="summary"),
     )
 
-    def sequences() -> float:
+    def counted(family: str) -> float:
         got = read(str(tmp_path), CAP)
         assert got is not None
         return sum(
             float(line.rsplit(" ", 1)[1])
             for line in samples(got)
-            if line.startswith(names.SEQUENCES + "_total")
+            if line.startswith(family + "_total")
         )
 
     with fake.installed() as modules:
@@ -355,23 +357,29 @@ def test_with_files_the_hooks_keep_and_a_drain_a_second_counts(
         processor = modules["vllm.v1.engine.output_processor"].OutputProcessor()
         spec = fake.SpecDecodingStats(4, 1, 4, 2, [1, 1, 0, 0])
         step = fake.SchedulerStats(num_running_reqs=2, spec_decoding_stats=spec)
-        for _ in range(3):
+
+        def finish() -> None:
             processor._update_stats_from_finished(
                 fake.RequestState("r", None, 0.0, None, None), 1, None
             )
-        assert sequences() == 0 and len(state.finished) == 3  # kept, not counted
-        logger.record(step, None)  # the first step drains (nothing drained yet)
-        assert sequences() == 3 and not state.finished
-        processor._update_stats_from_finished(
-            fake.RequestState("r", None, 0.0, None, None), 1, None
-        )
-        logger.record(step, None)  # within the second: kept
-        assert sequences() == 3 and len(state.steps) == plugin.STEP_FIELDS
-        state.next_drain = 0.0  # the second is up
+
         logger.record(step, None)
-        assert sequences() == 4 and not state.steps
-        processor._update_stats_from_finished(
-            fake.RequestState("r", None, 0.0, None, None), 1, None
-        )
-        logger.log()  # vLLM's periodic call: once steps stop, the rest goes in
-        assert sequences() == 5
+        logger.record(step, None)  # steps alone: kept
+        assert counted(names.BATCH_STEPS) == 0 and len(state.steps) == 2
+        for _ in range(3):
+            finish()  # the first asks for a drain (none asked yet); the others are within it
+        assert counted(names.SEQUENCES) == 0 and len(state.finished) == 3  # kept, not counted
+        logger.record(step, None)  # the step that finished them drains, itself included
+        assert counted(names.SEQUENCES) == 3 and counted(names.BATCH_STEPS) == 3
+        assert not state.finished and not state.steps
+        finish()
+        logger.record(step, None)  # within the second: kept
+        assert counted(names.SEQUENCES) == 3 and len(state.steps) == 1
+        state.next_drain = 0.0  # the second is up
+        finish()
+        logger.record(step, None)
+        assert counted(names.SEQUENCES) == 5 and counted(names.BATCH_STEPS) == 5
+        finish()
+        logger.record(step, None)
+        logger.log()  # vLLM's periodic call: once requests stop finishing, the rest goes in
+        assert counted(names.SEQUENCES) == 6 and counted(names.BATCH_STEPS) == 6

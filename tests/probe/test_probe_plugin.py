@@ -590,7 +590,8 @@ def test_under_multiprocess_the_hooks_flush_by_the_step_that_finishes_a_request(
     logger records before vLLM's Prometheus logger counts it finished), at vLLM's periodic log()
     and at least every STEP_FLUSH_EVERY steps; the finished sequences with them."""
     logger = probe.logger()
-    logger.state.flush_in_hooks = True
+    logger.state.flush_in_hooks = True  # as under PROMETHEUS_MULTIPROC_DIR: its own hook
+    logger.record = probe.plugin.step_hook(logger.state)
     processor = probe.processor()
     step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
     running = SimpleNamespace(finished_requests=[])
@@ -624,7 +625,8 @@ def test_iteration_stats_without_finished_requests_flush_every_step(probe: Probe
     the probe cannot tell when a request finishes, so every step goes into the counters at
     once (exact, as before)."""
     logger = probe.logger()
-    logger.state.flush_in_hooks = True
+    logger.state.flush_in_hooks = True  # as under PROMETHEUS_MULTIPROC_DIR: its own hook
+    logger.record = probe.plugin.step_hook(logger.state)
     step = fake.SpecDecodingStats(4, num_drafts=1, num_draft_tokens=4, num_accepted_tokens=3)
     logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), object())
     assert stored(probe, "batch_steps", MODEL, "0", "1") == 1
@@ -761,9 +763,9 @@ def test_with_nobody_scraping_a_hook_drains_at_the_inbox_limit(
     for _ in range(20):
         logger.record(fake.SchedulerStats(num_running_reqs=1, spec_decoding_stats=step), None)
         processor._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
-        assert len(logger.state.steps) < 8 * 5 and len(logger.state.finished) < 8
+        assert len(logger.state.steps) < 8 and len(logger.state.finished) < 8
     counted = stored(probe, "batch_steps", MODEL, "0", "1")  # drained by hooks, no scrape
-    assert counted >= 8 and counted + len(logger.state.steps) // 5 == 20
+    assert counted >= 8 and counted + len(logger.state.steps) == 20
     counted = stored(probe, "sequences", MODEL, "0")
     assert counted >= 8 and counted + len(logger.state.finished) == 20
     item = logger.state.finished[0]
@@ -786,7 +788,7 @@ def test_a_hook_never_waits_for_a_scrape_that_is_draining(
         hook.start()
         hook.join(timeout=10)
         assert not hook.is_alive()
-    assert len(logger.state.steps) == 5 * 5  # five steps of five entries, none counted yet
+    assert len(logger.state.steps) == 5  # five steps, none counted yet
     assert (
         probe.value(
             "specdec_probe_batch_steps_total", model_name=MODEL, engine="0", batch_bucket="1"
@@ -800,7 +802,8 @@ def test_under_multiprocess_sequences_are_flushed_with_the_batch_split_off(
 ) -> None:
     monkeypatch.setenv("SPECDEC_BATCH_BUCKETS", "not-a-list")
     logger = probe.logger()
-    logger.state.flush_in_hooks = True
+    logger.state.flush_in_hooks = True  # as under PROMETHEUS_MULTIPROC_DIR: its own hook
+    logger.record = probe.plugin.step_hook(logger.state)
     assert logger.state.batch_buckets is None
     probe.processor()._update_stats_from_finished(state(0.0, [1, 1, 0, 0, 2], 12), 1, None)
     assert stored(probe, "drafts", MODEL, "0") == 0

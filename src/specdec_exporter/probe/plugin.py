@@ -74,20 +74,22 @@ STEP_ROWS_LIMIT = 4096
 STEP_FLUSH_EVERY = 64
 """Under ``PROMETHEUS_MULTIPROC_DIR``: steps at most between two drains."""
 DRAIN_EVERY = 1.0
-"""With the probe's own files (``SPECDEC_PROBE_DIR``): seconds at most between two drains while
-vLLM runs steps. The hooks only keep what they see; a drain every second counts it many at a time,
-in a warm loop, where one at a time each sequence ran cold at ~30 us (BENCHMARKS.md, issue 30).
-The files lag vLLM's counters by that much (by vLLM's ``log()`` interval, 10 s, once it idles):
-nothing reads them at the instant vLLM's /metrics is read anyway."""
+"""With the probe's own files (``SPECDEC_PROBE_DIR``): seconds at least between two drains that a
+finished request asks for. The hooks only keep what they see; a drain counts it many at a time, in
+a warm loop, where one at a time each sequence ran cold at ~30 us (BENCHMARKS.md, issue 30). A
+request that finishes a second or more after the last drain asks for one, made at the step that
+finished it (so a drain that counts a request has its last step too); with no request finishing,
+vLLM's ``log()`` (``VLLM_LOG_STATS_INTERVAL``, 10 s) drains, or a step at ``INBOX_LIMIT``. The
+files lag vLLM's counters by that much: nothing reads them at the instant vLLM's /metrics is
+read anyway."""
 INBOX_LIMIT = 1024
 """Steps, and finished sequences, at most in ``ProbeState.steps`` and ``finished`` when nobody
 scrapes: a hook drains them then (0.5-3 ms of vLLM's loop, what the hooks would have spent on
-them one by one; a sequence holds vLLM's two small figure objects, a few hundred bytes)."""
+them one by one; a step is a tuple of five ints, ~90 bytes; a sequence holds vLLM's two small
+figure objects, a few hundred bytes)."""
 TEMPERATURES_LIMIT = 256
 """Bound of ``ProbeState.row_by_temperature``: past it a new temperature finds its row the
 long way, each time."""
-STEP_FIELDS = 5
-"""Entries a step adds to ``ProbeState.steps``."""
 
 
 @dataclass(slots=True)
@@ -110,15 +112,18 @@ class ProbeState:
     flush_in_hooks: bool = False
     """Set when a scrape does not drain (``not Families.flush_at_scrape``)."""
     drain_every: float | None = None
-    """Set with the probe's own files: the step hook drains every this many seconds
-    (``DRAIN_EVERY``), and the finished hook only keeps its sequence."""
+    """Set with the probe's own files: a finished request asks the step hooks for a drain when
+    this many seconds passed since the last one asked (``DRAIN_EVERY``)."""
     next_drain: float = 0.0
-    """``time.monotonic()`` from which the step hook drains (with ``drain_every``)."""
+    """``time.monotonic()`` from which a finished request asks for a drain (with
+    ``drain_every``)."""
+    drain_soon: list[Callable[[], None]] = field(default_factory=list)
+    """Each step hook's (``step_hook``): its next step drains, after it keeps its own figures."""
     steps: deque[Any] = field(default_factory=deque)
-    """Steps not counted yet, ``STEP_FIELDS`` entries each: engine index, running requests,
-    vLLM's num_drafts, num_draft_tokens, num_accepted_tokens. ``deque.extend`` (of a tuple) and
-    ``popleft`` are atomic: the hooks add in vLLM's loop thread while a scrape drains in its
-    own, with no lock on vLLM's path, and a step is never split."""
+    """Steps not counted yet, one tuple each: (engine index, running requests, vLLM's
+    num_drafts, num_draft_tokens, num_accepted_tokens). ``deque.append`` and ``popleft`` are
+    atomic: the hooks add in vLLM's loop thread while a scrape drains in its own, with no lock
+    on vLLM's path, and a step is never split."""
     finished: deque[tuple[Any, Any, Any]] = field(default_factory=deque)
     """Finished sequences not counted yet: (temperature, vLLM's ``RequestSpecDecodeMetrics``,
     its ``RequestStateStats``); never the request state (its prompt and outputs)."""
@@ -162,6 +167,12 @@ class ProbeState:
             finished.append((temperature, metrics, stats))
             if len(finished) >= INBOX_LIMIT:
                 self.drain(blocking=False)
+            elif self.drain_every is not None:
+                now = time.monotonic()
+                if now >= self.next_drain:  # the step that finished it drains
+                    self.next_drain = now + self.drain_every
+                    for soon in self.drain_soon:
+                        soon()
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
 
@@ -179,7 +190,7 @@ class ProbeState:
             families = self.families
             if families.direct_writes and FORKS[0] != families.forks:
                 families.forked()  # before any write: this is a forked child
-            self._count_steps(len(self.steps) // STEP_FIELDS)  # later ones: the next drain's
+            self._count_steps(len(self.steps))  # later ones: the next drain's
             finished = self.finished
             for _ in range(len(finished)):
                 self._count_finished(*finished.popleft())
@@ -249,14 +260,12 @@ class ProbeState:
 
     def _count_steps(self, n: int) -> None:
         """The first ``n`` steps of ``steps``, each counted whole or not at all, in one loop (no
-        call a step: 120 steps a request at 256 tokens and concurrency 1). Its ``popleft``s are
-        most of its ~0.25 us a step: a C-level take (``map``) and sums per row over the slices
-        measured no faster (BENCHMARKS.md)."""
+        call a step: 120 steps a request at 256 tokens and concurrency 1)."""
         buckets = self.batch_buckets
         pop = self.steps.popleft
         rows = self.step_rows
         for _ in range(n):
-            engine_idx, running, drafts, draft_tokens, accepted = pop(), pop(), pop(), pop(), pop()
+            engine_idx, running, drafts, draft_tokens, accepted = pop()
             try:
                 if buckets is None:
                     continue  # the split is off: the hook adds none
@@ -363,32 +372,81 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
     """The loggers' ``record`` with the probe on: vLLM's per-step call.
 
     The step's engine index, running requests and three speculative counts go into
-    ``state.steps`` (read here, so no vLLM object outlives the step: nothing more for the garbage
-    collector to walk), counted at the next ``ProbeState.drain``. Never raises. It runs once per
-    engine step (120 times a request at 256 tokens and concurrency 1), cold, between two steps of
-    vLLM's own work: one Python frame, and what it needs bound in its closure, not looked up on
-    the logger, the state or the module each step.
+    ``state.steps`` as one tuple (read here, so no vLLM object outlives the step: nothing more
+    for the garbage collector to walk, and nothing a later vLLM could change under it), counted
+    at the next ``ProbeState.drain``. Never raises. It runs once per engine step (120 times a
+    request at 256 tokens and concurrency 1), cold, between two steps of vLLM's own work, where
+    each object it touches is a cache miss: one Python frame, one append and one length check,
+    nothing looked up on the logger, the state or the module, no clock read (each cost ~0.5 us a
+    step there, more than the rest of the hook: BENCHMARKS.md, issue 30, session 19).
 
     With one API server a scrape drains (``Families.on_collect``), and this hook only when
-    ``steps`` reaches ``INBOX_LIMIT`` steps. With the probe's own files it drains every
-    ``DRAIN_EVERY`` seconds while steps run (and vLLM's ``log()`` when they stop): nothing reads
-    those files with vLLM's /metrics, so the sequences and steps of a second are counted at once,
-    in a warm loop. Otherwise, under ``PROMETHEUS_MULTIPROC_DIR``, it drains at the
-    first step that finishes a request, at a step that brings no outputs, at least every
-    ``STEP_FLUSH_EVERY`` steps, and at vLLM's periodic ``log()``: the probe's counters have every
-    step and sequence of a request by the time vLLM counts it finished (this logger records
-    before vLLM's Prometheus logger, in the same call), in every scrape. (Setting the drain on
-    the event loop for later, to write many requests' sequences at once, broke that: a scrape
-    right after a response had vLLM's count of it and not the probe's. BENCHMARKS.md.)"""
+    ``steps`` reaches ``INBOX_LIMIT`` steps. With the probe's own files a finished request asks
+    for a drain at most every ``DRAIN_EVERY`` seconds (``ProbeState.observe_finished``), which
+    this hook makes at the same step, once the step is kept (and vLLM's ``log()`` when no request
+    finishes): nothing reads those files with vLLM's /metrics, so the sequences and steps of a
+    second are counted at once, in a warm loop. Otherwise, under ``PROMETHEUS_MULTIPROC_DIR``
+    (``_multiprocess_step_hook``), every step finishing a request drains."""
+    if state.drain_every is None and state.flush_in_hooks:
+        return _multiprocess_step_hook(state)
     steps = state.steps
-    extend = steps.extend
+    append = steps.append
     drain = state.drain
     batch_on = state.batch_buckets is not None
-    limit = INBOX_LIMIT * STEP_FIELDS
-    flush_every = STEP_FLUSH_EVERY * STEP_FIELDS
+    limit = drain_at = INBOX_LIMIT
     record_hook = names.HOOK_RECORD
-    every = state.drain_every
-    monotonic = time.monotonic
+
+    def drain_soon() -> None:
+        nonlocal drain_at
+        drain_at = 0
+
+    def record(
+        scheduler_stats: Any,
+        iteration_stats: Any,
+        mm_cache_stats: Any = None,
+        engine_idx: int = 0,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        nonlocal drain_at
+        try:
+            if batch_on and scheduler_stats is not None:
+                spec = scheduler_stats.spec_decoding_stats
+                if spec is not None:  # else no draft tokens: vLLM's counters do not move either
+                    append(
+                        (
+                            engine_idx,
+                            scheduler_stats.num_running_reqs,
+                            spec.num_drafts,
+                            spec.num_draft_tokens,
+                            spec.num_accepted_tokens,
+                        )
+                    )
+            if len(steps) >= drain_at:
+                drain_at = limit
+                drain(blocking=False)
+        except Exception as exc:
+            state._hook_failed(record_hook, exc)
+
+    state.drain_soon.append(drain_soon)
+    return record
+
+
+def _multiprocess_step_hook(state: ProbeState) -> Callable[..., None]:
+    """``step_hook`` under ``PROMETHEUS_MULTIPROC_DIR`` without the probe's own files: it
+    drains at the first step that finishes a request, at a step that brings no outputs, at
+    least every ``STEP_FLUSH_EVERY`` steps, and at vLLM's periodic ``log()``: the probe's
+    counters have every step and sequence of a request by the time vLLM counts it finished (this
+    logger records before vLLM's Prometheus logger, in the same call), in every scrape. (Setting
+    the drain on the event loop for later, to write many requests' sequences at once, broke
+    that: a scrape right after a response had vLLM's count of it and not the probe's.
+    BENCHMARKS.md.)"""
+    steps = state.steps
+    append = steps.append
+    drain = state.drain
+    batch_on = state.batch_buckets is not None
+    flush_every = STEP_FLUSH_EVERY
+    record_hook = names.HOOK_RECORD
 
     def record(
         scheduler_stats: Any,
@@ -401,8 +459,8 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
         try:
             if batch_on and scheduler_stats is not None:
                 spec = scheduler_stats.spec_decoding_stats
-                if spec is not None:  # else no draft tokens: vLLM's counters do not move either
-                    extend(
+                if spec is not None:
+                    append(
                         (
                             engine_idx,
                             scheduler_stats.num_running_reqs,
@@ -411,20 +469,12 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
                             spec.num_accepted_tokens,
                         )
                     )
-            if every is not None:
-                now = monotonic()
-                if now >= state.next_drain or len(steps) >= limit:
-                    state.next_drain = now + every
-                    drain(blocking=False)
-            elif state.flush_in_hooks:
-                if (
-                    iteration_stats is None
-                    or len(steps) >= flush_every
-                    or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
-                ):
-                    drain()
-            elif len(steps) >= limit:
-                drain(blocking=False)
+            if (
+                iteration_stats is None
+                or len(steps) >= flush_every
+                or getattr(iteration_stats, "finished_requests", True)  # a changed vLLM
+            ):
+                drain()
         except Exception as exc:
             state._hook_failed(record_hook, exc)
 
