@@ -383,3 +383,37 @@ def test_with_files_a_finished_request_asks_for_a_drain_a_second_at_most(
         logger.record(step, None)
         logger.log()  # vLLM's periodic call: once requests stop finishing, the rest goes in
         assert counted(names.SEQUENCES) == 6 and counted(names.BATCH_STEPS) == 6
+
+
+def test_with_files_a_finished_request_asks_every_engines_step_hook_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several engines in one API server: a finished request asks each engine's step hook, and
+    whichever steps first drains; a logger made again for an engine index replaces its ask."""
+    monkeypatch.setenv(naming.PROBE_DIR_ENV, str(tmp_path))
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(served_model_name=["tiny"]),
+        speculative_config=SimpleNamespace(num_speculative_tokens=4),
+        observability_config=SimpleNamespace(per_request_spec_decode_metrics="summary"),
+    )
+    with fake.installed() as modules:
+        plugin: Any = importlib.import_module("specdec_exporter.probe.plugin")
+        plugin.REGISTRY = CollectorRegistry()
+        first, second = (plugin.SpecdecProbeStatLogger(config, index) for index in (0, 1))
+        again = plugin.SpecdecProbeStatLogger(config, 1)
+        state = first.state
+        assert second.state is state and again.state is state
+        assert sorted(state.drain_soon) == [0, 1]
+        processor = modules["vllm.v1.engine.output_processor"].OutputProcessor()
+        spec = fake.SpecDecodingStats(4, 1, 4, 2, [1, 1, 0, 0])
+        step = fake.SchedulerStats(num_running_reqs=2, spec_decoding_stats=spec)
+        first.record(step, None, engine_idx=0)
+        processor._update_stats_from_finished(
+            fake.RequestState("r", None, 0.0, None, None), 1, None
+        )
+        again.record(step, None, engine_idx=1)  # engine 1's step drains both engines' steps
+        assert not state.steps and not state.finished
+        first.record(step, None, engine_idx=0)  # engine 0 was asked too: its step drains
+        assert not state.steps
+        first.record(step, None, engine_idx=0)  # until the next ask: kept
+        assert len(state.steps) == 1

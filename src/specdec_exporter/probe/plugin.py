@@ -117,8 +117,9 @@ class ProbeState:
     next_drain: float = 0.0
     """``time.monotonic()`` from which a finished request asks for a drain (with
     ``drain_every``)."""
-    drain_soon: list[Callable[[], None]] = field(default_factory=list)
-    """Each step hook's (``step_hook``): its next step drains, after it keeps its own figures."""
+    drain_soon: dict[Any, Callable[[], None]] = field(default_factory=dict)
+    """Engine index -> its logger's step hook's (``step_hook``; a logger made again for an
+    index replaces the last): its next step drains, after it keeps its own figures."""
     steps: deque[Any] = field(default_factory=deque)
     """Steps not counted yet, one tuple each: (engine index, running requests, vLLM's
     num_drafts, num_draft_tokens, num_accepted_tokens). ``deque.append`` and ``popleft`` are
@@ -171,7 +172,7 @@ class ProbeState:
                 now = time.monotonic()
                 if now >= self.next_drain:  # the step that finished it drains
                     self.next_drain = now + self.drain_every
-                    for soon in self.drain_soon:
+                    for soon in tuple(self.drain_soon.values()):
                         soon()
         except Exception as exc:
             self._hook_failed(names.HOOK_FINISHED, exc)
@@ -341,7 +342,7 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
         self.engine_index = engine_index
         self.state = state = start(vllm_config, engine_index)
         if state is not None:
-            self.record = step_hook(state)  # type: ignore[method-assign]
+            self.record = step_hook(state, engine_index)  # type: ignore[method-assign]
 
     def record(
         self,
@@ -368,7 +369,7 @@ class SpecdecProbeStatLogger(StatLoggerBase):  # type: ignore[misc]
             state.drain()
 
 
-def step_hook(state: ProbeState) -> Callable[..., None]:
+def step_hook(state: ProbeState, engine_index: Any = 0) -> Callable[..., None]:
     """The loggers' ``record`` with the probe on: vLLM's per-step call.
 
     The step's engine index, running requests and three speculative counts go into
@@ -428,7 +429,7 @@ def step_hook(state: ProbeState) -> Callable[..., None]:
         except Exception as exc:
             state._hook_failed(record_hook, exc)
 
-    state.drain_soon.append(drain_soon)
+    state.drain_soon[engine_index] = drain_soon
     return record
 
 
