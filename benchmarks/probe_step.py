@@ -23,27 +23,10 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-
-
-@dataclass
-class SpecDecodingStats:
-    """vLLM's per-step speculative counts (the fields the hook reads)."""
-
-    num_spec_tokens: int = 4
-    num_drafts: int = 1
-    num_draft_tokens: int = 4
-    num_accepted_tokens: int = 2
-
-
-@dataclass
-class SchedulerStats:
-    num_running_reqs: int = 1
-    spec_decoding_stats: Any = None
 
 
 def empty(
@@ -67,6 +50,9 @@ def main() -> None:
 
     from types import SimpleNamespace  # noqa: PLC0415
 
+    from vllm.v1.metrics.stats import SchedulerStats  # noqa: PLC0415
+    from vllm.v1.spec_decode.metrics import SpecDecodingStats  # noqa: PLC0415
+
     from specdec_exporter.probe import plugin  # noqa: PLC0415
 
     config = SimpleNamespace(
@@ -89,7 +75,9 @@ def main() -> None:
                     state.steps.clear()
                 if cold:
                     evict[::64] = zeros  # every cache line of 48 MiB
-                stats = SchedulerStats(1, SpecDecodingStats())  # vLLM's fresh objects
+                spec = SpecDecodingStats.new(4)  # vLLM's fresh objects of a step
+                spec.observe_draft(4, 2)
+                stats = SchedulerStats(num_running_reqs=1, spec_decoding_stats=spec)
                 start = time.perf_counter_ns()
                 hooks[name](stats, None, mm_cache_stats=None, engine_idx=0)
                 times[name].append(time.perf_counter_ns() - start)

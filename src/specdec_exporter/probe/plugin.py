@@ -441,7 +441,8 @@ def _multiprocess_step_hook(state: ProbeState) -> Callable[..., None]:
     logger records before vLLM's Prometheus logger, in the same call), in every scrape. (Setting
     the drain on the event loop for later, to write many requests' sequences at once, broke
     that: a scrape right after a response had vLLM's count of it and not the probe's.
-    BENCHMARKS.md.)"""
+    BENCHMARKS.md.) It keeps a step as ``step_hook`` does, written out again: a shared helper
+    would be one more call a step, what the hooks are kept small to avoid."""
     steps = state.steps
     append = steps.append
     drain = state.drain
