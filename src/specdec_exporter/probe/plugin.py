@@ -378,8 +378,9 @@ def step_hook(state: ProbeState, engine_index: Any = 0) -> Callable[..., None]:
     at the next ``ProbeState.drain``. Never raises. It runs once per engine step (120 times a
     request at 256 tokens and concurrency 1), cold, between two steps of vLLM's own work, where
     each object it touches is a cache miss: one Python frame, one append and one length check,
-    nothing looked up on the logger, the state or the module, no clock read (each cost ~0.5 us a
-    step there, more than the rest of the hook: BENCHMARKS.md, issue 30, session 19).
+    nothing looked up on the logger, the state or the module, no clock read (with a clock read,
+    the state's next drain time and five deque entries a step it took ~4.4 us a call in place at
+    256 tokens and concurrency 1, 2.4 us without: BENCHMARKS.md, issue 30, session 19).
 
     With one API server a scrape drains (``Families.on_collect``), and this hook only when
     ``steps`` reaches ``INBOX_LIMIT`` steps. With the probe's own files a finished request asks
