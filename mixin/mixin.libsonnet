@@ -24,7 +24,8 @@
       "minDraftTokensPerSecond": 10.0,
       "minBucketDraftTokensPerSecond": 5.0,
       "minBucketRequestsPerSecond": 0.05,
-      "minGenerationTokensPerSecond": 1.0
+      "minGenerationTokensPerSecond": 1.0,
+      "probeFilesFailedPollShare": 0.5
     },
     "alerts": {
       "SpecDecodeAcceptanceLow": {
@@ -85,6 +86,10 @@
         "for": "15m"
       },
       "SpecDecodeProbeErrors": {
+        "severity": "warning",
+        "for": "15m"
+      },
+      "SpecDecodeProbeFilesUnreadable": {
         "severity": "warning",
         "for": "15m"
       }
@@ -417,6 +422,20 @@
               "summary": "The engine probe inside vLLM is catching errors in its hooks: its splits undercount.",
               "description": "The engine probe inside vLLM on {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) caught errors in its `{{ $labels.hook }}` hook over the last 5m ({{ $value | printf \"%.3g\" }} per second). {{ if eq $labels.hook \"finished\" }}The finished sequences whose hook erred are missing from the temperature split.{{ else if eq $labels.hook \"record\" }}The engine steps whose hook erred are missing from the batch (load-level) split.{{ end }} vLLM itself is unaffected: the probe counts these errors and never raises them. vLLM's log has a line per hook at most every 10 minutes with the error's type and where it was raised (see the runbook).",
               "runbook_url": c.runbookURL + "#specdecodeprobeerrors",
+              "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
+            }
+          },
+          {
+            "alert": "SpecDecodeProbeFilesUnreadable",
+            "expr": "sum without (reason) (rate(specdec_probe_files_read_failures_total{job=\"" + c.sidecarJob + "\"}[5m]))\n* specdec_poll_interval_seconds{job=\"" + c.sidecarJob + "\"}\n> " + std.format('%g', c.thresholds.probeFilesFailedPollShare),
+            "for": c.alerts.SpecDecodeProbeFilesUnreadable["for"],
+            "labels": {
+              "severity": c.alerts.SpecDecodeProbeFilesUnreadable["severity"]
+            },
+            "annotations": {
+              "summary": "The sidecar cannot read the engine probe's files: the probe's splits stand still on their last reading.",
+              "description": "The sidecar {{ $labels.instance }} ({{ $labels.namespace }}/{{ $labels.pod }}) could not read the engine probe's files (--probe-dir) in {{ $value | humanizePercentage }} of its polls over the last 5m. Until it can, it holds the probe's last reading: acceptance by temperature and by load stands still while vLLM's own counters move on, so the bucket alerts see no traffic and SpecDecodeTemperatureSplitCoverageLow may fire for the same cause. Nothing is lost: the probe's counters are cumulative, and the first read that succeeds brings all it counted meanwhile. vLLM itself is unaffected. The sidecar's log says why (permissions, an I/O error, a read longer than --scrape-timeout), one line a cause; `reason` on the counter is timeout or error.",
+              "runbook_url": c.runbookURL + "#specdecodeprobefilesunreadable",
               "dashboard_url": (if hasCluster then c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-cluster={{ $labels." + c.clusterLabel + " | urlquery }}&var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}" else c.grafanaURL + "/d/vllm-specdec/vllm-speculative-decoding?var-namespace={{ $labels.namespace | urlquery }}&var-pod={{ $labels.pod | urlquery }}")
             }
           }

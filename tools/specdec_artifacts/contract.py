@@ -52,6 +52,7 @@ SPECDEC_METRICS: tuple[Metric, ...] = (
     _m("specdec_poll_interval_seconds", "gauge"),
     _m("specdec_scrape_duration_seconds", "gauge"),
     _m("specdec_scrape_failures", "counter", "reason"),
+    _m("specdec_probe_files_read_failures", "counter", "reason"),
     _m("specdec_build_info", "gauge", "version"),
     _m("specdec_component_restarts", "counter", "component"),
     _m("specdec_spec_decode_enabled", "gauge", "model_name"),

@@ -35,6 +35,7 @@ THRESHOLDS = (
     "min_bucket_draft_tokens_per_second",
     "min_bucket_requests_per_second",
     "min_generation_tokens_per_second",
+    "probe_files_failed_poll_share",
 )
 """The thresholds `_config.thresholds` overrides: t (`acceptanceRate`, the default t; set the
 sidecar's --threshold to the same value, or its verdicts and the pages disagree) and the others.

@@ -572,7 +572,9 @@ def health_alerts(settings: Settings) -> list[Rule]:
 def probe_alerts(settings: Settings) -> list[Rule]:
     """The engine probe's health, from the sidecar's re-export of vLLM's specdec_probe_info and
     specdec_probe_errors_total, as its last successful poll saw them (kept while vLLM does not
-    answer: the split-off ticket is inhibited then, and the errors' rate is flat)."""
+    answer: the split-off ticket is inhibited then, and the errors' rate is flat), and the
+    sidecar's reads of the probe's files (a poll that cannot reach vLLM reads none: that rate is
+    flat too)."""
     sel, w = settings.selectors.sidecar, settings.windows.rate
     off = _quoted(probe_names.OFF)
     split_off = "\nor\n".join(
@@ -620,6 +622,29 @@ def probe_alerts(settings: Settings) -> list[Rule]:
                 "errors and never raises them. vLLM's log has a line per hook at most every "
                 f"{ERROR_LOG_INTERVAL // 60} minutes with the error's type and where it was "
                 "raised (see the runbook)."
+            ),
+            dashboard_vars=("namespace", "pod"),
+        ),
+        _alert(
+            settings,
+            "SpecDecodeProbeFilesUnreadable",
+            # failed polls a second times seconds between polls: the share of polls that failed
+            # (the poller keeps its cadence while a poll lasts less than --interval)
+            f"{sum_without('reason', rate('specdec_probe_files_read_failures_total', w, sel))}\n"
+            f"* {selector('specdec_poll_interval_seconds', sel)}\n"
+            f"> {_num(settings.thresholds.probe_files_failed_poll_share)}",
+            summary="The sidecar cannot read the engine probe's files: the probe's splits stand "
+            "still on their last reading.",
+            description=(
+                f"The sidecar {pod} could not read the engine probe's files (--probe-dir) in "
+                f"{{{{ $value | humanizePercentage }}}} of its polls over the last {w}. Until it "
+                "can, it holds the probe's last reading: acceptance by temperature and by load "
+                "stands still while vLLM's own counters move on, so the bucket alerts see no "
+                "traffic and SpecDecodeTemperatureSplitCoverageLow may fire for the same cause. "
+                "Nothing is lost: the probe's counters are cumulative, and the first read that "
+                "succeeds brings all it counted meanwhile. vLLM itself is unaffected. The "
+                "sidecar's log says why (permissions, an I/O error, a read longer than "
+                "--scrape-timeout), one line a cause; `reason` on the counter is timeout or error."
             ),
             dashboard_vars=("namespace", "pod"),
         ),

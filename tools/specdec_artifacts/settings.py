@@ -85,6 +85,9 @@ class Thresholds(_Table):
     min_bucket_draft_tokens_per_second: PerSecond
     min_bucket_requests_per_second: PerSecond
     min_generation_tokens_per_second: PerSecond
+    probe_files_failed_poll_share: Fraction
+    """The share of the sidecar's polls that could not read the probe's files (--probe-dir)
+    above which the files-unreadable ticket fires."""
 
     @field_validator("acceptance_rate")
     @classmethod
