@@ -19,7 +19,7 @@ from specdec_artifacts.alertmanager import (
     subtree,
 )
 from specdec_artifacts.outputs import ALERTMANAGER_FILE
-from specdec_artifacts.rules import INHIBITED_ALERTS, alerting_rules
+from specdec_artifacts.rules import FLAT_WHILE_DOWN, INHIBITED_ALERTS, alerting_rules
 from specdec_artifacts.settings import REPO_ROOT, Settings, load
 
 COMMITTED = REPO_ROOT / ALERTMANAGER_FILE
@@ -269,8 +269,7 @@ def test_inhibition_targets_only_per_pod_alerts_on_the_same_pod() -> None:
         for r in alerting_rules(load())
         if "pod" in r["annotations"]["dashboard_url"]
         and r["alert"] not in rule["source_matchers"][0]
-        # their rates go flat by themselves (docs)
-        and r["alert"] not in ("SpecDecodeProbeErrors", "SpecDecodeProbeFilesUnreadable")
+        and r["alert"] not in FLAT_WHILE_DOWN  # their rates go flat by themselves (docs)
     }
     assert per_pod == set(INHIBITED_ALERTS), "a per-pod alert the down alerts do not mute"
     assert yaml.safe_load(COMMITTED.read_text())["inhibit_rules"] == [rule]

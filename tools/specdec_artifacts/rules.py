@@ -40,6 +40,9 @@ INHIBITED_ALERTS = (
 )
 """Per-pod alerts whose numbers cannot be trusted while that pod's sidecar or vLLM is down (the
 probe's split state is the last one seen, kept while vLLM does not answer)."""
+FLAT_WHILE_DOWN = ("SpecDecodeProbeErrors", "SpecDecodeProbeFilesUnreadable")
+"""Per-pod alerts left out of the inhibition: their rates go flat while vLLM does not answer (no
+poll re-reads the probe's errors or its files), so they resolve by themselves."""
 RUNBOOK_ANCHOR = "#"
 """runbook_url = the runbook's URL, this, the alert's name in lower case (one section each)."""
 DASHBOARD_PATH = "/d/"
