@@ -9,8 +9,9 @@
 #
 # POINT is tokens/concurrency/api-servers (default: all twelve), e.g. 24/1/1 256/4/2. The
 # request counts are sized from the rates measured in session 19 (requests/s: 24 tokens 4.5,
-# 13.6, 27 at concurrency 1, 4, 16; 256 tokens 0.4, 1.2, 2.5); with `without` instead of
-# `probe-files` in VARIANTS the same runs are the A/A control.
+# 13.6, 27 at concurrency 1, 4, 16; 256 tokens 0.4, 1.2, 2.5); the machine's speed moves
+# between sessions (session 21's ran ~35% slower: ~60 minutes a point). With `without` instead
+# of `probe-files` in VARIANTS the same runs are the A/A control.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-toggle-grid.jsonl}
