@@ -60,16 +60,29 @@ system-wide monotonic clock (they return at once), and records each window's pro
 thread of the API server), finished sequences and engine steps. Adjacent windows share the
 machine's state, so its drift (it moves whole runs by +-15% here) cancels, and one run gives a
 pair of windows every 2 x SECONDS. In `without` the same windows toggle nothing: an A/A control
-of the method. Each window also counts the requests added and the sequence-steps (engine outputs)
-it carried; the report gives, besides the raw pair ratios, the hooks' share adjusted for each
-window's work: least squares of window CPU on the phase and those counts within blocks of 5
-pairs (so drift cancels), with a block-bootstrap standard error. The counts explain two thirds
-to three quarters of a window's CPU variance within a block, so the adjusted figure is some
-2.5-3 times tighter than the raw ratios (BENCHMARKS.md, session 18). What it cannot see: what
-loading the probe costs with its hooks idle (the `empty` and `filtered` controls, whole runs,
-are for that), the calls that still reach the probe in the off windows (the finished hook's
-wrapper, the logger's `record`, returning at once) and the toggle's own check in the on
-windows: under 2 us a request together.
+of the method. Each window also counts the requests added, the sequence-steps (engine outputs)
+it carried and vLLM's renders of /metrics (a scrape's render is some 5% of a 2 s window's CPU);
+the report gives, besides the raw pair ratios, the hooks' share adjusted for each window's work:
+least squares of window CPU on the arm and those counts within blocks of about 10 windows (so
+drift cancels), with a block-bootstrap standard error. The counts explain two thirds to three
+quarters of a window's CPU variance within a block, so the adjusted figure is some 2.5-3 times
+tighter than the raw ratios (BENCHMARKS.md, session 18). What it cannot see: what loading the
+probe costs with its hooks idle (the `empty` and `filtered` controls, whole runs, are for that),
+the calls that still reach the probe in the off windows (the finished hook's wrapper, the
+logger's `record`, returning at once) and the toggle's own check in the on windows: under 2 us a
+request together.
+
+`--arms` (with `--toggle`) gives a window more than on or off, so that one run measures the
+issue's in-process controls beside the probe, each against `off` in the same process: `on` (the
+probe as it runs), `no-temperature` (the finished hook returns at once: what the temperature
+split costs is on less this), `no-batch` (the step hook is given no scheduler stats, as with the
+batch split off: it keeps no step but still drains when asked), `off-NAME` (off again: an A/A
+inside the run). With more than `on,off`, each cycle of one window an arm takes them in an order
+drawn from the cycle's number (the same in every API-server process), so nothing periodic (the
+5 s scrapes, vLLM's 10 s `log()`) falls into one arm more than another; the report gives each
+arm against `off`, cycle by cycle (median, 10-90% and whole range) and adjusted. Each arm has
+1/n of the windows: against a two-arm run of the same length the standard error of `on` grows
+by sqrt(n / 2).
 
 Output: one JSON line per run (`--out`, appended), then per variant the medians and ranges of CPU
 ms per request and tokens/s over the rounds, and the median and range of the per-round ratio to
@@ -80,7 +93,6 @@ to resolve 1%, and read the load averages.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -99,6 +111,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+TOGGLE_ARMS = ("on", "off", "no-temperature", "no-batch")
+"""What ``--arms`` may name (and ``off-NAME``, a second off arm): the probe's hooks all on, all
+returning at once, the finished hook off (the temperature split's work), the step hook given no
+scheduler stats (the batch split's work), as the ``TOGGLE_SITECUSTOMIZE`` does in a window."""
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "scripts" / "real_vllm"))
 
@@ -146,24 +162,66 @@ class EmptyStatLogger(StatLoggerBase):
 """
 
 TOGGLE_SITECUSTOMIZE = """
-import functools, json, os, sys, threading, time
+import functools, json, os, random, sys, threading, time
 
 _T = float(os.environ["SPECDEC_E2E_TOGGLE"])
 _DIR = os.environ["SPECDEC_E2E_TOGGLE_DIR"]
+_ARMS = os.environ.get("SPECDEC_E2E_TOGGLE_ARMS", "on,off").split(",")
 # this process's finished sequences, output-processor calls (engine steps), requests added,
-# and sequence-steps (the engine outputs those calls carried)
-_counts = [0, 0, 0, 0]
+# sequence-steps (the engine outputs those calls carried) and renders of /metrics
+_counts = [0, 0, 0, 0, 0]
+# per arm: does the finished hook run, what the step hook gets (0: returns at once, 1: the step,
+# 2: no scheduler stats, so it keeps no step but still drains when asked), does the drain run
+_FINISHED = [arm in ("on", "no-batch") for arm in _ARMS]
+_STEP = [{"on": 1, "no-temperature": 1, "no-batch": 2}.get(arm, 0) for arm in _ARMS]
+_DRAIN = [arm in ("on", "no-temperature", "no-batch") for arm in _ARMS]
+_ALTERNATE = _ARMS == ["on", "off"]
 
 
-def _off():
-    # odd windows of the system-wide monotonic clock: the probe's hooks return at once
-    return int(time.monotonic() / _T) % 2 == 1
+def _arm_of(index):
+    # window `index` of the system-wide monotonic clock: with the two arms on,off every other
+    # window; with more, each cycle of len(_ARMS) windows in an order drawn from the cycle's
+    # number (the same in every process), so nothing periodic (vLLM's 10 s log(), the 5 s
+    # scrapes) falls in one arm more than another
+    n = len(_ARMS)
+    if _ALTERNATE:
+        return index % 2
+    order = list(range(n))
+    random.Random(index // n).shuffle(order)
+    return order[index % n]
 
 
-def _unless_off(original):
+_current = [-1, 0]
+
+
+def _arm():
+    index = int(time.monotonic() / _T)
+    if index != _current[0]:
+        _current[1] = _arm_of(index)
+        _current[0] = index
+    return _current[1]
+
+
+def _unless_off(original, runs):
     def hook(*args, **kwargs):
-        if _off():
+        if not runs[_arm()]:
             return None
+        return original(*args, **kwargs)
+
+    hook.__specdec_toggled__ = True
+    return hook
+
+
+def _step(original):
+    def hook(*args, **kwargs):
+        what = _STEP[_arm()]
+        if not what:
+            return None
+        if what == 2:  # as the probe with its batch split off: no step kept, a drain asked made
+            if args:
+                args = (None, *args[1:])
+            else:
+                kwargs["scheduler_stats"] = None
         return original(*args, **kwargs)
 
     hook.__specdec_toggled__ = True
@@ -187,7 +245,7 @@ def _counted(original, slot, sized=None):
 def _toggle_logger(logger):
     own = logger.__dict__.get("record")
     if own is not None and not getattr(own, "__specdec_toggled__", False):
-        logger.record = _unless_off(own)
+        logger.record = _step(own)
 
 
 def _patch_output(module):
@@ -199,8 +257,8 @@ def _patch_output(module):
 
 def _patch_probe(module):
     state, logger = module.ProbeState, module.SpecdecProbeStatLogger
-    state.observe_finished = _unless_off(state.observe_finished)
-    state.drain = _unless_off(state.drain)
+    state.observe_finished = _unless_off(state.observe_finished, _FINISHED)
+    state.drain = _unless_off(state.drain, _DRAIN)
     original_init = logger.__init__
 
     def init(self, *args, **kwargs):
@@ -210,7 +268,13 @@ def _patch_probe(module):
     logger.__init__ = init
 
 
+def _patch_render(module):
+    # vLLM's /metrics handler (the instrumentator's) renders with this module's generate_latest
+    module.generate_latest = _counted(module.generate_latest, 4)
+
+
 _PATCHES = {
+    "prometheus_fastapi_instrumentator.instrumentation": _patch_render,
     "vllm.v1.engine.output_processor": _patch_output,
     "specdec_exporter.probe.plugin": _patch_probe,
 }
@@ -245,8 +309,7 @@ class _PatchOnImport:
 
 
 def _windows():
-    path = os.path.join(_DIR, f"{os.getpid()}.json")
-    rows = []
+    path = os.path.join(_DIR, f"{os.getpid()}.jsonl")
     index = int(time.monotonic() / _T) + 1
     time.sleep(max(0.0, index * _T - time.monotonic()))
     last = (time.process_time_ns(), *_counts)
@@ -254,25 +317,27 @@ def _windows():
         index += 1
         time.sleep(max(0.0, index * _T - time.monotonic()))
         now = (time.process_time_ns(), *_counts)
-        # the window that ended: [(index - 1) T, index T), its phase (1: the hooks were off)
+        # the window that ended: [(index - 1) T, index T), its arm (an index into _ARMS; with
+        # on,off 1 is off)
         start = (index - 1) * _T
-        rows.append([start, (index - 1) % 2, *(b - a for a, b in zip(last, now))])
+        row = [start, _arm_of(index - 1), *(b - a for a, b in zip(last, now))]
         last = now
-        with open(path + ".tmp", "w") as out:
-            json.dump(rows, out)
-        os.replace(path + ".tmp", path)
+        with open(path, "a") as out:  # one line a window: the same small work every window
+            out.write(json.dumps(row) + "\\n")
 
 
 sys.meta_path.insert(0, _PatchOnImport())
 threading.Thread(target=_windows, daemon=True, name="specdec-e2e-toggle").start()
 """
-"""With ``--toggle T``: in the API server the probe's two hooks and its drain return at once in
-every other window of T seconds of the system-wide monotonic clock, and each window's process
-CPU (every thread), finished sequences, engine steps (output-processor calls), requests added and
-sequence-steps (engine outputs) are written to ``SPECDEC_E2E_TOGGLE_DIR/<pid>.json``. A
-within-process A/B: adjacent windows share the machine's state, so its drift, which moves whole
-runs by +-15% here, cancels. In ``without`` the same
-windows toggle nothing: the method's own noise (an A/A control)."""
+"""With ``--toggle T``: in the API server each window of T seconds of the system-wide monotonic
+clock takes one arm of ``SPECDEC_E2E_TOGGLE_ARMS`` (``on,off`` by default: the probe's two hooks
+and its drain return at once in every other window; with more arms, a cycle's windows take them
+in an order drawn anew each cycle), and each window's arm, process CPU (every thread), finished
+sequences, engine steps (output-processor calls), requests added, sequence-steps (engine outputs)
+and renders of /metrics are appended to ``SPECDEC_E2E_TOGGLE_DIR/<pid>.jsonl``, a line a window.
+A within-process A/B: adjacent windows share the machine's state, so its drift, which moves whole
+runs by +-15% here, cancels. In ``without`` the same windows toggle nothing, and an ``off-NAME``
+arm is off as ``off`` is: the method's own noise (A/A controls)."""
 
 GC_SITECUSTOMIZE = """
 import gc, json, os, sys, threading, time
@@ -440,8 +505,10 @@ def variant_env(
     time_parts: bool = False,
     files: Path | None = None,
     toggle: tuple[float, Path] | None = None,
+    arms: Sequence[str] = ("on", "off"),
 ) -> dict[str, str]:
-    """``toggle``: (seconds, the folder its windows are written to)."""
+    """``toggle``: (seconds, the folder its windows are written to); ``arms``: what the probe's
+    hooks do in each window of a cycle (``TOGGLE_ARMS``)."""
     paths: list[str] = []
     env: dict[str, str] = {}
     if variant in ("filtered", "probe", "probe-files", "no-temperature", "no-batch"):
@@ -469,6 +536,7 @@ def variant_env(
         paths.append(str(toggle[1].parent / "toggle-site"))
         env["SPECDEC_E2E_TOGGLE"] = str(toggle[0])
         env["SPECDEC_E2E_TOGGLE_DIR"] = str(toggle[1])
+        env["SPECDEC_E2E_TOGGLE_ARMS"] = ",".join(arms)
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
@@ -559,15 +627,16 @@ def toggle_windows(
     folder: Path, pids: Sequence[int], seconds: float, started: float, ended: float
 ) -> list[list[float]]:
     """The ``--toggle`` windows that lie wholly inside the measured load (monotonic times, the
-    same clock in every process here), summed over the API servers by window: [start, phase
-    (1: the hooks off), process CPU ns, finished sequences, engine steps, requests added,
-    sequence-steps]."""
+    same clock in every process here), summed over the API servers by window: [start, arm (an
+    index into the run's arms; with on,off 1 is off), process CPU ns, finished sequences,
+    engine steps, requests added, sequence-steps, renders of /metrics]."""
     summed: dict[float, list[float]] = {}
     for pid in pids:
         try:
-            rows = json.loads((folder / f"{pid}.json").read_text())
-        except (OSError, ValueError):
+            lines = (folder / f"{pid}.jsonl").read_text().splitlines()
+        except OSError:
             continue
+        rows = [json.loads(line) for line in lines if line.endswith("]")]  # whole lines only
         for start, phase, *figures in rows:
             if start >= started and start + seconds <= ended:
                 slot = summed.setdefault(start, [start, phase] + [0] * len(figures))
@@ -821,6 +890,8 @@ def one_run(
         if toggle_dir is not None:
             time.sleep(args.toggle + 0.5)  # the last window under load is written
             windows = toggle_windows(toggle_dir, pids, args.toggle, load_started, load_ended)
+            if not windows:  # the sitecustomize did not run, or died: never a silent empty run
+                raise SystemExit(f"--toggle: no windows from {toggle_dir} (see the server's log)")
         for spy in spies:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file and exits
             spy.wait(timeout=120)
@@ -851,9 +922,24 @@ def one_run(
         "req_per_s": args.requests / wall,
         "tokens_per_s": tokens / wall,
         "gc": gc_stats,
-        "toggle": None if windows is None else {"seconds": args.toggle, "windows": windows},
+        "toggle": None
+        if windows is None
+        else {"seconds": args.toggle, "arms": toggle_arms(args), "windows": windows},
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def toggle_arms(args: argparse.Namespace) -> list[str]:
+    """``--arms`` as a list, checked: names of ``TOGGLE_ARMS``, ``off`` once among them (the
+    reference), at least two."""
+    arms = [arm.strip() for arm in args.arms.split(",")]
+    known = all(arm in TOGGLE_ARMS or arm.startswith("off-") for arm in arms)
+    if not known or arms.count("off") != 1 or len(arms) < 2 or len(set(arms)) < len(arms):
+        raise SystemExit(
+            f"--arms: two or more of {', '.join(TOGGLE_ARMS)} or off-NAME (a second off, the "
+            "A/A), each once, off among them"
+        )
+    return arms
 
 
 def install_probe_at(ref: str, directory: Path, scratch: Path) -> None:
@@ -890,6 +976,7 @@ def run(args: argparse.Namespace) -> None:
             install_probe_at(args.before_ref, before, Path(scratch) / "before-src")
         toggle_dir = None
         if args.toggle:
+            toggle_arms(args)  # a wrong --arms fails here, before any server starts
             if args.gc_stats:
                 raise SystemExit("--toggle: without --gc-stats (its timers would be toggled too)")
             toggle_dir = Path(scratch) / "toggle"
@@ -918,6 +1005,7 @@ def run(args: argparse.Namespace) -> None:
                     time_parts=args.time_parts,
                     files=files,
                     toggle=None if toggle_dir is None else (args.toggle, toggle_dir),
+                    arms=toggle_arms(args),
                 )
                 row = {
                     "round": index,
@@ -981,54 +1069,88 @@ def render_share(row: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[float
     return mine - theirs, (mine - theirs) / per_poll * 100
 
 
-def toggle_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
-    """``--toggle`` runs' windows, pooled: the process CPU a finished sequence and an engine
-    step with the hooks on over the same with them off (ratio of sums), and per pair of
-    adjacent windows (on then off) the ratio of CPU an engine step: their median, the share
-    above 1, and the mean and standard error of their logarithm. None: no windows."""
-    on = [0.0, 0.0, 0.0]
-    off = [0.0, 0.0, 0.0]
-    logs: list[float] = []
+def row_arms(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The arms of a ``--toggle`` run's windows, in the order their index counts: runs before
+    ``--arms`` alternated on and off."""
+    return tuple((row.get("toggle") or {}).get("arms") or ("on", "off"))
+
+
+def cycle_windows(arms: Sequence[str], block_windows: int = 10) -> int:
+    """Windows a block of whole cycles holds: about ``block_windows`` (5 on/off pairs with two
+    arms, 2 cycles of 5 arms)."""
+    return len(arms) * max(1, round(block_windows / len(arms)))
+
+
+def toggle_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """``--toggle`` runs' windows (one grid point, one variant, the same arms), pooled: per arm
+    other than ``off``, its process CPU a finished sequence and an engine step over ``off``'s
+    (ratio of sums), and per cycle (a window of each arm) the ratio of CPU an engine step, arm
+    over ``off``: their median, range, share above 1, and the mean and standard error of their
+    logarithm. With on,off a cycle is an adjacent pair, on then off. Empty: no windows."""
+    if not rows:
+        return {}
+    arms = row_arms(rows[0])
+    reference = arms.index("off")
+    sums = [[0.0, 0.0, 0.0] for _ in arms]
+    logs: list[list[float]] = [[] for _ in arms]
     for row in rows:
-        windows = (row.get("toggle") or {}).get("windows") or []
-        for window in windows:
-            sums = off if window[1] else on
+        toggle = row.get("toggle") or {}
+        seconds = toggle.get("seconds") or 0
+        cycles: dict[int, dict[int, Sequence[float]]] = {}
+        for window in toggle.get("windows") or []:
+            arm = int(window[1])
             for i in range(3):
-                sums[i] += window[2 + i]
-        seconds = row["toggle"]["seconds"]
-        for first, second in itertools.pairwise(windows):
-            adjacent = abs(second[0] - first[0] - seconds) < seconds / 10
-            if adjacent and first[1] == 0 and second[1] == 1 and first[4] and second[4]:
-                logs.append(math.log((first[2] / first[4]) / (second[2] / second[4])))
-    if not logs or not (on[1] and off[1] and on[2] and off[2]):
-        return None
-    mean = statistics.fmean(logs)
-    spread = statistics.stdev(logs) if len(logs) > 1 else math.nan
-    return {
-        "pairs": len(logs),
-        "per_sequence": (on[0] / on[1]) / (off[0] / off[1]),
-        "per_step": (on[0] / on[2]) / (off[0] / off[2]),
-        "pair_median": math.exp(statistics.median(logs)),
-        "pairs_above": sum(x > 0 for x in logs) / len(logs),
-        "mean": math.exp(mean),
-        "se": spread / math.sqrt(len(logs)),
-        "on_ms_per_sequence": on[0] / on[1] / 1e6,
-    }
+                sums[arm][i] += window[2 + i]
+            if seconds:
+                index = round(window[0] / seconds)
+                cycles.setdefault(index // len(arms), {})[arm] = window
+        for cycle in cycles.values():
+            base = cycle.get(reference)
+            if base is None or not base[4]:
+                continue
+            for arm, window in cycle.items():
+                if arm != reference and window[4]:
+                    logs[arm].append(math.log((window[2] / window[4]) / (base[2] / base[4])))
+    off = sums[reference]
+    figures: dict[str, dict[str, float]] = {}
+    for arm, name in enumerate(arms):
+        on = sums[arm]
+        if arm == reference or not logs[arm] or not (on[1] and off[1] and on[2] and off[2]):
+            continue
+        values = sorted(logs[arm])
+        spread = statistics.stdev(values) if len(values) > 1 else math.nan
+        figures[name] = {
+            "pairs": len(values),
+            "per_sequence": (on[0] / on[1]) / (off[0] / off[1]),
+            "per_step": (on[0] / on[2]) / (off[0] / off[2]),
+            "pair_median": math.exp(statistics.median(values)),
+            "pair_low": math.exp(values[0]),
+            "pair_high": math.exp(values[-1]),
+            "pair_p10": math.exp(values[len(values) // 10]),
+            "pair_p90": math.exp(values[len(values) - 1 - len(values) // 10]),
+            "pairs_above": sum(x > 0 for x in values) / len(values),
+            "mean": math.exp(statistics.fmean(values)),
+            "se": spread / math.sqrt(len(values)),
+            "on_ms_per_sequence": on[0] / on[1] / 1e6,
+        }
+    return figures
 
 
-def least_squares(xtx: list[list[float]], xty: list[float]) -> list[float] | None:
+def least_squares(
+    xtx: list[list[float]], xty: list[float], required: int = 1
+) -> list[float] | None:
     """The least-squares coefficients from the normal equations (``xtx`` b = ``xty``, ``xtx``
     symmetric positive semi-definite), by Cholesky in column order. A column that the columns
     before it explain (all but 1e-9 of its sum of squares: at concurrency 1 a window's
-    sequence-steps are its steps) is left out, its coefficient 0; None when the first column
-    (the phase) is the one left out, or nothing is there."""
+    sequence-steps are its steps) is left out, its coefficient 0; None when one of the first
+    ``required`` columns (the arms) is one left out, or nothing is there."""
     n = len(xty)
     lower = [[0.0] * n for _ in range(n)]
     kept: list[int] = []
     for j in range(n):
         rest = xtx[j][j] - sum(lower[j][k] ** 2 for k in kept)
         if not xtx[j][j] > 0 or rest <= 1e-9 * xtx[j][j]:
-            if j == 0:
+            if j < required:
                 return None
             continue
         lower[j][j] = math.sqrt(rest)
@@ -1045,112 +1167,151 @@ def least_squares(xtx: list[list[float]], xty: list[float]) -> list[float] | Non
     return coefficients
 
 
-TOGGLE_COVARIATES = ("finished sequences", "engine steps", "requests added", "sequence-steps")
-"""What a ``--toggle`` window counts besides its CPU, in its row's order (after phase, CPU)."""
+TOGGLE_COVARIATES = (
+    "finished sequences",
+    "engine steps",
+    "requests added",
+    "sequence-steps",
+    "renders of /metrics",
+)
+"""What a ``--toggle`` window counts besides its CPU, in its row's order (after arm, CPU); runs
+before session 24 counted no renders (0 there: a column of zeros the fit leaves out)."""
 
 
-def toggle_blocks(rows: Sequence[Mapping[str, Any]], block_pairs: int) -> list[list[list[float]]]:
-    """The windows of ``rows`` that carry every covariate, grouped by run into blocks of
-    ``block_pairs`` on/off pairs of the monotonic clock; each window [on, CPU ns, *covariates].
-    A block with only one phase in it says nothing about the hooks and is left out."""
+def toggle_blocks(
+    rows: Sequence[Mapping[str, Any]], block_windows: int = 10
+) -> list[list[list[float]]]:
+    """The windows of ``rows`` (the same arms) that carry every covariate, grouped by run into
+    blocks of whole cycles (``cycle_windows``) of the monotonic clock; each window [arm index,
+    CPU ns, *covariates]. A block with only one arm in it says nothing about the hooks and is
+    left out."""
     blocks: dict[tuple[int, int], list[list[float]]] = {}
     for number, row in enumerate(rows):
         toggle = row.get("toggle") or {}
         seconds = toggle.get("seconds") or 0
+        size = cycle_windows(row_arms(row), block_windows)
         for window in toggle.get("windows") or []:
-            if seconds and len(window) == 2 + 1 + len(TOGGLE_COVARIATES):
-                block = round(window[0] / seconds) // (2 * block_pairs)
-                on = 0.0 if window[1] else 1.0
-                blocks.setdefault((number, block), []).append([on, *window[2:]])
+            missing = 2 + 1 + len(TOGGLE_COVARIATES) - len(window)
+            if seconds and 0 <= missing <= 1:
+                block = round(window[0] / seconds) // size
+                row_ = [float(window[1]), *window[2:], *[0.0] * missing]
+                blocks.setdefault((number, block), []).append(row_)
     return [
         block
         for _, block in sorted(blocks.items())
-        if len(block) > 1 and 0 < sum(w[0] for w in block) < len(block)
+        if len(block) > 1 and len({w[0] for w in block}) > 1
     ]
 
 
-def adjusted_share(blocks: Sequence[Sequence[Sequence[float]]]) -> float | None:
-    """What the hooks add to a window's process CPU, as a share of an off window's, at equal
-    work: least squares of CPU on [on, *covariates] within blocks (each block's means taken
-    out, so the machine's drift between blocks cancels, as in a paired design). None: too few
-    windows, or the phase is not separable from the covariates."""
-    k = 1 + len(TOGGLE_COVARIATES)
+def adjusted_shares(
+    blocks: Sequence[Sequence[Sequence[float]]], arms: int, reference: int
+) -> list[float] | None:
+    """What each arm adds to a window's process CPU against the ``reference`` arm (``off``), as
+    a share of a reference window's, at equal work: least squares of CPU on one indicator an
+    arm and the covariates within blocks (each block's means taken out, so the machine's drift
+    between blocks cancels, as in a paired design). The reference arm's entry is 0. None: too
+    few windows, or an arm is not separable from the covariates."""
+    others = [arm for arm in range(arms) if arm != reference]
+    k = len(others) + len(TOGGLE_COVARIATES)
     xtx = [[0.0] * k for _ in range(k)]
     xty = [0.0] * k
     off_cpu = off_n = 0.0
     for block in blocks:
-        means = [statistics.fmean(w[i] for w in block) for i in range(k + 1)]
-        for w in block:
-            x = [w[0] - means[0], *(w[2 + j] - means[2 + j] for j in range(k - 1))]
-            y = w[1] - means[1]
+        rows = [[*(1.0 if w[0] == arm else 0.0 for arm in others), *w[2:]] for w in block]
+        means = [statistics.fmean(row[i] for row in rows) for i in range(k)]
+        cpu_mean = statistics.fmean(w[1] for w in block)
+        for row, w in zip(rows, block, strict=True):
+            x = [row[i] - means[i] for i in range(k)]
+            y = w[1] - cpu_mean
             for i in range(k):
                 xty[i] += x[i] * y
                 for j in range(k):
                     xtx[i][j] += x[i] * x[j]
-            if not w[0]:
+            if w[0] == reference:
                 off_cpu += w[1]
                 off_n += 1
-    coefficients = least_squares(xtx, xty)
+    coefficients = least_squares(xtx, xty, required=len(others))
     if coefficients is None or not off_n or not off_cpu:
         return None
-    return coefficients[0] / (off_cpu / off_n)
+    shares = [0.0] * arms
+    for position, arm in enumerate(others):
+        shares[arm] = coefficients[position] / (off_cpu / off_n)
+    return shares
 
 
 def toggle_adjusted(
-    rows: Sequence[Mapping[str, Any]], block_pairs: int = 5, resamples: int = 200
-) -> dict[str, float] | None:
-    """The covariate-adjusted figure of ``adjusted_share`` and its standard error, from
-    ``resamples`` bootstrap draws of whole blocks (seeded: the same rows give the same
-    figures). The covariates take out what a window's work explains of its CPU (the requests
-    that started and ended in it, its steps), the noise the raw pair ratios keep."""
-    blocks = toggle_blocks(rows, block_pairs)
-    share = adjusted_share(blocks) if len(blocks) > 2 else None
-    if share is None:
-        return None
+    rows: Sequence[Mapping[str, Any]], block_windows: int = 10, resamples: int = 200
+) -> dict[str, dict[str, float]]:
+    """Per arm other than ``off``, the covariate-adjusted figure of ``adjusted_shares`` and its
+    standard error, from ``resamples`` bootstrap draws of whole blocks (seeded: the same rows
+    give the same figures). The covariates take out what a window's work explains of its CPU
+    (the requests that started and ended in it, its steps), the noise the raw pair ratios
+    keep. Empty: too few windows."""
+    if not rows:
+        return {}
+    arms = row_arms(rows[0])
+    reference = arms.index("off")
+    blocks = toggle_blocks(rows, block_windows)
+    shares = adjusted_shares(blocks, len(arms), reference) if len(blocks) > 2 else None
+    if shares is None:
+        return {}
     draws = random.Random(0)
-    shares = [
+    drawn = [
         value
         for value in (
-            adjusted_share([draws.choice(blocks) for _ in blocks]) for _ in range(resamples)
+            adjusted_shares([draws.choice(blocks) for _ in blocks], len(arms), reference)
+            for _ in range(resamples)
         )
         if value is not None
     ]
     return {
-        "blocks": len(blocks),
-        "windows": sum(len(block) for block in blocks),
-        "share": share,
-        "se": statistics.stdev(shares) if len(shares) > 1 else math.nan,
+        name: {
+            "blocks": len(blocks),
+            "windows": sum(len(block) for block in blocks),
+            "share": shares[arm],
+            "se": statistics.stdev(d[arm] for d in drawn) if len(drawn) > 1 else math.nan,
+        }
+        for arm, name in enumerate(arms)
+        if arm != reference
     }
 
 
 def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
-    """The ``--toggle`` figures per grid point and variant (``without``: the A/A control)."""
+    """The ``--toggle`` figures per grid point, variant and arms (``without``, and an ``off-``
+    arm: A/A controls)."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for row in rows:
         if row.get("toggle"):
             point = (row["tokens"], row["concurrency"], row["api_servers"], row["variant"])
-            groups.setdefault(point, []).append(row)
-    for (tokens, concurrency, servers, variant), group in sorted(groups.items()):
+            groups.setdefault((*point, row_arms(row)), []).append(row)
+    for (tokens, concurrency, servers, variant, arms), group in sorted(groups.items()):
         figures = toggle_figures(group)
-        if figures is None:
+        if not figures:
             continue
+        adjusted = toggle_adjusted(group)
         print(
             f"toggle, {tokens} tokens, concurrency {concurrency}, {servers} API server(s), "
-            f"{variant} ({len(group)} runs, {figures['pairs']} window pairs): hooks on / off, "
-            f"process CPU a finished sequence {figures['per_sequence']:.4f}, an engine step "
-            f"{figures['per_step']:.4f}; a step's, pair by pair: median "
-            f"{figures['pair_median']:.4f}, above 1 in {figures['pairs_above'] * 100:.0f}%, "
-            f"geometric mean {figures['mean']:.4f} (standard error {figures['se'] * 100:.2f} "
-            f"points); {figures['on_ms_per_sequence']:.3f} ms a sequence with the hooks on"
+            f"{variant}, arms {','.join(arms)} ({len(group)} runs):"
         )
-        adjusted = toggle_adjusted(group)
-        if adjusted is not None:
+        for arm, figure in figures.items():
             print(
-                f"  adjusted for each window's work ({', '.join(TOGGLE_COVARIATES)}; "
-                f"{adjusted['windows']} windows in {adjusted['blocks']} blocks): the hooks add "
-                f"{adjusted['share'] * 100:+.2f}% to the process CPU (bootstrap standard error "
-                f"{adjusted['se'] * 100:.2f} points)"
+                f"  {arm} / off ({figure['pairs']} cycles): process CPU a finished sequence "
+                f"{figure['per_sequence']:.4f}, an engine step {figure['per_step']:.4f}; a "
+                f"step's, cycle by cycle: median {figure['pair_median']:.4f}, 10-90% "
+                f"{figure['pair_p10']:.3f}-{figure['pair_p90']:.3f}, range "
+                f"{figure['pair_low']:.3f}-{figure['pair_high']:.3f}, above 1 in "
+                f"{figure['pairs_above'] * 100:.0f}%, geometric mean {figure['mean']:.4f} "
+                f"(standard error {figure['se'] * 100:.2f} points); "
+                f"{figure['on_ms_per_sequence']:.3f} ms a sequence"
             )
+            fit = adjusted.get(arm)
+            if fit is not None:
+                print(
+                    f"    adjusted for each window's work ({', '.join(TOGGLE_COVARIATES)}; "
+                    f"{fit['windows']} windows in {fit['blocks']} blocks): {arm} adds "
+                    f"{fit['share'] * 100:+.2f}% to the process CPU against off (bootstrap "
+                    f"standard error {fit['se'] * 100:.2f} points)"
+                )
 
 
 def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
@@ -1416,6 +1577,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=0.0,
         help="SECONDS: switch the probe's hooks off in every other window of this length inside "
         "each served process and compare the windows (a within-process A/B; not with --gc-stats)",
+    )
+    measure.add_argument(
+        "--arms",
+        default="on,off",
+        help="with --toggle, what the probe's hooks do in each window of a cycle: on, off, "
+        "no-temperature (the finished hook off), no-batch (the step hook keeps no step), "
+        "off-NAME (a second off: the A/A); on,off alternates, more arms take a cycle's windows "
+        "in an order drawn anew each cycle",
     )
     measure.add_argument("--out", help="append each run's JSON line to this file")
     measure.add_argument("--before-ref", default="main", help="the git ref of `probe-before`")

@@ -11,12 +11,17 @@
 # request counts are sized from the rates measured in session 19 (requests/s: 24 tokens 4.5,
 # 13.6, 27 at concurrency 1, 4, 16; 256 tokens 0.4, 1.2, 2.5); the machine's speed moves
 # between sessions (session 21's ran ~35% slower: ~60 minutes a point). With `without` instead
-# of `probe-files` in VARIANTS the same runs are the A/A control.
+# of `probe-files` in VARIANTS the same runs are the A/A control; ARMS (`probe_e2e.py run --arms`,
+# default on,off) measures the in-process controls in the same runs, e.g.
+# ARMS=on,off,no-temperature,no-batch (each arm then has a quarter of the windows: give SCALE=2,
+# twice the requests, for the standard error of a two-arm run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-toggle-grid.jsonl}
 shift || true
 variants=${VARIANTS:-probe-files}
+arms=${ARMS:-on,off}
+scale=${SCALE:-1}
 points=("$@")
 if [ ${#points[@]} -eq 0 ]; then
   points=(24/1/1 24/4/1 24/16/1 256/1/1 256/4/1 256/16/1 24/1/2 24/4/2 24/16/2 256/1/2 256/4/2 256/16/2)
@@ -30,9 +35,9 @@ requests_for() {
 }
 for point in "${points[@]}"; do
   IFS=/ read -r tokens concurrency servers <<<"$point"
-  requests=$(requests_for "$tokens" "$concurrency")
+  requests=$(( $(requests_for "$tokens" "$concurrency") * scale ))
   echo "$(date -u +%H:%M) ${tokens} tokens, concurrency ${concurrency}, ${servers} API server(s)"
-  .venv/bin/python benchmarks/probe_e2e.py run --toggle 2 --rounds 1 --variants "$variants" \
+  .venv/bin/python benchmarks/probe_e2e.py run --toggle 2 --rounds 1 --variants "$variants" --arms "$arms" \
     --tokens "$tokens" --concurrency "$concurrency" --api-servers "$servers" \
     --requests "$requests" --out "$out"
 done
