@@ -310,13 +310,15 @@ class _PatchOnImport:
 
 def _windows():
     path = os.path.join(_DIR, f"{os.getpid()}.jsonl")
+    # the main thread's own CPU clock: vLLM's event loop, where the probe's hooks run
+    main = time.pthread_getcpuclockid(threading.main_thread().ident)
     index = int(time.monotonic() / _T) + 1
     time.sleep(max(0.0, index * _T - time.monotonic()))
-    last = (time.process_time_ns(), *_counts)
+    last = (time.process_time_ns(), *_counts, time.clock_gettime_ns(main))
     while True:
         index += 1
         time.sleep(max(0.0, index * _T - time.monotonic()))
-        now = (time.process_time_ns(), *_counts)
+        now = (time.process_time_ns(), *_counts, time.clock_gettime_ns(main))
         # the window that ended: [(index - 1) T, index T), its arm (an index into _ARMS; with
         # on,off 1 is off)
         start = (index - 1) * _T
@@ -1178,24 +1180,40 @@ TOGGLE_COVARIATES = (
 before session 24 counted no renders (0 there: a column of zeros the fit leaves out)."""
 
 
+MAIN_THREAD_AT = 3 + len(TOGGLE_COVARIATES)
+"""Where a window has its main thread's CPU (runs since session 24): vLLM's event loop, where
+the probe's hooks run."""
+RESPONSES: dict[str, Callable[[Sequence[float]], float]] = {
+    "process": lambda window: window[2],
+    "main thread": lambda window: window[MAIN_THREAD_AT],
+    "other threads": lambda window: window[2] - window[MAIN_THREAD_AT],
+}
+"""What a fit explains, from a window: the process's CPU (the figure), or its part in the main
+thread or in the others (each a share of the process's CPU, so the two add up to the first)."""
+
+
 def toggle_blocks(
-    rows: Sequence[Mapping[str, Any]], block_windows: int = 10
+    rows: Sequence[Mapping[str, Any]], block_windows: int = 10, response: str = "process"
 ) -> list[list[list[float]]]:
     """The windows of ``rows`` (the same arms) that carry every covariate, grouped by run into
     blocks of whole cycles (``cycle_windows``) of the monotonic clock; each window [arm index,
-    CPU ns, *covariates]. A block with only one arm in it says nothing about the hooks and is
-    left out."""
+    the ``response``'s CPU ns, the process's CPU ns, *covariates]. A block with only one arm in
+    it says nothing about the hooks and is left out."""
     blocks: dict[tuple[int, int], list[list[float]]] = {}
     for number, row in enumerate(rows):
         toggle = row.get("toggle") or {}
         seconds = toggle.get("seconds") or 0
         size = cycle_windows(row_arms(row), block_windows)
         for window in toggle.get("windows") or []:
-            missing = 2 + 1 + len(TOGGLE_COVARIATES) - len(window)
-            if seconds and 0 <= missing <= 1:
-                block = round(window[0] / seconds) // size
-                row_ = [float(window[1]), *window[2:], *[0.0] * missing]
-                blocks.setdefault((number, block), []).append(row_)
+            missing = max(0, MAIN_THREAD_AT - len(window))  # no renders before session 24
+            if not seconds or missing > 1:
+                continue
+            if response != "process" and len(window) <= MAIN_THREAD_AT:
+                continue  # no main thread's CPU before session 24
+            block = round(window[0] / seconds) // size
+            counts = [*window[3:MAIN_THREAD_AT], *[0.0] * missing]
+            entry = [float(window[1]), RESPONSES[response](window), window[2], *counts]
+            blocks.setdefault((number, block), []).append(entry)
     return [
         block
         for _, block in sorted(blocks.items())
@@ -1206,18 +1224,19 @@ def toggle_blocks(
 def adjusted_shares(
     blocks: Sequence[Sequence[Sequence[float]]], arms: int, reference: int
 ) -> list[float] | None:
-    """What each arm adds to a window's process CPU against the ``reference`` arm (``off``), as
-    a share of a reference window's, at equal work: least squares of CPU on one indicator an
-    arm and the covariates within blocks (each block's means taken out, so the machine's drift
-    between blocks cancels, as in a paired design). The reference arm's entry is 0. None: too
-    few windows, or an arm is not separable from the covariates."""
+    """What each arm adds to a window's CPU (``toggle_blocks``' response) against the
+    ``reference`` arm (``off``), as a share of a reference window's process CPU, at equal work:
+    least squares of CPU on one indicator an arm and the covariates within blocks (each block's
+    means taken out, so the machine's drift between blocks cancels, as in a paired design). The
+    reference arm's entry is 0. None: too few windows, or an arm is not separable from the
+    covariates."""
     others = [arm for arm in range(arms) if arm != reference]
     k = len(others) + len(TOGGLE_COVARIATES)
     xtx = [[0.0] * k for _ in range(k)]
     xty = [0.0] * k
     off_cpu = off_n = 0.0
     for block in blocks:
-        rows = [[*(1.0 if w[0] == arm else 0.0 for arm in others), *w[2:]] for w in block]
+        rows = [[*(1.0 if w[0] == arm else 0.0 for arm in others), *w[3:]] for w in block]
         means = [statistics.fmean(row[i] for row in rows) for i in range(k)]
         cpu_mean = statistics.fmean(w[1] for w in block)
         for row, w in zip(rows, block, strict=True):
@@ -1228,7 +1247,7 @@ def adjusted_shares(
                 for j in range(k):
                     xtx[i][j] += x[i] * x[j]
             if w[0] == reference:
-                off_cpu += w[1]
+                off_cpu += w[2]
                 off_n += 1
     coefficients = least_squares(xtx, xty, required=len(others))
     if coefficients is None or not off_n or not off_cpu:
@@ -1240,7 +1259,10 @@ def adjusted_shares(
 
 
 def toggle_adjusted(
-    rows: Sequence[Mapping[str, Any]], block_windows: int = 10, resamples: int = 200
+    rows: Sequence[Mapping[str, Any]],
+    block_windows: int = 10,
+    resamples: int = 200,
+    response: str = "process",
 ) -> dict[str, dict[str, float]]:
     """Per arm other than ``off``, the covariate-adjusted figure of ``adjusted_shares`` and its
     standard error, from ``resamples`` bootstrap draws of whole blocks (seeded: the same rows
@@ -1251,7 +1273,7 @@ def toggle_adjusted(
         return {}
     arms = row_arms(rows[0])
     reference = arms.index("off")
-    blocks = toggle_blocks(rows, block_windows)
+    blocks = toggle_blocks(rows, block_windows, response)
     shares = adjusted_shares(blocks, len(arms), reference) if len(blocks) > 2 else None
     if shares is None:
         return {}
@@ -1289,6 +1311,7 @@ def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
         if not figures:
             continue
         adjusted = toggle_adjusted(group)
+        threads = {part: toggle_adjusted(group, response=part) for part in RESPONSES}
         print(
             f"toggle, {tokens} tokens, concurrency {concurrency}, {servers} API server(s), "
             f"{variant}, arms {','.join(arms)} ({len(group)} runs):"
@@ -1311,6 +1334,17 @@ def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
                     f"{fit['windows']} windows in {fit['blocks']} blocks): {arm} adds "
                     f"{fit['share'] * 100:+.2f}% to the process CPU against off (bootstrap "
                     f"standard error {fit['se'] * 100:.2f} points)"
+                )
+            parts = [(part, threads[part].get(arm)) for part in ("main thread", "other threads")]
+            if all(fit is not None for _, fit in parts):
+                print(
+                    "    the same, by thread: "
+                    + "; ".join(
+                        f"{part} {fit['share'] * 100:+.2f}% (SE {fit['se'] * 100:.2f})"
+                        for part, fit in parts
+                        if fit is not None
+                    )
+                    + " of the process's CPU"
                 )
 
 
