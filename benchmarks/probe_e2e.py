@@ -162,7 +162,7 @@ class EmptyStatLogger(StatLoggerBase):
 """
 
 TOGGLE_SITECUSTOMIZE = """
-import functools, json, os, random, sys, threading, time
+import functools, gc, json, os, random, sys, threading, time
 
 _T = float(os.environ["SPECDEC_E2E_TOGGLE"])
 _DIR = os.environ["SPECDEC_E2E_TOGGLE_DIR"]
@@ -170,6 +170,21 @@ _ARMS = os.environ.get("SPECDEC_E2E_TOGGLE_ARMS", "on,off").split(",")
 # this process's finished sequences, output-processor calls (engine steps), requests added,
 # sequence-steps (the engine outputs those calls carried) and renders of /metrics
 _counts = [0, 0, 0, 0, 0]
+# the garbage collector: collections of generations 0, 1, 2, then their thread CPU ns
+_gc = [0, 0, 0, 0, 0, 0]
+_gc_started = [0]
+
+
+def _gc_callback(phase, info):
+    if phase == "start":
+        _gc_started[0] = time.thread_time_ns()
+    else:
+        generation = info["generation"]
+        _gc[generation] += 1
+        _gc[3 + generation] += time.thread_time_ns() - _gc_started[0]
+
+
+gc.callbacks.append(_gc_callback)
 # per arm: does the finished hook run, what the step hook gets (0: returns at once, 1: the step,
 # 2: no scheduler stats, so it keeps no step but still drains when asked), does the drain run
 _FINISHED = [arm in ("on", "no-batch") for arm in _ARMS]
@@ -314,11 +329,11 @@ def _windows():
     main = time.pthread_getcpuclockid(threading.main_thread().ident)
     index = int(time.monotonic() / _T) + 1
     time.sleep(max(0.0, index * _T - time.monotonic()))
-    last = (time.process_time_ns(), *_counts, time.clock_gettime_ns(main))
+    last = (time.process_time_ns(), *_counts, time.clock_gettime_ns(main), *_gc)
     while True:
         index += 1
         time.sleep(max(0.0, index * _T - time.monotonic()))
-        now = (time.process_time_ns(), *_counts, time.clock_gettime_ns(main))
+        now = (time.process_time_ns(), *_counts, time.clock_gettime_ns(main), *_gc)
         # the window that ended: [(index - 1) T, index T), its arm (an index into _ARMS; with
         # on,off 1 is off)
         start = (index - 1) * _T
@@ -1183,13 +1198,22 @@ before session 24 counted no renders (0 there: a column of zeros the fit leaves 
 MAIN_THREAD_AT = 3 + len(TOGGLE_COVARIATES)
 """Where a window has its main thread's CPU (runs since session 24): vLLM's event loop, where
 the probe's hooks run."""
+GC_AT = MAIN_THREAD_AT + 1
+"""Where a window has its garbage collections of generations 0, 1 and 2, then their CPU ns
+(runs since session 24's third grid point)."""
 RESPONSES: dict[str, Callable[[Sequence[float]], float]] = {
     "process": lambda window: window[2],
     "main thread": lambda window: window[MAIN_THREAD_AT],
     "other threads": lambda window: window[2] - window[MAIN_THREAD_AT],
+    "garbage collection": lambda window: sum(window[GC_AT + 3 : GC_AT + 6]),
+    "the rest": lambda window: window[2] - sum(window[GC_AT + 3 : GC_AT + 6]),
 }
 """What a fit explains, from a window: the process's CPU (the figure), or its part in the main
-thread or in the others (each a share of the process's CPU, so the two add up to the first)."""
+thread or in the others, in garbage collection or not (each a share of the process's CPU, so
+each two add up to the first)."""
+NEEDS = {"main thread": MAIN_THREAD_AT, "other threads": MAIN_THREAD_AT}
+NEEDS.update({"garbage collection": GC_AT + 5, "the rest": GC_AT + 5})
+"""A response's last column: a window without it (an older run) is left out of that fit."""
 
 
 def toggle_blocks(
@@ -1208,8 +1232,8 @@ def toggle_blocks(
             missing = max(0, MAIN_THREAD_AT - len(window))  # no renders before session 24
             if not seconds or missing > 1:
                 continue
-            if response != "process" and len(window) <= MAIN_THREAD_AT:
-                continue  # no main thread's CPU before session 24
+            if len(window) <= NEEDS.get(response, 2):
+                continue  # an older run: no such column
             block = round(window[0] / seconds) // size
             counts = [*window[3:MAIN_THREAD_AT], *[0.0] * missing]
             entry = [float(window[1]), RESPONSES[response](window), window[2], *counts]
@@ -1335,17 +1359,18 @@ def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
                     f"{fit['share'] * 100:+.2f}% to the process CPU against off (bootstrap "
                     f"standard error {fit['se'] * 100:.2f} points)"
                 )
-            parts = [(part, threads[part].get(arm)) for part in ("main thread", "other threads")]
-            if all(fit is not None for _, fit in parts):
-                print(
-                    "    the same, by thread: "
-                    + "; ".join(
-                        f"{part} {fit['share'] * 100:+.2f}% (SE {fit['se'] * 100:.2f})"
-                        for part, fit in parts
-                        if fit is not None
+            for split in (("main thread", "other threads"), ("garbage collection", "the rest")):
+                parts = [(part, threads[part].get(arm)) for part in split]
+                if all(fit is not None for _, fit in parts):
+                    print(
+                        "    the same, apart: "
+                        + "; ".join(
+                            f"{part} {fit['share'] * 100:+.2f}% (SE {fit['se'] * 100:.2f})"
+                            for part, fit in parts
+                            if fit is not None
+                        )
+                        + " of the process's CPU"
                     )
-                    + " of the process's CPU"
-                )
 
 
 def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
