@@ -112,6 +112,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TOGGLE_ARMS = ("on", "off", "no-temperature", "no-batch")
+SPLIT_OFF_ARMS = {"no-temperature": "the temperature split", "no-batch": "the batch split"}
+"""The arms with one split off: ``on`` less such an arm is what that split costs."""
+TOGGLE_ORDER = {
+    arm: index
+    for index, arm in enumerate((*TOGGLE_ARMS, *(f"on less {arm}" for arm in SPLIT_OFF_ARMS)))
+}
 """What ``--arms`` may name (and ``off-NAME``, a second off arm): the probe's hooks all on, all
 returning at once, the finished hook off (the temperature split's work), the step hook given no
 scheduler stats (the batch split's work), as the ``TOGGLE_SITECUSTOMIZE`` does in a window."""
@@ -1310,16 +1316,28 @@ def toggle_adjusted(
         )
         if value is not None
     ]
-    return {
+    size = {"blocks": len(blocks), "windows": sum(len(block) for block in blocks)}
+    fits = {
         name: {
-            "blocks": len(blocks),
-            "windows": sum(len(block) for block in blocks),
+            **size,
             "share": shares[arm],
             "se": statistics.stdev(d[arm] for d in drawn) if len(drawn) > 1 else math.nan,
         }
         for arm, name in enumerate(arms)
         if arm != reference
     }
+    if "on" in arms:  # what each split costs: on less the arm with that split off
+        on = arms.index("on")
+        for arm, name in enumerate(arms):
+            if name in SPLIT_OFF_ARMS:
+                fits[f"on less {name}"] = {
+                    **size,
+                    "share": shares[on] - shares[arm],
+                    "se": statistics.stdev(d[on] - d[arm] for d in drawn)
+                    if len(drawn) > 1
+                    else math.nan,
+                }
+    return fits
 
 
 def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
@@ -1330,16 +1348,27 @@ def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
         if row.get("toggle"):
             point = (row["tokens"], row["concurrency"], row["api_servers"], row["variant"])
             groups.setdefault((*point, row_arms(row)), []).append(row)
+    fits: dict[tuple[Any, ...], dict[str, list[dict[str, float]]]] = {}
     for (tokens, concurrency, servers, variant, arms), group in sorted(groups.items()):
         figures = toggle_figures(group)
         if not figures:
             continue
         adjusted = toggle_adjusted(group)
+        for arm, fit in adjusted.items():
+            point = (tokens, concurrency, servers, variant)
+            fits.setdefault(point, {}).setdefault(arm, []).append({**fit, "runs": len(group)})
         threads = {part: toggle_adjusted(group, response=part) for part in RESPONSES}
         print(
             f"toggle, {tokens} tokens, concurrency {concurrency}, {servers} API server(s), "
             f"{variant}, arms {','.join(arms)} ({len(group)} runs):"
         )
+        for arm, fit in adjusted.items():
+            if arm.startswith("on less "):
+                print(
+                    f"  {SPLIT_OFF_ARMS[arm.removeprefix('on less ')]} costs (on less "
+                    f"{arm.removeprefix('on less ')}, adjusted): {fit['share'] * 100:+.2f}% of "
+                    f"the process CPU (bootstrap standard error {fit['se'] * 100:.2f} points)"
+                )
         for arm, figure in figures.items():
             print(
                 f"  {arm} / off ({figure['pairs']} cycles): process CPU a finished sequence "
@@ -1371,6 +1400,42 @@ def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
                         )
                         + " of the process's CPU"
                     )
+    combined_table(fits)
+
+
+def combined(fits: Sequence[Mapping[str, float]]) -> tuple[float, float]:
+    """Fits of one figure from independent runs (each with its SE) as one: the mean weighted by
+    1 / SE^2 and its SE. A fit without a finite SE is left out; (nan, nan): none left."""
+    usable = [fit for fit in fits if fit["se"] > 0 and math.isfinite(fit["se"])]
+    if not usable:
+        return math.nan, math.nan
+    weights = [1 / fit["se"] ** 2 for fit in usable]
+    share = sum(w * fit["share"] for w, fit in zip(weights, usable, strict=True)) / sum(weights)
+    return share, 1 / math.sqrt(sum(weights))
+
+
+def combined_table(
+    fits: Mapping[tuple[Any, ...], Mapping[str, Sequence[Mapping[str, float]]]],
+) -> None:
+    """Per grid point, variant and arm, every fit of the files read (runs with the same arms
+    pooled window by window, runs with other arms weighted by 1 / SE^2) as one figure against
+    ``off``, with its 95% interval: the table of BENCHMARKS.md, again from the raw files."""
+    if not fits:
+        return
+    print(
+        "\n| grid point (tokens, concurrency, API servers) | variant | arm against off | fits "
+        "(runs) | windows | adjusted (SE) | 95% interval |\n|---|---|---|---:|---:|---:|---:|"
+    )
+    for (tokens, concurrency, servers, variant), arms in sorted(fits.items()):
+        for arm, items in sorted(arms.items(), key=lambda item: TOGGLE_ORDER.get(item[0], 9)):
+            share, se = combined(items)
+            runs = sum(int(item["runs"]) for item in items)
+            windows = sum(int(item["windows"]) for item in items)
+            print(
+                f"| {tokens}, {concurrency}, {servers} | {variant} | {arm} | {len(items)} "
+                f"({runs}) | {windows} | {share * 100:+.2f}% ({se * 100:.2f}) | "
+                f"{(share - 1.96 * se) * 100:+.2f} to {(share + 1.96 * se) * 100:+.2f}% |"
+            )
 
 
 def report(rows: Sequence[dict[str, Any]], timer_us: float | None = None) -> None:
