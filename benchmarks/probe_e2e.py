@@ -111,12 +111,20 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-TOGGLE_ARMS = ("on", "off", "no-temperature", "no-batch")
-SPLIT_OFF_ARMS = {"no-temperature": "the temperature split", "no-batch": "the batch split"}
-"""The arms with one split off: ``on`` less such an arm is what that split costs."""
+TOGGLE_ARMS = ("on", "off", "absent", "no-temperature", "no-batch")
+SPLIT_OFF_ARMS = {
+    "no-temperature": "the temperature split",
+    "no-batch": "the batch split",
+    "absent": "the whole probe, its calls too",
+}
+"""The arms ``on`` is set against: ``on`` less such an arm is what that split costs (or, less
+``absent``, the probe altogether: what ``on`` against ``off`` leaves out is vLLM's calls into
+the probe, the ``empty`` control's cost, ``off`` less ``absent``)."""
 TOGGLE_ORDER = {
     arm: index
-    for index, arm in enumerate((*TOGGLE_ARMS, *(f"on less {arm}" for arm in SPLIT_OFF_ARMS)))
+    for index, arm in enumerate(
+        (*TOGGLE_ARMS, *(f"on less {arm}" for arm in SPLIT_OFF_ARMS), "off less absent")
+    )
 }
 """What ``--arms`` may name (and ``off-NAME``, a second off arm): the probe's hooks all on, all
 returning at once, the finished hook off (the temperature split's work), the step hook given no
@@ -196,6 +204,8 @@ gc.callbacks.append(_gc_callback)
 _FINISHED = [arm in ("on", "no-batch") for arm in _ARMS]
 _STEP = [{"on": 1, "no-temperature": 1, "no-batch": 2}.get(arm, 0) for arm in _ARMS]
 _DRAIN = [arm in ("on", "no-temperature", "no-batch") for arm in _ARMS]
+# absent: vLLM as without the probe, its logger not called and its finished wrapper passed by
+_ABSENT = [1 if arm == "absent" else 0 for arm in _ARMS]
 _ALTERNATE = _ARMS == ["on", "off"]
 
 
@@ -287,6 +297,8 @@ def _patch_probe(module):
         _toggle_logger(self)
 
     logger.__init__ = init
+    if any(_ABSENT):
+        _dispatch_finished(module)
 
 
 def _patch_render(module):
@@ -294,11 +306,81 @@ def _patch_render(module):
     module.generate_latest = _counted(module.generate_latest, 4)
 
 
+def _is_probe(stat_logger):
+    # vLLM wraps a plugin's per-engine loggers in a PerEngineStatLoggerAdapter
+    engines = getattr(stat_logger, "per_engine_stat_loggers", None) or {}
+    return any(type(one).__name__ == "SpecdecProbeStatLogger" for one in engines.values())
+
+
+def _patch_loggers(module):
+    # With an absent arm: StatLoggerManager.record loops over the loggers with or without the
+    # probe's (vLLM's own loop, written again: the same work in every arm but the one call)
+    cls = module.StatLoggerManager
+    original_init = cls.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        everyone = list(self.stat_loggers)
+        self._specdec_lists = (everyone, [one for one in everyone if not _is_probe(one)])
+        print(
+            f"specdec-e2e absent arm: {len(everyone)} stat loggers, "
+            f"{len(everyone) - len(self._specdec_lists[1])} the probe's",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=None):
+        if engine_idx is None:
+            engine_idx = 0
+        for stat_logger in self._specdec_lists[_ABSENT[_arm()]]:
+            stat_logger.record(
+                scheduler_stats,
+                iteration_stats,
+                mm_cache_stats=mm_cache_stats,
+                engine_idx=engine_idx,
+            )
+
+    cls.__init__ = init
+    cls.record = record
+
+
+def _dispatch_finished(module):
+    # With an absent arm: once the probe wraps the finished method, a dispatcher calls its
+    # wrapper, or in an absent window what it wraps
+    original_wrap = module._wrap_finished
+
+    def wrap_finished():
+        original_wrap()
+        import importlib
+
+        cls = importlib.import_module("vllm.v1.engine.output_processor").OutputProcessor
+        wrapped = cls._update_stats_from_finished
+        if getattr(wrapped, "__specdec_dispatch__", False):
+            return
+        bare = wrapped.__wrapped__
+
+        def dispatch(self, *args, **kwargs):
+            if _ABSENT[_arm()]:
+                return bare(self, *args, **kwargs)
+            return wrapped(self, *args, **kwargs)
+
+        dispatch.__specdec_probe_wrapped__ = True
+        dispatch.__specdec_dispatch__ = True
+        cls._update_stats_from_finished = dispatch
+        print("specdec-e2e absent arm: a dispatcher on the finished method", file=sys.stderr)
+
+    module._wrap_finished = wrap_finished
+
+
 _PATCHES = {
     "prometheus_fastapi_instrumentator.instrumentation": _patch_render,
     "vllm.v1.engine.output_processor": _patch_output,
     "specdec_exporter.probe.plugin": _patch_probe,
 }
+
+
+if any(_ABSENT):
+    _PATCHES["vllm.v1.metrics.loggers"] = _patch_loggers
 
 
 class _PatchOnImport:
@@ -1326,6 +1408,9 @@ def toggle_adjusted(
         for arm, name in enumerate(arms)
         if arm != reference
     }
+    if "absent" in arms:  # vLLM calling a probe that does nothing: the empty plugin's cost
+        absent = fits["absent"]
+        fits["off less absent"] = {**size, "share": -absent["share"], "se": absent["se"]}
     if "on" in arms:  # what each split costs: on less the arm with that split off
         on = arms.index("on")
         for arm, name in enumerate(arms):
@@ -1368,6 +1453,12 @@ def toggle_report(rows: Sequence[Mapping[str, Any]]) -> None:
                     f"  {SPLIT_OFF_ARMS[arm.removeprefix('on less ')]} costs (on less "
                     f"{arm.removeprefix('on less ')}, adjusted): {fit['share'] * 100:+.2f}% of "
                     f"the process CPU (bootstrap standard error {fit['se'] * 100:.2f} points)"
+                )
+            elif arm == "off less absent":
+                print(
+                    f"  vLLM's calls into a probe that does nothing (off less absent: the empty "
+                    f"plugin, in process) cost {fit['share'] * 100:+.2f}% of the process CPU "
+                    f"(bootstrap standard error {fit['se'] * 100:.2f} points)"
                 )
         for arm, figure in figures.items():
             print(
