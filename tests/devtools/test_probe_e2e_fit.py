@@ -71,7 +71,7 @@ def test_two_arm_runs_of_before_session_24_still_read() -> None:
     "arms", ["on", "on,on,off", "on,no-temperature", "on,off,sideways", "on,off,off"]
 )
 def test_a_wrong_arms_list_is_refused_with_one_line(arms: str) -> None:
-    with pytest.raises(SystemExit, match="^--arms: "):
+    with pytest.raises(SystemExit, match=r"^--arms: "):
         probe_e2e.toggle_arms(argparse.Namespace(arms=arms))
 
 
