@@ -1299,8 +1299,12 @@ RESPONSES: dict[str, Callable[[Sequence[float]], float]] = {
 """What a fit explains, from a window: the process's CPU (the figure), or its part in the main
 thread or in the others, in garbage collection or not (each a share of the process's CPU, so
 each two add up to the first)."""
-NEEDS = {"main thread": MAIN_THREAD_AT, "other threads": MAIN_THREAD_AT}
-NEEDS.update({"garbage collection": GC_AT + 5, "the rest": GC_AT + 5})
+NEEDS = {
+    "main thread": MAIN_THREAD_AT,
+    "other threads": MAIN_THREAD_AT,
+    "garbage collection": GC_AT + 5,
+    "the rest": GC_AT + 5,
+}
 """A response's last column: a window without it (an older run) is left out of that fit."""
 
 

@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+_PATH = list(sys.path)
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts" / "real_vllm"))
 
 import probe_e2e  # noqa: E402
+
+sys.path[:] = _PATH  # the benchmarks' folder shadows no other test's import
 
 ARMS = ["on", "off", "no-temperature", "no-batch", "absent"]
 SHARES = {"on": 0.02, "off": 0.0, "no-temperature": 0.008, "no-batch": 0.014, "absent": -0.01}
