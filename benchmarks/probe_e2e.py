@@ -69,15 +69,17 @@ quarters of a window's CPU variance within a block, so the adjusted figure is so
 tighter than the raw ratios (BENCHMARKS.md, session 18). What it cannot see: what loading the
 probe costs with its hooks idle (the `empty` and `filtered` controls, whole runs, are for that),
 the calls that still reach the probe in the off windows (the finished hook's wrapper, the
-logger's `record`, returning at once) and the toggle's own check in the on windows: under 2 us a
-request together.
+logger's `record`, returning at once): the `absent` arm below measures those, +1.13% (SE 0.46)
+at 256 tokens and concurrency 1 (BENCHMARKS.md, session 24).
 
 `--arms` (with `--toggle`) gives a window more than on or off, so that one run measures the
 issue's in-process controls beside the probe, each against `off` in the same process: `on` (the
 probe as it runs), `no-temperature` (the finished hook returns at once: what the temperature
 split costs is on less this), `no-batch` (the step hook is given no scheduler stats, as with the
-batch split off: it keeps no step but still drains when asked), `off-NAME` (off again: an A/A
-inside the run). With more than `on,off`, each cycle of one window an arm takes them in an order
+batch split off: it keeps no step but still drains when asked), `absent` (vLLM as without the
+probe: its logger left out of `StatLoggerManager.record`'s loop, its finished wrapper passed by;
+`off` less `absent` is the `empty` control, `on` less `absent` the whole probe), `off-NAME` (off
+again: an A/A inside the run). With more than `on,off`, each cycle of one window an arm takes them in an order
 drawn from the cycle's number (the same in every API-server process), so nothing periodic (the
 5 s scrapes, vLLM's 10 s `log()`) falls into one arm more than another; the report gives each
 arm against `off`, cycle by cycle (median, 10-90% and whole range) and adjusted. Each arm has
@@ -112,6 +114,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TOGGLE_ARMS = ("on", "off", "absent", "no-temperature", "no-batch")
+"""What ``--arms`` may name (and ``off-NAME``, a second off arm): the probe's hooks all on, all
+returning at once, vLLM as without the probe (its logger and finished wrapper not called), the
+finished hook off (the temperature split's work), the step hook given no scheduler stats (the
+batch split's work), as the ``TOGGLE_SITECUSTOMIZE`` does in a window."""
 SPLIT_OFF_ARMS = {
     "no-temperature": "the temperature split",
     "no-batch": "the batch split",
@@ -126,9 +132,6 @@ TOGGLE_ORDER = {
         (*TOGGLE_ARMS, *(f"on less {arm}" for arm in SPLIT_OFF_ARMS), "off less absent")
     )
 }
-"""What ``--arms`` may name (and ``off-NAME``, a second off arm): the probe's hooks all on, all
-returning at once, the finished hook off (the temperature split's work), the step hook given no
-scheduler stats (the batch split's work), as the ``TOGGLE_SITECUSTOMIZE`` does in a window."""
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "scripts" / "real_vllm"))
 
