@@ -72,19 +72,18 @@ the calls that still reach the probe in the off windows (the finished hook's wra
 logger's `record`, returning at once): the `absent` arm below measures those, +1.13% (SE 0.46)
 at 256 tokens and concurrency 1 (BENCHMARKS.md, session 24).
 
-`--arms` (with `--toggle`) gives a window more than on or off, so that one run measures the
-issue's in-process controls beside the probe, each against `off` in the same process: `on` (the
-probe as it runs), `no-temperature` (the finished hook returns at once: what the temperature
-split costs is on less this), `no-batch` (the step hook is given no scheduler stats, as with the
-batch split off: it keeps no step but still drains when asked), `absent` (vLLM as without the
-probe: its logger left out of `StatLoggerManager.record`'s loop, its finished wrapper passed by;
-`off` less `absent` is the `empty` control, `on` less `absent` the whole probe), `off-NAME` (off
-again: an A/A inside the run). With more than `on,off`, each cycle of one window an arm takes them in an order
-drawn from the cycle's number (the same in every API-server process), so nothing periodic (the
-5 s scrapes, vLLM's 10 s `log()`) falls into one arm more than another; the report gives each
-arm against `off`, cycle by cycle (median, 10-90% and whole range) and adjusted. Each arm has
-1/n of the windows: against a two-arm run of the same length the standard error of `on` grows
-by sqrt(n / 2).
+`--arms` (with `--toggle`) gives a window more than on or off, so that one run measures the issue's
+in-process controls beside the probe, each against `off` in the same process: `on` (the probe as it
+runs), `no-temperature` (the finished hook returns at once: what the temperature split costs is on
+less this), `no-batch` (the step hook is given no scheduler stats, as with the batch split off: it
+keeps no step but still drains when asked), `absent` (vLLM as without the probe: its logger left out
+of `StatLoggerManager.record`'s loop, its finished wrapper passed by; `off` less `absent` is the
+`empty` control, `on` less `absent` the whole probe), `off-NAME` (off again: an A/A inside the run).
+With more than `on,off`, each cycle of one window an arm takes them in an order drawn from the
+cycle's number (the same in every API-server process), so nothing periodic (the 5 s scrapes, vLLM's
+10 s `log()`) falls into one arm more than another; the report gives each arm against `off`, cycle
+by cycle (median, 10-90% and whole range) and adjusted. Each arm has 1/n of the windows: against a
+two-arm run of the same length the standard error of `on` grows by sqrt(n / 2).
 
 Output: one JSON line per run (`--out`, appended), then per variant the medians and ranges of CPU
 ms per request and tokens/s over the rounds, and the median and range of the per-round ratio to
